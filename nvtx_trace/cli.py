@@ -1,0 +1,63 @@
+"""The nvtx-trace command line: the one place where errors become messages and exit codes."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from nvtx_trace.errors import NvtxTraceError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Find out why the GPU sits idle while a PyTorch model trains (Nsight Systems + NVTX).",
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Each verb lives in nvtx_trace/commands/<verb>.py; keep this list in CLI order.
+    from nvtx_trace.commands import analyze
+
+    app.command("analyze")(analyze.analyze)
+    for verb in ("run", "redact", "doctor"):
+        try:
+            module = __import__(f"nvtx_trace.commands.{verb}", fromlist=[verb])
+        except ModuleNotFoundError as exc:
+            if exc.name != f"nvtx_trace.commands.{verb}":
+                raise
+            continue
+        app.command(verb, context_settings=getattr(module, "CONTEXT_SETTINGS", None))(getattr(module, verb))
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    try:
+        code = app(args=argv, standalone_mode=False, prog_name="nvtx-trace")
+    except NvtxTraceError as err:
+        print(f"nvtx-trace: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("nvtx-trace: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exc:  # typer's own exits (--help, run's pass-through code)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.Abort):
+            print("nvtx-trace: interrupted", file=sys.stderr)
+            return 130
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return code if isinstance(code, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

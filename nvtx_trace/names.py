@@ -1,0 +1,112 @@
+"""The NVTX range-name contract between nvtx_autotrace (writer) and the analyzer (reader).
+
+Both sides import this module, so a name can only change in one place. It must
+stay free of torch and of any heavy import: the analyzer runs without torch and
+the auto-instrumentation imports it inside every profiled process.
+
+Every automatic range lives in the default NVTX domain and starts with a fixed
+prefix, so the analyzer can tell it from a user's own ranges by name alone.
+
+| range                          | example                                        | thread / process            |
+|--------------------------------|------------------------------------------------|-----------------------------|
+| training step                  | ``step 12``                                    | training thread             |
+| wait for the next batch        | ``dataloader.next [train.py:41]``              | training thread             |
+| batch fetch inside a worker    | ``dataloader.fetch [train.py:41] worker 1``    | the DataLoader worker       |
+| module forward                 | ``forward layer1.0.conv1 (Conv2d)``            | training thread             |
+| root module forward            | ``forward (ResNet)``                           | training thread             |
+| whole backward pass            | ``backward``                                   | training thread             |
+| module backward                | ``backward layer1.0.conv1 (Conv2d)``           | autograd thread             |
+| optimizer step / zero_grad     | ``optimizer.step (SGD)``                       | training thread             |
+| host-to-device copy            | ``copy.h2d 602112 B pageable non_blocking=0``  | training thread             |
+| pin_memory()                   | ``pin_memory 602112 B``                        | any                         |
+| host sync                      | ``sync item``, ``sync cuda.synchronize``       | training thread             |
+
+The loader label in brackets is the creation site (``file:line``) of the
+DataLoader, or the ``nvtx_name`` attribute a user set on it.
+"""
+
+from __future__ import annotations
+
+import re
+
+STEP_PREFIX = "step "
+LOADER_WAIT_PREFIX = "dataloader.next "
+WORKER_FETCH_PREFIX = "dataloader.fetch "
+FORWARD_PREFIX = "forward "
+BACKWARD = "backward"
+BACKWARD_PREFIX = "backward "
+OPTIMIZER_STEP_PREFIX = "optimizer.step "
+ZERO_GRAD_PREFIX = "optimizer.zero_grad "
+H2D_COPY_PREFIX = "copy.h2d "
+PIN_MEMORY_PREFIX = "pin_memory "
+SYNC_PREFIX = "sync "
+
+
+def step(index: int) -> str:
+    return f"step {index}"
+
+
+def loader_wait(loader: str) -> str:
+    return f"dataloader.next [{loader}]"
+
+
+def worker_fetch(loader: str, worker_id: int) -> str:
+    return f"dataloader.fetch [{loader}] worker {worker_id}"
+
+
+def _module(prefix: str, path: str, cls: str) -> str:
+    return f"{prefix}{path} ({cls})" if path else f"{prefix}({cls})"
+
+
+def forward(path: str, cls: str) -> str:
+    return _module(FORWARD_PREFIX, path, cls)
+
+
+def module_backward(path: str, cls: str) -> str:
+    return _module(BACKWARD_PREFIX, path, cls)
+
+
+def optimizer_step(cls: str) -> str:
+    return f"optimizer.step ({cls})"
+
+
+def zero_grad(cls: str) -> str:
+    return f"optimizer.zero_grad ({cls})"
+
+
+def h2d_copy(nbytes: int, pinned: bool, non_blocking: bool) -> str:
+    return f"copy.h2d {nbytes} B {'pinned' if pinned else 'pageable'} non_blocking={int(bool(non_blocking))}"
+
+
+def pin_memory(nbytes: int) -> str:
+    return f"pin_memory {nbytes} B"
+
+
+def sync(what: str) -> str:
+    return f"sync {what}"
+
+
+# ---- reading side ---------------------------------------------------------
+
+STEP_RE = re.compile(r"^(?:step|iteration|iter|train_step|batch)[ _#:]*(\d+)$", re.IGNORECASE)
+"""Step ranges: the auto ``step N`` and the common user spellings (``iteration 3``, ``step_7``)."""
+
+LOADER_WAIT_RE = re.compile(r"^dataloader\.next \[(?P<loader>.*)\]$")
+WORKER_FETCH_RE = re.compile(r"^dataloader\.fetch \[(?P<loader>.*)\] worker (?P<worker>\d+)$")
+MODULE_RE = re.compile(r"^(?P<phase>forward|backward) (?:(?P<path>\S+) )?\((?P<cls>[^()]+)\)$")
+H2D_COPY_RE = re.compile(r"^copy\.h2d (?P<bytes>\d+) B (?P<kind>pinned|pageable) non_blocking=(?P<nb>[01])$")
+SYNC_RE = re.compile(r"^sync (?P<what>\S+)$")
+
+DEFAULT_USER_LOADER_PATTERN = r"(?i)^(data|data ?load(er|ing)?|load(ing)?[ _]?(data|batch)|next[ _]?batch|fetch[ _]?batch|get[ _]?batch|wait[ _]?(for[ _])?(data|batch))$"
+"""User ranges that mean "waiting for the next batch" (``--loader-pattern`` overrides it)."""
+
+
+def is_auto_range(name: str) -> bool:
+    """True for any range nvtx_autotrace writes (used to tell them from user ranges)."""
+    return bool(
+        STEP_RE.match(name) and name.startswith(STEP_PREFIX)
+        or name == BACKWARD
+        or name.startswith((LOADER_WAIT_PREFIX, WORKER_FETCH_PREFIX, FORWARD_PREFIX, BACKWARD_PREFIX,
+                            OPTIMIZER_STEP_PREFIX, ZERO_GRAD_PREFIX, H2D_COPY_PREFIX, PIN_MEMORY_PREFIX,
+                            SYNC_PREFIX))
+    )

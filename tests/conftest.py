@@ -1,0 +1,51 @@
+"""Shared fixtures. Prerequisites (nsys, torch, chromium) skip with a reason when absent,
+except under CI=true, where a missing prerequisite fails the test: CI must run them for real."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_reports"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def need(what: str, present: bool) -> None:
+    """Skip (or fail under CI=true) when a prerequisite is missing."""
+    if present:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is required under CI=true but is missing; .ci/run must install it")
+    pytest.skip(f"{what} is not installed")
+
+
+@pytest.fixture
+def nsys_path() -> str:
+    path = os.environ.get("NSYS") or shutil.which("nsys")
+    need("Nsight Systems (nsys)", bool(path))
+    return path
+
+
+@pytest.fixture
+def torch_module():
+    need("PyTorch", importlib.util.find_spec("torch") is not None)
+    import torch
+
+    return torch
+
+
+@pytest.fixture
+def sample(request):
+    """Path of a shipped sample report, by file name."""
+
+    def _get(name: str) -> Path:
+        path = SAMPLES / name
+        assert path.exists(), f"missing sample report {path}"
+        return path
+
+    return _get
