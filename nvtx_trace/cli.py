@@ -16,6 +16,11 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """Find out why the GPU sits idle while a PyTorch model trains (Nsight Systems + NVTX)."""
+
+
 def _register() -> None:
     # Each verb lives in nvtx_trace/commands/<verb>.py; keep this list in CLI order.
     from nvtx_trace.commands import analyze
@@ -46,13 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except SystemExit as exc:  # typer's own exits (--help, run's pass-through code)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.Abort):
+    except Exception as exc:  # click's usage errors (typer vendors its own click: match by shape, not class)
+        if type(exc).__name__ == "Abort":
             print("nvtx-trace: interrupted", file=sys.stderr)
             return 130
-        if isinstance(exc, click.ClickException):
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
             return exc.exit_code
         raise

@@ -1,0 +1,173 @@
+"""Analyze one Nsight Systems export: the entry point of the library and of notebooks.
+
+    from nvtx_trace.analyzer import analyze
+    result = analyze("report.sqlite", min_gap_ms=1)
+    result.findings                     # ranked, biggest measured cost first
+    result.tables["gaps"]               # the DataFrames behind every number
+
+Runs every analysis the report's data allows; ``result.skipped`` says which
+were not run and why (no CUDA trace, no NVTX, ...).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from nvtx_trace import names
+from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer.dataloader import LoaderResult, analyze_loader
+from nvtx_trace.analyzer.findings import Finding
+from nvtx_trace.analyzer.gpu_idle import IdleResult, analyze_idle, summarize_causes
+from nvtx_trace.analyzer.layout import LayoutResult, analyze_layout
+from nvtx_trace.analyzer.model import Trace
+from nvtx_trace.analyzer.pageable import PageableResult, analyze_pageable
+from nvtx_trace.analyzer.reader import Reader
+from nvtx_trace.analyzer.rules import build_findings
+from nvtx_trace.analyzer.steps import StepsResult, analyze_steps
+from nvtx_trace.analyzer.sync import SyncResult, analyze_sync
+from nvtx_trace.errors import BadReportError
+
+__all__ = ["Analysis", "analyze"]
+
+
+@dataclass
+class Analysis:
+    """Everything one report says; renderers (text, JSON, HTML) read only this."""
+
+    path: Path
+    nsys_version: str | None
+    schema_version: str | None
+    min_gap_ns: int
+    trace_start_ns: int
+    trace_end_ns: int
+    idle: IdleResult | None = None
+    steps: StepsResult | None = None
+    loader: LoaderResult | None = None
+    layout: LayoutResult | None = None
+    pageable: PageableResult | None = None
+    sync: SyncResult | None = None
+    window: dict = field(default_factory=dict)  # where the gap causes were measured
+    window_causes: pd.DataFrame | None = None
+    findings: list[Finding] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    thread_names: dict[int, str] = field(default_factory=dict)
+    top_kernels: pd.DataFrame | None = None
+    window_utilization: dict[int, float] = field(default_factory=dict)  # device -> busy share of the window
+
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every DataFrame behind the findings, by name (for notebooks)."""
+        out: dict[str, pd.DataFrame] = {}
+        if self.idle:
+            out["devices"] = pd.DataFrame([{
+                "device_id": d.device_id, "name": d.name, "span_ns": d.span_ns, "busy_ns": d.busy_ns,
+                "utilization": d.utilization, "gap_count": d.gap_count, "gap_idle_ns": d.gap_idle_ns,
+            } for d in self.idle.devices])
+            out["gaps"] = self.idle.gaps
+            out["causes"] = self.idle.causes
+            out["gap_ranges"] = self.idle.gap_ranges
+        if self.window_causes is not None:
+            out["window_causes"] = self.window_causes
+        if self.steps:
+            out["steps"] = self.steps.table
+        if self.loader:
+            out["loader_waits"] = self.loader.waits
+            out["loaders"] = self.loader.loaders
+            out["loader_workers"] = self.loader.workers
+        if self.layout:
+            out["transpose_kernels"] = self.layout.by_kernel
+            out["transpose_modules"] = self.layout.by_module
+        if self.pageable:
+            out["pageable_sources"] = self.pageable.by_source
+        if self.sync:
+            out["sync_sources"] = self.sync.by_source
+        if self.top_kernels is not None:
+            out["top_kernels"] = self.top_kernels
+        return out
+
+
+def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
+            warmup_steps: int | None = None, nsys: str | None = None) -> Analysis:
+    """Load a report (.sqlite, or .nsys-rep/.qdrep exported on the fly) and run every analysis it allows."""
+    path = Path(path)
+    if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
+        from nvtx_trace.nsys import ensure_sqlite
+
+        path = ensure_sqlite(path, nsys=nsys)
+    if min_gap_ms < 0:
+        raise BadReportError(f"--min-gap-ms must be >= 0 (got {min_gap_ms})")
+    reader = Reader(path)
+    try:
+        return _analyze(reader, int(round(min_gap_ms * 1e6)), loader_pattern or names.DEFAULT_USER_LOADER_PATTERN,
+                        warmup_steps)
+    except sqlite3.DatabaseError as exc:
+        raise BadReportError(f"{path}: is damaged ({exc}); it was probably truncated, export it again") from None
+    finally:
+        reader.close()
+
+
+def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps: int | None) -> Analysis:
+    trace = Trace(reader)
+    lo, hi = trace.bounds
+    result = Analysis(path=reader.info.path, nsys_version=reader.info.nsys_version,
+                      schema_version=reader.info.schema_version, min_gap_ns=min_gap_ns,
+                      trace_start_ns=lo, trace_end_ns=hi, thread_names=trace.thread_names)
+    ranges = trace.ranges
+    if not len(ranges):
+        result.skipped["nvtx"] = _why_missing(trace, "NvtxEvents", "NVTX", "-t nvtx and run under nvtx_autotrace")
+    result.loader = analyze_loader(ranges, loader_pattern)
+    if trace.has_gpu_activity:
+        result.idle = analyze_idle(trace, min_gap_ns, loader_pattern)
+        result.layout = analyze_layout(trace)
+        result.pageable = analyze_pageable(trace)
+        result.top_kernels = trace.kernel_time_by_name().head(50)
+    else:
+        why = _why_missing(trace, "Cuda", "CUDA", "-t cuda on a machine with a GPU")
+        for name in ("gpu_idle", "layout_transpose", "pageable_h2d"):
+            result.skipped[name] = why
+    result.sync = analyze_sync(trace) if reader.has("CUPTI_ACTIVITY_KIND_RUNTIME") else None
+    if result.sync is None:
+        result.skipped.setdefault("sync", _why_missing(trace, "Cuda", "CUDA API", "-t cuda"))
+    busy_by_pid: dict[int, iv.Set] = {}
+    for dev in result.idle.devices if result.idle else []:
+        for pid in dev.pids:
+            busy_by_pid[pid] = iv.merge(busy_by_pid.get(pid, iv.empty()), dev.busy)
+    result.steps = analyze_steps(ranges, busy_by_pid, result.loader.wait_set if result.loader else iv.empty(),
+                                 result.sync.wait_set if result.sync else iv.empty(), warmup_steps)
+    if result.steps is None:
+        result.skipped["steps"] = "no step ranges (`step N` from nvtx_autotrace, or user ranges like `step 3`)"
+    if result.loader is None:
+        result.skipped["dataloader_stall"] = ("no data-loader ranges (nvtx_autotrace's `dataloader.next [...]`, "
+                                              "or user ranges matching --loader-pattern)")
+    window = result.steps.steady_window() if result.steps else None
+    if result.idle:
+        if window:
+            s = result.steps
+            first = int(s.steady["step"].iloc[0])
+            last = int(s.steady["step"].iloc[-1])
+            result.window = {"start_ns": window[0], "end_ns": window[1],
+                             "source": f"steady-state steps {first}-{last} ({s.warmup_steps} warm-up step(s) left out)"}
+        else:
+            result.window = {"start_ns": lo, "end_ns": hi, "source": "whole trace (no step ranges)"}
+        w0, w1 = result.window["start_ns"], result.window["end_ns"]
+        for dev in result.idle.devices:
+            busy = int(iv.Coverage(dev.busy).measure(w0, w1))
+            result.window_utilization[dev.device_id] = busy / (w1 - w0) if w1 > w0 else 0.0
+        result.window_causes = summarize_causes(result.idle.gaps, (result.window["start_ns"], result.window["end_ns"]))
+    result.findings = build_findings(result)
+    result.warnings = trace.warnings
+    return result
+
+
+def _why_missing(trace: Trace, capture_type: str, what: str, how: str) -> str:
+    types = trace.info.capture_event_types
+    if types is not None and capture_type not in types:
+        return f"{what} was not traced in this report (capture with {how})"
+    if types is not None:
+        return f"{what} was traced but the report holds no {what} events"
+    return f"the report holds no {what} events (traced without {what}, or nothing ran; capture with {how})"

@@ -1,0 +1,93 @@
+"""Data-loader stalls: how long the training thread waits for batches, and whether workers can keep up.
+
+Waits come from nvtx_autotrace's ``dataloader.next [loader]`` ranges or from
+user ranges matching ``--loader-pattern``. Worker fetch times come from the
+``dataloader.fetch [loader] worker N`` ranges each worker process emits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace import names
+from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer.gpu_idle import loader_wait_mask
+
+
+@dataclass
+class LoaderResult:
+    waits: pd.DataFrame  # loader, start_ns, end_ns, duration_ns, pid, gtid
+    loaders: pd.DataFrame  # loader, waits, wait_ns, wait_ns_median, wait_ns_max, workers, fetches, fetch_ns_median
+    workers: pd.DataFrame  # loader, worker, pid, fetches, fetch_ns_total, fetch_ns_median, batches_per_s
+    restarts: dict[str, int]  # loader -> worker processes beyond one set (workers re-created each epoch)
+
+    @property
+    def wait_set(self) -> iv.Set:
+        return iv.union(self.waits["start_ns"].to_numpy(), self.waits["end_ns"].to_numpy())
+
+
+def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | None:
+    if not len(ranges):
+        return None
+    wait_rows = ranges[loader_wait_mask(ranges["name"], user_pattern)]
+    cats = ranges["name"].cat.categories
+    fetch_match = {c: names.WORKER_FETCH_RE.match(c) for c in cats}
+    fetch_hit = np.array([bool(m) for m in fetch_match.values()], dtype=bool)
+    fetch_rows = ranges[fetch_hit[ranges["name"].cat.codes.to_numpy()]] if len(cats) else ranges.iloc[:0]
+    if not len(wait_rows) and not len(fetch_rows):
+        return None
+
+    def loader_of(name: str) -> str:
+        m = names.LOADER_WAIT_RE.match(name)
+        return m.group("loader") if m else name
+
+    waits = pd.DataFrame({
+        "loader": [loader_of(str(n)) for n in wait_rows["name"]],
+        "start_ns": wait_rows["start_ns"].to_numpy(), "end_ns": wait_rows["end_ns"].to_numpy(),
+        "pid": wait_rows["pid"].to_numpy(), "gtid": wait_rows["gtid"].to_numpy(),
+    })
+    waits["duration_ns"] = waits["end_ns"] - waits["start_ns"]
+    waits = waits.sort_values("start_ns", ignore_index=True)
+
+    fetches = pd.DataFrame({
+        "loader": [fetch_match[str(n)].group("loader") for n in fetch_rows["name"]],
+        "worker": [int(fetch_match[str(n)].group("worker")) for n in fetch_rows["name"]],
+        "pid": fetch_rows["pid"].to_numpy(),
+        "start_ns": fetch_rows["start_ns"].to_numpy(), "end_ns": fetch_rows["end_ns"].to_numpy(),
+    })
+    fetches["duration_ns"] = fetches["end_ns"] - fetches["start_ns"]
+    workers = (fetches.groupby(["loader", "worker", "pid"], as_index=False)
+               .agg(fetches=("duration_ns", "size"), fetch_ns_total=("duration_ns", "sum"),
+                    fetch_ns_median=("duration_ns", "median"), first=("start_ns", "min"), last=("end_ns", "max")))
+    active = (workers["last"] - workers["first"]).clip(lower=1)
+    workers["batches_per_s"] = workers["fetches"] / (active / 1e9)
+    workers = workers.drop(columns=["first", "last"])
+    workers["fetch_ns_median"] = workers["fetch_ns_median"].astype(np.int64)
+
+    rows = []
+    for loader in sorted(set(waits["loader"]) | set(fetches["loader"])):
+        w = waits[waits["loader"] == loader]["duration_ns"]
+        f = fetches[fetches["loader"] == loader]
+        rows.append({
+            "loader": loader, "waits": int(len(w)), "wait_ns": int(w.sum()),
+            "wait_ns_median": int(w.median()) if len(w) else 0, "wait_ns_max": int(w.max()) if len(w) else 0,
+            "workers": int(f["worker"].nunique()), "fetches": int(len(f)),
+            "fetch_ns_median": int(f["duration_ns"].median()) if len(f) else 0,
+        })
+    loaders = pd.DataFrame(rows)
+    restarts = {}
+    for loader, f in fetches.groupby("loader"):
+        extra = f["pid"].nunique() - f["worker"].nunique()
+        if extra > 0:
+            restarts[str(loader)] = int(extra)
+    return LoaderResult(waits=waits, loaders=loaders, workers=workers, restarts=restarts)
+
+
+def workers_needed(fetch_ns_median: float, compute_ns_per_step: float) -> int:
+    """Workers that keep the queue full: each delivers one batch per fetch time, the loop eats one per step."""
+    if compute_ns_per_step <= 0 or fetch_ns_median <= 0:
+        return 0
+    return int(np.ceil(1.2 * fetch_ns_median / compute_ns_per_step))

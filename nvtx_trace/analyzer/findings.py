@@ -1,0 +1,90 @@
+"""Findings: what to change, what it costs now, and the evidence. Thresholds live here, in one place.
+
+A finding exists only when there is something to fix: each rule below has a
+threshold under which it stays silent. ``impact_ns`` is measured time (GPU
+idle, or GPU/CPU time spent), never an estimate of speed-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+THRESHOLDS = {
+    "gpu_idle_fraction": 0.10,  # report idle when gaps >= min_gap cover 10 % of the window
+    "cause_fraction": 0.05,  # a cause gets its own finding at 5 % of the window
+    "transpose_kernel_fraction": 0.01,  # 1 % of kernel time spent in layout transposes
+    "pageable_min_bytes": 1 << 20,  # ignore a few tiny pageable copies (scalars, shapes)
+    "min_impact_ns": 1_000_000,  # nothing under 1 ms total is worth a finding
+}
+
+
+@dataclass
+class Finding:
+    kind: str  # gpu_idle, dataloader_stall, layout_transpose, pageable_h2d, sync, cpu_overhead, cuda_api
+    title: str
+    impact_ns: int
+    fix: str
+    evidence: dict = field(default_factory=dict)
+    threshold: str = ""
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "title": self.title, "impact_ns": int(self.impact_ns), "fix": self.fix,
+                "threshold": self.threshold, "evidence": _plain(self.evidence)}
+
+
+def ms(ns: float) -> str:
+    """Human duration: 1234567 -> '1.23 ms'."""
+    ns = float(ns)
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e3:.1f} µs"
+
+
+def size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _plain(obj):
+    """Make evidence JSON-safe (numpy scalars, DataFrames as records)."""
+    if hasattr(obj, "to_dict") and hasattr(obj, "columns"):
+        return [_plain(r) for r in obj.to_dict(orient="records")]
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+CAUSE_FIXES = {
+    "sync": ("Stop syncing the host every step: keep losses/metrics on the GPU (loss.detach()) and call .item()/.cpu() "
+             "only every N steps; avoid torch.cuda.synchronize() in the loop."),
+    "copy": "Copy from pinned memory with non_blocking=True (DataLoader(pin_memory=True); x.to(device, non_blocking=True)).",
+    "cuda_api": ("Keep slow CUDA calls out of the loop: pre-allocate and reuse tensors (avoid cudaMalloc/cudaFree churn), "
+                 "warm up (cuDNN autotuning, module loading) before the steps you time."),
+    "optimizer": "Use a fused or foreach optimizer (e.g. torch.optim.AdamW(..., fused=True)) to cut per-parameter launches.",
+    "backward": ("The CPU cannot launch backward kernels fast enough: try torch.compile, CUDA graphs, or a larger batch "
+                 "so each launch does more work."),
+    "forward": ("The CPU cannot launch forward kernels fast enough: try torch.compile, CUDA graphs, or a larger batch "
+                "so each launch does more work."),
+    "other_range": "Move the work inside the named NVTX range off the critical path (another thread, fewer calls per step).",
+    "unattributed": ("The CPU is busy outside any NVTX range: run under nvtx_autotrace, or sample Python "
+                     "(nsys profile --python-sampling=true) to see where."),
+}

@@ -1,0 +1,226 @@
+"""GPU busy time, idle gaps, and what the CPU was doing during each gap.
+
+Busy = union of kernel, memcpy and memset intervals over every stream and
+process on a device (never a per-stream sum, which overstates headroom).
+Span = first op start to last op end. Gaps = holes of at least ``min_gap_ns``.
+
+Each gap's time is split among causes in priority order, each cause taking
+only what the ones before it left (so shares add up to 100 %)::
+
+    GPU      ====)                 (=====        gap = 8 units
+    CPU main     [  dataloader.next  ][fwd]      dataloader 6, forward 2
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace import names
+from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer.model import COPY_API_RE, SYNC_API_RE, Trace
+
+# Causes, in the order they claim gap time.
+CAUSES = {
+    "dataloader": "waiting for the next batch",
+    "sync": "host sync drained the GPU queue",
+    "copy": "host-side memory copy",
+    "cuda_api": "slow CUDA API call",
+    "optimizer": "CPU busy in the optimizer",
+    "backward": "CPU busy in backward",
+    "forward": "CPU busy in forward",
+    "other_range": "CPU busy in another NVTX range",
+    "unattributed": "CPU work outside any NVTX range",
+}
+SYNC_DRAIN_SLACK_NS = 50_000  # a gap starting this soon after a sync returned was caused by it
+SLOW_API_NS = 50_000  # CUDA calls at least this long are worth naming (cudaMalloc, module loads)
+OPTIMIZER_RE = re.compile(r"(?i)^optimizer|\boptim|zero_grad|\bsgd\b|\badam")
+FORWARD_RE = re.compile(r"(?i)^forward\b|\bforward$|\bfwd\b")
+BACKWARD_RE = re.compile(r"(?i)^backward\b|\bbackward$|\bbwd\b")
+
+
+@dataclass
+class DeviceIdle:
+    device_id: int
+    name: str
+    pids: list[int]
+    span_start_ns: int
+    span_end_ns: int
+    busy_ns: int
+    gap_count: int
+    gap_idle_ns: int
+    busy: iv.Set = field(repr=False)
+
+    @property
+    def span_ns(self) -> int:
+        return self.span_end_ns - self.span_start_ns
+
+    @property
+    def utilization(self) -> float:
+        return self.busy_ns / self.span_ns if self.span_ns > 0 else 0.0
+
+
+@dataclass
+class IdleResult:
+    devices: list[DeviceIdle]
+    gaps: pd.DataFrame  # device_id, start_ns, end_ns, duration_ns, cause, <cause>_ns...
+    causes: pd.DataFrame  # whole trace: device_id, cause, label, idle_ns, share, gaps (dominant)
+    gap_ranges: pd.DataFrame  # largest gaps: device_id, gap_start_ns, thread, range, api
+
+
+def loader_wait_mask(range_names: pd.Series, user_pattern: str) -> np.ndarray:
+    """Ranges that mean "waiting for the next batch": auto ``dataloader.next [..]`` or a user name."""
+    user = re.compile(user_pattern)
+    cats = range_names.cat.categories
+    hit = np.array([bool(names.LOADER_WAIT_RE.match(c) or user.search(c)) for c in cats], dtype=bool)
+    return hit[range_names.cat.codes.to_numpy()] if len(cats) else np.zeros(len(range_names), bool)
+
+
+def category_masks(range_names: pd.Series, user_loader_pattern: str) -> dict[str, np.ndarray]:
+    """Which NVTX ranges count for which cause (step ranges are containers, never a cause)."""
+    cats = list(range_names.cat.categories)
+    codes = range_names.cat.codes.to_numpy()
+
+    def by(pred) -> np.ndarray:
+        hit = np.array([bool(pred(c)) for c in cats], dtype=bool)
+        return hit[codes] if cats else np.zeros(len(codes), bool)
+
+    is_step = by(lambda c: names.STEP_RE.match(c))
+    loader = loader_wait_mask(range_names, user_loader_pattern)
+    sync = by(lambda c: names.SYNC_RE.match(c))
+    copy = by(lambda c: c.startswith((names.H2D_COPY_PREFIX, names.PIN_MEMORY_PREFIX)))
+    optimizer = by(lambda c: OPTIMIZER_RE.search(c))
+    backward = by(lambda c: BACKWARD_RE.search(c)) & ~optimizer
+    forward = by(lambda c: FORWARD_RE.search(c)) & ~optimizer & ~backward
+    claimed = is_step | loader | sync | copy | optimizer | backward | forward
+    return {"dataloader": loader, "sync": sync, "copy": copy, "optimizer": optimizer, "backward": backward,
+            "forward": forward, "other_range": ~claimed}
+
+
+def analyze_idle(trace: Trace, min_gap_ns: int, user_loader_pattern: str, top_gaps: int = 10) -> IdleResult:
+    ops = trace.gpu_ops
+    devices: list[DeviceIdle] = []
+    gap_frames, range_frames = [], []
+    ranges = trace.ranges
+    masks = category_masks(ranges["name"], user_loader_pattern) if len(ranges) else {}
+    syncs = trace.api_calls(SYNC_API_RE)
+    copies = trace.api_calls(COPY_API_RE)
+    slow_api = trace.api_calls(None, min_duration_ns=SLOW_API_NS)
+    for device_id, dev_ops in ops.groupby("device_id", sort=True):
+        busy = iv.union(dev_ops["start_ns"].to_numpy(), dev_ops["end_ns"].to_numpy())
+        pids = sorted(int(p) for p in dev_ops["pid"].unique())
+        gaps = iv.holes(busy, min_len=min_gap_ns)
+        dev = DeviceIdle(
+            device_id=int(device_id), name=trace.gpu_names.get(int(device_id), f"GPU {device_id}"), pids=pids,
+            span_start_ns=int(busy[0][0]), span_end_ns=int(busy[1][-1]), busy_ns=iv.total(busy),
+            gap_count=int(gaps[0].size), gap_idle_ns=iv.total(gaps), busy=busy,
+        )
+        devices.append(dev)
+        in_pids = lambda df: df[df["pid"].isin(pids)]  # noqa: E731
+        cause_sets = _cause_sets(gaps, in_pids(ranges), {k: m[ranges["pid"].isin(pids).to_numpy()] for k, m in masks.items()},
+                                 in_pids(syncs), in_pids(copies), in_pids(slow_api))
+        frame = _split_gaps(int(device_id), gaps, cause_sets)
+        gap_frames.append(frame)
+        range_frames.append(_open_ranges(trace, int(device_id), frame.nlargest(top_gaps, "duration_ns"),
+                                         in_pids(ranges), in_pids(slow_api)))
+    cols = ["device_id", "start_ns", "end_ns", "duration_ns", "cause"] + [f"{c}_ns" for c in CAUSES]
+    gaps_df = pd.concat(gap_frames, ignore_index=True) if gap_frames else pd.DataFrame(columns=cols)
+    causes_df = summarize_causes(gaps_df)
+    ranges_df = pd.concat(range_frames, ignore_index=True) if range_frames else pd.DataFrame()
+    return IdleResult(devices=devices, gaps=gaps_df, causes=causes_df, gap_ranges=ranges_df)
+
+
+def _cause_sets(gaps: iv.Set, ranges, masks, syncs, copies, slow_api) -> dict[str, iv.Set]:
+    """Each cause's time inside the gaps, after higher-priority causes took theirs."""
+    gap_set = gaps
+
+    def from_df(df, mask=None) -> iv.Set:
+        if mask is not None:
+            df = df[mask]
+        return iv.union(df["start_ns"].to_numpy(), df["end_ns"].to_numpy()) if len(df) else iv.empty()
+
+    raw: dict[str, iv.Set] = {}
+    raw["dataloader"] = from_df(ranges, masks.get("dataloader")) if len(ranges) else iv.empty()
+    # A sync that was still blocking (or just returned) when the GPU ran dry explains the whole gap.
+    drained = iv.empty()
+    if len(syncs) and gaps[0].size:
+        s, e = syncs["start_ns"].to_numpy(), syncs["end_ns"].to_numpy() + SYNC_DRAIN_SLACK_NS
+        sync_cov = iv.Coverage(iv.union(s, e))
+        hit = sync_cov.measure(gaps[0] - 1, gaps[0]) > 0
+        drained = (gaps[0][hit], gaps[1][hit])
+    sync_ranges = from_df(ranges, masks.get("sync")) if len(ranges) else iv.empty()
+    raw["sync"] = iv.merge(iv.merge(from_df(syncs), sync_ranges), drained)
+    raw["copy"] = iv.merge(from_df(copies), from_df(ranges, masks.get("copy")) if len(ranges) else iv.empty())
+    raw["cuda_api"] = from_df(slow_api)
+    for key in ("optimizer", "backward", "forward", "other_range"):
+        raw[key] = from_df(ranges, masks.get(key)) if len(ranges) else iv.empty()
+    claimed = iv.empty()
+    out = {}
+    for key in CAUSES:
+        if key == "unattributed":
+            out[key] = iv.subtract(gap_set, claimed)
+            continue
+        mine = iv.subtract(iv.intersect(raw[key], gap_set), claimed)
+        out[key] = mine
+        claimed = iv.merge(claimed, mine)
+    return out
+
+
+def _split_gaps(device_id: int, gaps: iv.Set, cause_sets: dict[str, iv.Set]) -> pd.DataFrame:
+    frame = pd.DataFrame({"device_id": device_id, "start_ns": gaps[0], "end_ns": gaps[1],
+                          "duration_ns": gaps[1] - gaps[0]})
+    for key, cset in cause_sets.items():
+        frame[f"{key}_ns"] = iv.Coverage(cset).measure(gaps[0], gaps[1])
+    per_cause = frame[[f"{k}_ns" for k in CAUSES]].to_numpy()
+    keys = np.array(list(CAUSES))
+    frame["cause"] = keys[per_cause.argmax(axis=1)] if len(frame) else np.empty(0, dtype=object)
+    return frame
+
+
+def summarize_causes(gaps: pd.DataFrame, window: tuple[int, int] | None = None) -> pd.DataFrame:
+    """Idle time per cause over the gaps that start inside ``window`` (all gaps when None)."""
+    if window is not None:
+        gaps = gaps[(gaps["start_ns"] >= window[0]) & (gaps["start_ns"] < window[1])]
+    rows = []
+    for device_id, dev in gaps.groupby("device_id", sort=True):
+        dev_total = int(dev["duration_ns"].sum())
+        for key, label in CAUSES.items():
+            idle = int(dev[f"{key}_ns"].sum())
+            if idle:
+                rows.append({"device_id": int(device_id), "cause": key, "label": label, "idle_ns": idle,
+                             "share": idle / dev_total if dev_total else 0.0, "gaps": int((dev["cause"] == key).sum())})
+    causes = pd.DataFrame(rows, columns=["device_id", "cause", "label", "idle_ns", "share", "gaps"])
+    return causes.sort_values(["device_id", "idle_ns"], ascending=[True, False], ignore_index=True)
+
+
+def _open_ranges(trace: Trace, device_id: int, top: pd.DataFrame, ranges: pd.DataFrame,
+                 slow_api: pd.DataFrame) -> pd.DataFrame:
+    """For the largest gaps: the innermost NVTX range open at the gap's midpoint on each thread."""
+    rows = []
+    if not len(top):
+        return pd.DataFrame(rows)
+    mids = ((top["start_ns"] + top["end_ns"]) // 2).to_numpy()
+    if len(ranges):
+        for gtid, thread_ranges in ranges.groupby("gtid", sort=False):
+            idx = iv.innermost(thread_ranges["start_ns"], thread_ranges["end_ns"], np.zeros(len(thread_ranges)),
+                               mids, np.zeros(len(mids)))
+            for gap_row, i in zip(top.itertuples(), idx):
+                if i >= 0:
+                    r = thread_ranges.iloc[int(i)]
+                    rows.append({"device_id": device_id, "gap_start_ns": gap_row.start_ns,
+                                 "thread": trace.thread_label(int(gtid)), "what": "nvtx", "name": str(r["name"]),
+                                 "overlap_ns": _overlap(r.start_ns, r.end_ns, gap_row.start_ns, gap_row.end_ns)})
+    for gap_row in top.itertuples():
+        inside = slow_api[(slow_api["start_ns"] < gap_row.end_ns) & (slow_api["end_ns"] > gap_row.start_ns)]
+        for api in inside.itertuples():
+            rows.append({"device_id": device_id, "gap_start_ns": gap_row.start_ns,
+                         "thread": trace.thread_label(int(api.gtid)), "what": "cuda_api", "name": str(api.name),
+                         "overlap_ns": _overlap(api.start_ns, api.end_ns, gap_row.start_ns, gap_row.end_ns)})
+    return pd.DataFrame(rows)
+
+
+def _overlap(a0: int, a1: int, b0: int, b1: int) -> int:
+    return int(max(0, min(a1, b1) - max(a0, b0)))

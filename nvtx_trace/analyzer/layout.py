@@ -1,0 +1,95 @@
+"""NCHW <-> NHWC layout-transpose kernels and the modules that caused them.
+
+cuDNN runs fp16/bf16 convolutions in NHWC; fed NCHW tensors it wraps each
+convolution in ``nchwToNhwcKernel`` / ``nhwcToNchwKernel`` (and friends),
+in forward and in backward. ``channels_last`` on model and inputs removes them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace import names
+from nvtx_trace.analyzer.attribution import attribute
+from nvtx_trace.analyzer.model import Trace
+
+# Transpose kernels seen in cuDNN, PyTorch and TensorRT names; deliberately not the
+# NHWC convolution kernels themselves (``..._nhwckrsc_nhwc_...``).
+TRANSPOSE_RE = re.compile(
+    r"(?i)(nchw_?(to|2)_?nhwc|nhwc_?(to|2)_?nchw|nchw(to|2)nhwc|nhwc(to|2)nchw"
+    r"|(nchw|nhwc|nc\dhw\d*)_?(transpose|permute)|transpose_?(nchw|nhwc)"
+    r"|convert_?(nchw|nhwc)_?(to|2)_?(nchw|nhwc))"
+)
+
+
+@dataclass
+class LayoutResult:
+    count: int
+    time_ns: int
+    kernel_time_ns: int
+    by_kernel: pd.DataFrame  # name, count, time_ns
+    by_module: pd.DataFrame  # module, phase, count, time_ns, via_fallback
+
+    @property
+    def kernel_time_fraction(self) -> float:
+        return self.time_ns / self.kernel_time_ns if self.kernel_time_ns else 0.0
+
+
+def is_transpose(name: str) -> bool:
+    return bool(TRANSPOSE_RE.search(name))
+
+
+def analyze_layout(trace: Trace) -> LayoutResult:
+    per_name = trace.kernel_time_by_name()
+    kernel_time = int(per_name["time_ns"].sum()) if len(per_name) else 0
+    ids = [i for i, n in trace.kernel_name_ids().items() if is_transpose(n)]
+    if not ids:
+        return LayoutResult(0, 0, kernel_time, per_name.iloc[:0], pd.DataFrame(
+            columns=["module", "phase", "count", "time_ns", "via_fallback"]))
+    col = trace.kernel_name_column
+    launches = trace.launches_of("kernel", f"g.{col} IN ({','.join(map(str, ids))}) AND g.start > 0")
+    launches["duration_ns"] = launches["end_ns"] - launches["start_ns"]
+    by_kernel = per_name[per_name["name"].map(is_transpose)].reset_index(drop=True)
+    return LayoutResult(count=int(len(launches)), time_ns=int(launches["duration_ns"].sum()),
+                        kernel_time_ns=kernel_time, by_kernel=by_kernel, by_module=_by_module(trace, launches))
+
+
+def module_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+    """nvtx_autotrace's module ranges when present, else every non-step range (user ranges)."""
+    if not len(ranges):
+        return ranges
+    cats = ranges["name"].cat.categories
+    codes = ranges["name"].cat.codes.to_numpy()
+    is_module = np.array([bool(names.MODULE_RE.match(c)) for c in cats], dtype=bool)[codes]
+    if is_module.any():
+        return ranges[is_module].reset_index(drop=True)
+    is_step = np.array([bool(names.STEP_RE.match(c)) for c in cats], dtype=bool)[codes]
+    return ranges[~is_step].reset_index(drop=True)
+
+
+def _by_module(trace: Trace, launches: pd.DataFrame) -> pd.DataFrame:
+    mods = module_ranges(trace.ranges)
+    has_api = launches["api_start_ns"].to_numpy() >= 0
+    idx, fallback = attribute(np.where(has_api, launches["api_start_ns"], launches["start_ns"]),
+                              launches["api_gtid"].to_numpy(), launches["pid"].to_numpy(), mods)
+    labels = mods["name"].astype(object).to_numpy()[np.maximum(idx, 0)] if len(mods) else np.array([""] * len(idx))
+    module = np.where(idx >= 0, labels, "(no enclosing range)")
+    thread = launches["api_gtid"].map(trace.thread_names).fillna("")
+    phase = np.where(thread.str.contains("autograd").to_numpy() | pd.Series(module).str.startswith("backward").to_numpy(),
+                     "backward", "forward")
+    df = pd.DataFrame({"module": [_module_label(str(m)) for m in module], "phase": phase,
+                       "duration_ns": launches["duration_ns"].to_numpy(), "via_fallback": fallback})
+    out = (df.groupby(["module", "phase"], as_index=False)
+           .agg(count=("duration_ns", "size"), time_ns=("duration_ns", "sum"), via_fallback=("via_fallback", "sum")))
+    return out.sort_values("time_ns", ascending=False, ignore_index=True)
+
+
+def _module_label(range_name: str) -> str:
+    m = names.MODULE_RE.match(range_name)
+    if not m:
+        return range_name
+    return f"{m.group('path')} ({m.group('cls')})" if m.group("path") else f"({m.group('cls')})"

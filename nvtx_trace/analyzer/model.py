@@ -1,0 +1,245 @@
+"""Decoded tables the analyses share: integer ``*_ns`` columns, names resolved, pids split out.
+
+Each table is loaded once, lazily, with only the columns the analyses need.
+Names stay as pandas categoricals so millions of rows cost one int each.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace.analyzer.reader import GPU_OP_TABLES, PID_MASK, RANGE_EVENT_TYPES, RUNTIME, Reader
+
+GPU_OP_KINDS = list(GPU_OP_TABLES)  # code = index: 0 kernel, 1 memcpy, 2 memset
+
+# CUDA runtime/driver calls that block the calling CPU thread until the GPU catches up.
+SYNC_API_RE = re.compile(
+    r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cudaStreamQuery|cudaEventQuery"
+    r"|cuCtxSynchronize|cuStreamSynchronize|cuEventSynchronize|cudaMemcpy(?!.*Async)|cudaMemcpy2D(?!.*Async)"
+    r"|cuMemcpyDtoH(?!.*Async)|cuMemcpyHtoD(?!.*Async)|cudaMemset(?!.*Async)|cudaFree(?!Host|Async))(_v\d+)?$"
+)
+COPY_API_RE = re.compile(r"^(cudaMemcpy|cuMemcpy)")
+LAUNCH_API_RE = re.compile(r"^(cudaLaunch|cuLaunch|cudaGraphLaunch|cuGraphLaunch)")
+
+
+def pid_of(gtid: np.ndarray) -> np.ndarray:
+    """OS pid from globalTid/globalPid (bits 24-47)."""
+    return (np.asarray(gtid, dtype=np.int64) >> 24) & 0xFFFFFF
+
+
+def tid_of(gtid: np.ndarray) -> np.ndarray:
+    return np.asarray(gtid, dtype=np.int64) & 0xFFFFFF
+
+
+def api_base_name(name: str) -> str:
+    """``cudaStreamSynchronize_v3020`` -> ``cudaStreamSynchronize``."""
+    return re.sub(r"_v\d+$", "", name)
+
+
+class Trace:
+    """Lazily decoded view of one export."""
+
+    def __init__(self, reader: Reader):
+        self.reader = reader
+        self.info = reader.info
+        self.warnings: list[str] = []
+
+    # ---- time and entities ---------------------------------------------------
+    @cached_property
+    def bounds(self) -> tuple[int, int]:
+        return self.reader.time_bounds() or (0, 0)
+
+    @cached_property
+    def gpu_names(self) -> dict[int, str]:
+        return self.reader.gpu_names()
+
+    @cached_property
+    def thread_names(self) -> dict[int, str]:
+        return self.reader.thread_names()
+
+    @cached_property
+    def process_names(self) -> dict[int, str]:
+        return {int(pid_of(g)): n for g, n in self.reader.process_names().items()}
+
+    def thread_label(self, gtid: int) -> str:
+        name = self.thread_names.get(int(gtid))
+        pid, tid = int(pid_of(gtid)), int(tid_of(gtid))
+        proc = self.process_names.get(pid, "")
+        who = f"{proc}[{pid}]" if proc else f"pid {pid}"
+        return f"{who} tid {tid}" + (f" ({name})" if name and name != proc else "")
+
+    # ---- GPU activity ------------------------------------------------------------
+    @cached_property
+    def has_gpu_activity(self) -> bool:
+        return any(self.reader.nonempty(t) for t in GPU_OP_TABLES.values())
+
+    @cached_property
+    def gpu_ops(self) -> pd.DataFrame:
+        """Every kernel, memcpy and memset: start_ns, end_ns, device_id, pid, kind (code), sorted by start."""
+        parts = []
+        for code, table in enumerate(GPU_OP_TABLES.values()):
+            if not self.reader.has(table):
+                continue
+            cols = self.reader.columns(
+                {"start_ns": "start", "end_ns": "end", "device_id": "deviceId", "gpid": "globalPid"},
+                f"{table} WHERE start > 0 AND end >= start",
+            )
+            cols["kind"] = np.full(len(cols["start_ns"]), code, dtype=np.int8)
+            parts.append(cols)
+        if not parts:
+            return pd.DataFrame({c: np.empty(0, np.int64) for c in ("start_ns", "end_ns", "device_id", "pid", "kind")})
+        merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        order = np.argsort(merged["start_ns"], kind="stable")  # each table is nearly sorted: timsort is ~linear
+        df = pd.DataFrame({k: v[order] for k, v in merged.items()})
+        df["pid"] = pid_of(df.pop("gpid").to_numpy())
+        return df
+
+    # ---- NVTX ------------------------------------------------------------------------
+    @cached_property
+    def ranges(self) -> pd.DataFrame:
+        """NVTX ranges: start_ns, end_ns, gtid, pid, name (category), domain, open (never closed)."""
+        r = self.reader
+        empty = pd.DataFrame({"start_ns": [], "end_ns": [], "gtid": [], "pid": [], "name": pd.Categorical([]),
+                              "open": []})
+        if not r.has("NVTX_EVENTS"):
+            return empty
+        types = ",".join(map(str, RANGE_EVENT_TYPES))
+        has_text_id = r.has("NVTX_EVENTS", "textId")
+        # Unregistered strings arrive in `text`: give each distinct one a negative key.
+        r.conn.execute("DROP TABLE IF EXISTS temp.nvtx_text")
+        r.conn.execute(
+            f"CREATE TEMP TABLE nvtx_text AS SELECT DISTINCT text FROM NVTX_EVENTS "
+            f"WHERE text IS NOT NULL AND eventType IN ({types})" + (" AND textId IS NULL" if has_text_id else "")
+        )
+        r.conn.execute("CREATE INDEX temp.nvtx_text_i ON nvtx_text(text)")
+        text_key = "-(SELECT rowid FROM temp.nvtx_text t WHERE t.text = n.text)"
+        key = f"COALESCE(n.textId, {text_key}, 0)" if has_text_id else f"COALESCE({text_key}, 0)"
+        domain = "n.domainId" if r.has("NVTX_EVENTS", "domainId") else "0"
+        cols = r.columns(
+            {"start_ns": "n.start", "end_ns": "COALESCE(n.end, -1)", "gtid": "n.globalTid", "key": key,
+             "domain": f"COALESCE({domain}, 0)"},
+            f"NVTX_EVENTS n WHERE n.eventType IN ({types}) AND n.start > 0",
+        )
+        if not len(cols["start_ns"]):
+            return empty
+        keys = np.unique(cols["key"])
+        names = r.strings(keys[keys > 0])
+        texts = dict(r.conn.execute("SELECT -rowid, text FROM temp.nvtx_text").fetchall())
+        domains = self._domain_names()
+        labels = [names.get(int(k)) or texts.get(int(k)) or "" for k in keys]
+        codes = np.searchsorted(keys, cols["key"])
+        df = pd.DataFrame({"start_ns": cols["start_ns"], "end_ns": cols["end_ns"], "gtid": cols["gtid"]})
+        df["pid"] = pid_of(df["gtid"].to_numpy())
+        df["name"] = pd.Categorical.from_codes(codes, categories=pd.Index(labels).unique()) \
+            if len(set(labels)) == len(labels) else pd.Categorical(np.asarray(labels, dtype=object)[codes])
+        dom = cols["domain"]
+        if dom.any():  # ranges of other domains (cuBLAS, cuDNN, user libraries) show as "domain:name"
+            dom_names = np.array([domains.get((int(p), int(d)), "") for p, d in zip(df["pid"], dom)], dtype=object)
+            mask = (dom != 0) & (dom_names != "")
+            if mask.any():
+                full = df["name"].astype(object).to_numpy().copy()
+                full[mask] = dom_names[mask] + ":" + full[mask]
+                df["name"] = pd.Categorical(full)
+        df["open"] = df["end_ns"] < 0
+        if df["open"].any():
+            n_open = int(df["open"].sum())
+            self.warnings.append(f"{n_open} NVTX range(s) never closed; they are treated as ending at the end of the trace")
+            df.loc[df["open"], "end_ns"] = self.bounds[1]
+        return df
+
+    def _domain_names(self) -> dict[tuple[int, int], str]:
+        rows = self.reader.conn.execute(
+            "SELECT globalTid, domainId, COALESCE(text, '') FROM NVTX_EVENTS WHERE eventType = 75"
+            if self.reader.has("NVTX_EVENTS", "domainId") else "SELECT 0, 0, '' WHERE 0"
+        ).fetchall()
+        out = {}
+        for gtid, dom, text in rows:
+            out[(int(pid_of(gtid)), int(dom or 0))] = text
+        return out
+
+    # ---- CUDA API calls ------------------------------------------------------------
+    @cached_property
+    def api_names(self) -> dict[int, str]:
+        if not self.reader.has(RUNTIME):
+            return {}
+        ids = [i for (i,) in self.reader.conn.execute(f"SELECT DISTINCT nameId FROM {RUNTIME}")]
+        return {i: api_base_name(n) for i, n in self.reader.strings(ids).items()}
+
+    def api_calls(self, name_filter: re.Pattern | None = None, min_duration_ns: int = 0) -> pd.DataFrame:
+        """Runtime/driver API calls whose name matches, or that last at least ``min_duration_ns``."""
+        cols = ["start_ns", "end_ns", "gtid", "corr", "name_id"]
+        if not self.reader.has(RUNTIME):
+            return pd.DataFrame({c: np.empty(0, np.int64) for c in cols}).assign(name=pd.Categorical([]))
+        ids = [i for i, n in self.api_names.items() if name_filter is not None and name_filter.search(n)]
+        cond = []
+        if ids:
+            cond.append(f"nameId IN ({','.join(map(str, ids))})")
+        if min_duration_ns:
+            cond.append(f"end - start >= {int(min_duration_ns)}")
+        where = " OR ".join(cond) or "0"
+        data = self.reader.columns(
+            {"start_ns": "start", "end_ns": "end", "gtid": "globalTid", "corr": "correlationId", "name_id": "nameId"},
+            f"{RUNTIME} WHERE ({where})",
+        )
+        df = pd.DataFrame(data)
+        df["pid"] = pid_of(df["gtid"].to_numpy())
+        df["name"] = pd.Categorical(df["name_id"].map(self.api_names))
+        return df
+
+    # ---- kernels ------------------------------------------------------------------
+    def kernel_name_ids(self) -> dict[int, str]:
+        """Distinct kernel names (short names where the export has them)."""
+        col = self.kernel_name_column
+        if not col:
+            return {}
+        ids = [i for (i,) in self.reader.conn.execute(f"SELECT DISTINCT {col} FROM {GPU_OP_TABLES['kernel']}")]
+        return self.reader.strings(ids)
+
+    @cached_property
+    def kernel_name_column(self) -> str | None:
+        for col in ("shortName", "demangledName", "name"):
+            if self.reader.has(GPU_OP_TABLES["kernel"], col):
+                return col
+        return None
+
+    def kernel_time_by_name(self) -> pd.DataFrame:
+        """Total GPU time per kernel name (SQL-side aggregate): name, count, time_ns."""
+        col = self.kernel_name_column
+        if not col:
+            return pd.DataFrame({"name": [], "count": [], "time_ns": []})
+        rows = self.reader.conn.execute(
+            f"SELECT {col}, count(*), sum(end - start) FROM {GPU_OP_TABLES['kernel']} WHERE start > 0 GROUP BY {col}"
+        ).fetchall()
+        names = self.reader.strings([r[0] for r in rows])
+        df = pd.DataFrame({"name": [names[r[0]] for r in rows], "count": [r[1] for r in rows],
+                           "time_ns": [r[2] for r in rows]})
+        return df.groupby("name", as_index=False).sum().sort_values("time_ns", ascending=False, ignore_index=True)
+
+    def launches_of(self, table_key: str, where: str) -> pd.DataFrame:
+        """GPU ops matching ``where`` joined to the CPU call that issued them (same process, same correlationId)."""
+        table = GPU_OP_TABLES[table_key]
+        have_rt = self.reader.has(RUNTIME)
+        sel = {"start_ns": "g.start", "end_ns": "g.end", "device_id": "g.deviceId", "gpid": "g.globalPid",
+               "corr": "g.correlationId"}
+        extra = {"kernel": {"name_id": f"g.{self.kernel_name_column}"} if self.kernel_name_column else {},
+                 "memcpy": {"bytes": "g.bytes", "copy_kind": "g.copyKind", "src_kind": "g.srcKind",
+                            "dst_kind": "g.dstKind"},
+                 "memset": {"bytes": "g.bytes"}}[table_key]
+        sel.update(extra)
+        if have_rt:
+            sel.update({"api_start_ns": "COALESCE(r.start, -1)", "api_end_ns": "COALESCE(r.end, -1)",
+                        "api_gtid": "COALESCE(r.globalTid, 0)", "api_name_id": "COALESCE(r.nameId, -1)"})
+            source = (f"{table} g LEFT JOIN {RUNTIME} r ON r.correlationId = g.correlationId "
+                      f"AND (r.globalTid & {PID_MASK}) = g.globalPid WHERE ({where})")
+        else:
+            source = f"{table} g WHERE ({where})"
+        df = pd.DataFrame(self.reader.columns(sel, source))
+        df["pid"] = pid_of(df.pop("gpid").to_numpy()) if len(df) else np.empty(0, np.int64)
+        if not have_rt:
+            for c, v in (("api_start_ns", -1), ("api_end_ns", -1), ("api_gtid", 0), ("api_name_id", -1)):
+                df[c] = np.full(len(df), v, dtype=np.int64)
+        return df

@@ -1,0 +1,100 @@
+"""Host-to-device copies from pageable (unpinned) memory.
+
+The driver stages pageable copies through a pinned bounce buffer, so the
+"async" copy blocks the CPU thread and moves at a fraction of pinned speed.
+``pin_memory=True`` on the DataLoader plus ``.to(device, non_blocking=True)``
+fixes both. Memory kinds come from the report's own ENUM table (Pageable is
+0 there, not CUPTI's numbering).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace.analyzer.attribution import attribute, range_labels
+from nvtx_trace.analyzer.model import Trace
+from nvtx_trace.analyzer.reader import FALLBACK_MEM_KINDS, FALLBACK_MEMCPY_KINDS
+
+MEMCPY_ENUM = "ENUM_CUDA_MEMCPY_OPER"
+MEMKIND_ENUM = "ENUM_CUDA_MEM_KIND"
+
+
+@dataclass
+class PageableResult:
+    """Whole-trace totals; ``in_loop`` repeats them for copies made inside step ranges only."""
+
+    count: int
+    bytes: int
+    time_ns: int
+    api_ns: int  # CPU time blocked in the calls that issued them
+    pinned_count: int
+    pinned_bytes: int
+    pinned_time_ns: int
+    by_source: pd.DataFrame  # range, api, count, bytes, time_ns, api_ns
+    copies: pd.DataFrame = None  # one row per pageable copy: start_ns, end_ns, bytes, duration_ns, api_ns
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        return self.bytes / self.time_ns if self.time_ns else 0.0  # bytes/ns == GB/s
+
+    @property
+    def pinned_bandwidth_gbps(self) -> float:
+        return self.pinned_bytes / self.pinned_time_ns if self.pinned_time_ns else 0.0
+
+
+def analyze_pageable(trace: Trace) -> PageableResult | None:
+    r = trace.reader
+    if not r.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
+        return None
+    htod = r.enum_id(MEMCPY_ENUM, {k: v for k, v in FALLBACK_MEMCPY_KINDS.items()}, "Host-to-Device", "HtoD",
+                     "CUDA_MEMCPY_KIND_HTOD")
+    pageable = r.enum_id(MEMKIND_ENUM, FALLBACK_MEM_KINDS, "Pageable", "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE")
+    pinned = r.enum_id(MEMKIND_ENUM, FALLBACK_MEM_KINDS, "Pinned", "CUDA_MEMOPR_MEMORY_KIND_PINNED")
+    if htod is None or pageable is None:
+        return None
+    copies = trace.launches_of("memcpy", f"g.copyKind = {htod} AND g.start > 0")
+    copies["duration_ns"] = copies["end_ns"] - copies["start_ns"]
+    page = copies[copies["src_kind"] == pageable].reset_index(drop=True)
+    pin = copies[copies["src_kind"] == pinned]
+    api_ns = np.where(page["api_start_ns"] >= 0, page["api_end_ns"] - page["api_start_ns"], 0)
+    return PageableResult(
+        count=int(len(page)), bytes=int(page["bytes"].sum()), time_ns=int(page["duration_ns"].sum()),
+        api_ns=int(api_ns.sum()), pinned_count=int(len(pin)), pinned_bytes=int(pin["bytes"].sum()),
+        pinned_time_ns=int(pin["duration_ns"].sum()), by_source=_by_source(trace, page, api_ns),
+        copies=page.assign(api_ns=api_ns)[["start_ns", "end_ns", "bytes", "duration_ns", "api_ns"]],
+    )
+
+
+def within(result: PageableResult, windows: list[tuple[int, int]]) -> PageableResult:
+    """The same figures for copies that started inside the given windows (the training steps)."""
+    c = result.copies
+    if not windows or c is None:
+        return result
+    lo = np.array([w[0] for w in windows])
+    hi = np.array([w[1] for w in windows])
+    i = np.searchsorted(lo, c["start_ns"].to_numpy(), side="right") - 1
+    inside = (i >= 0) & (c["start_ns"].to_numpy() < hi[np.maximum(i, 0)])
+    sel = c[inside]
+    return replace(result, count=int(len(sel)), bytes=int(sel["bytes"].sum()), time_ns=int(sel["duration_ns"].sum()),
+                   api_ns=int(sel["api_ns"].sum()), copies=sel)
+
+
+def _by_source(trace: Trace, page: pd.DataFrame, api_ns: np.ndarray) -> pd.DataFrame:
+    cols = ["range", "api", "count", "bytes", "time_ns", "api_ns"]
+    if not len(page):
+        return pd.DataFrame(columns=cols)
+    ranges = trace.ranges
+    has_api = page["api_start_ns"].to_numpy() >= 0
+    idx, _ = attribute(np.where(has_api, page["api_start_ns"], page["start_ns"]), page["api_gtid"].to_numpy(),
+                       page["pid"].to_numpy(), ranges)
+    labels = range_labels(ranges, idx)
+    api_names = page["api_name_id"].map(lambda i: trace.api_names.get(int(i), "(no CUDA call recorded)"))
+    df = pd.DataFrame({"range": labels, "api": api_names,
+                       "bytes": page["bytes"].to_numpy(), "time_ns": page["duration_ns"].to_numpy(),
+                       "api_ns": api_ns})
+    out = df.groupby(["range", "api"], as_index=False).agg(
+        count=("bytes", "size"), bytes=("bytes", "sum"), time_ns=("time_ns", "sum"), api_ns=("api_ns", "sum"))
+    return out[cols].sort_values("time_ns", ascending=False, ignore_index=True)

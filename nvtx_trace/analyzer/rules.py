@@ -1,0 +1,184 @@
+"""Turn analysis results into ranked findings, each with its measured cost and a concrete fix."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nvtx_trace.analyzer.dataloader import workers_needed
+from nvtx_trace.analyzer.pageable import within
+from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct, size
+
+
+def build_findings(a) -> list:
+    out: list[Finding] = []
+    window_ns = max(1, a.window.get("end_ns", 0) - a.window.get("start_ns", 0)) if a.window else 1
+    causes = a.window_causes
+    cause_ns = causes.groupby("cause")["idle_ns"].sum().to_dict() if causes is not None and len(causes) else {}
+    out += _gpu_idle(a, cause_ns, window_ns)
+    out += _dataloader(a, cause_ns.get("dataloader", 0), window_ns)
+    out += _layout(a)
+    out += _pageable(a)
+    out += _sync(a, cause_ns.get("sync", 0), window_ns)
+    out += _cpu_overhead(a, cause_ns, window_ns)
+    return sorted(out, key=lambda f: f.impact_ns, reverse=True)
+
+
+def _gpu_idle(a, cause_ns: dict, window_ns: int) -> list[Finding]:
+    if not a.idle:
+        return []
+    gaps = a.idle.gaps
+    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    in_window = gaps[(gaps["start_ns"] >= w0) & (gaps["start_ns"] < w1)]
+    idle = int(in_window["duration_ns"].sum())
+    if idle < THRESHOLDS["min_impact_ns"] or idle < THRESHOLDS["gpu_idle_fraction"] * window_ns:
+        return []
+    ranked = sorted(cause_ns.items(), key=lambda kv: kv[1], reverse=True)
+    labels = dict(zip(a.window_causes["cause"], a.window_causes["label"]))
+    top, top_ns = ranked[0]
+    parts = ", ".join(f"{labels[c]}: {pct(ns / idle)}" for c, ns in ranked[:3] if ns)
+    devs = ", ".join(f"GPU {d.device_id} {pct(d.utilization)} busy" for d in a.idle.devices)
+    fix = {"dataloader": "Feed the GPU faster: see the data-loader finding for the numbers."}.get(top, CAUSE_FIXES.get(top, ""))
+    return [Finding(
+        kind="gpu_idle",
+        title=f"GPU idle {ms(idle)} ({pct(idle / window_ns)} of {a.window['source']}) in gaps >= {ms(a.min_gap_ns)}; "
+              f"{parts}",
+        impact_ns=idle,
+        fix=fix,
+        threshold=f"gaps >= {ms(a.min_gap_ns)} covering >= {pct(THRESHOLDS['gpu_idle_fraction'])} of the window",
+        evidence={"window": a.window, "devices": devs,
+                  "causes": a.window_causes[["device_id", "cause", "label", "idle_ns", "share", "gaps"]],
+                  "largest_gaps": in_window.nlargest(5, "duration_ns")[["device_id", "start_ns", "duration_ns", "cause"]]},
+    )]
+
+
+def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
+    if not a.loader or not len(a.loader.waits):
+        return []
+    # Without GPU data, the cost is the training thread's wait itself.
+    cost = idle_ns if a.idle else _wait_in_window(a)
+    if cost < THRESHOLDS["min_impact_ns"] or cost < THRESHOLDS["cause_fraction"] * window_ns:
+        return []
+    loaders = a.loader.loaders.sort_values("wait_ns", ascending=False)
+    top = loaders.iloc[0]
+    steady = a.steps.steady if a.steps else None
+    fixes = []
+    compute = None
+    if steady is not None and len(steady):
+        compute = float(np.median(steady["duration_ns"] - steady["loader_wait_ns"]))
+    if int(top["workers"]) and compute:
+        need = workers_needed(top["fetch_ns_median"], compute)
+        have = int(top["workers"])
+        if need > have:
+            fixes.append(f"num_workers={need} (now {have}): a worker needs {ms(top['fetch_ns_median'])} per batch and "
+                         f"a step computes in {ms(compute)}, so {have} worker(s) deliver a batch every "
+                         f"{ms(top['fetch_ns_median'] / have)}")
+        else:
+            fixes.append(f"prefetch_factor=4 or more: {have} workers are enough on average "
+                         f"({ms(top['fetch_ns_median'])} per batch each, step {ms(compute)}) but batches arrive in bursts")
+    elif int(top["workers"]) == 0:
+        per = ms(top["wait_ns_median"])
+        fixes.append(f"raise num_workers (no worker-process ranges were recorded: num_workers=0, or the report was "
+                     f"captured without --trace-fork-before-exec=true); the loop waits a median {per} per batch"
+                     + (f" while a step computes in {ms(compute)}" if compute else ""))
+    if a.pageable and a.pageable.count:
+        fixes.append("pin_memory=True (pageable host-to-device copies were found)")
+    for loader, extra in a.loader.restarts.items():
+        fixes.append(f"persistent_workers=True ({loader}: workers were re-created {extra} time(s))")
+    title = (f"Training waits {ms(cost)} for data "
+             + (f"while the GPU idles ({pct(cost / window_ns)} of the window)" if a.idle else
+                f"({pct(cost / window_ns)} of the window)")
+             + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over {int(top['waits'])} batches")
+    return [Finding(
+        kind="dataloader_stall", title=title, impact_ns=int(cost),
+        fix="DataLoader(" + "; ".join(fixes) + ")" if fixes else "Speed up the dataset's __getitem__ / collate.",
+        threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
+        evidence={"loaders": a.loader.loaders, "workers": a.loader.workers,
+                  "compute_ns_per_step": int(compute) if compute else None},
+    )]
+
+
+def _wait_in_window(a) -> int:
+    from nvtx_trace.analyzer import intervals as iv
+
+    w = a.loader.wait_set
+    if a.steps and a.steps.steady_window():
+        lo, hi = a.steps.steady_window()
+        return int(iv.Coverage(w).measure(lo, hi))
+    return iv.total(w)
+
+
+def _layout(a) -> list[Finding]:
+    lay = a.layout
+    if not lay or not lay.count or lay.kernel_time_fraction < THRESHOLDS["transpose_kernel_fraction"]:
+        return []
+    mods = lay.by_module.head(5)
+    where = ", ".join(f"{m} [{p}]" for m, p in zip(mods["module"], mods["phase"]))
+    return [Finding(
+        kind="layout_transpose",
+        title=f"{lay.count} NCHW<->NHWC transpose kernels took {ms(lay.time_ns)} of GPU time "
+              f"({pct(lay.kernel_time_fraction)} of kernel time); top modules: {where}",
+        impact_ns=lay.time_ns,
+        fix="Use channels_last: model = model.to(memory_format=torch.channels_last) and "
+            "x = x.to(device, memory_format=torch.channels_last) for the inputs.",
+        threshold=f">= {pct(THRESHOLDS['transpose_kernel_fraction'])} of kernel time",
+        evidence={"kernels": lay.by_kernel, "modules": lay.by_module.head(20)},
+    )]
+
+
+def _pageable(a) -> list[Finding]:
+    p = a.pageable
+    scope = "in the whole trace"
+    if p and a.steps:  # copies outside the steps (loading the model) happen once: not worth a finding
+        p = within(p, list(zip(a.steps.table["start_ns"], a.steps.table["end_ns"])))
+        scope = "inside training steps"
+    if not p or not p.count or p.bytes < THRESHOLDS["pageable_min_bytes"]:
+        return []
+    bw = f"{p.bandwidth_gbps:.1f} GB/s"
+    if p.pinned_time_ns:
+        bw += f" vs {p.pinned_bandwidth_gbps:.1f} GB/s for pinned copies in the same report"
+    cost = max(p.api_ns, p.time_ns)
+    src = p.by_source.head(3)
+    where = "; ".join(f"{r} via {api}" for r, api in zip(src["range"], src["api"]))
+    return [Finding(
+        kind="pageable_h2d",
+        title=f"{p.count} host-to-device copies from pageable memory {scope} ({size(p.bytes)}) took {ms(p.time_ns)} on the GPU "
+              f"at {bw}, blocking the CPU {ms(p.api_ns)}; issued from {where}",
+        impact_ns=int(cost),
+        fix="Pin the source: DataLoader(pin_memory=True) (or tensor.pin_memory()) and copy with "
+            "x.to(device, non_blocking=True).",
+        threshold=f">= {size(THRESHOLDS['pageable_min_bytes'])} copied",
+        evidence={"sources": p.by_source.head(20), "pageable_gbps": p.bandwidth_gbps,
+                  "pinned_gbps": p.pinned_bandwidth_gbps},
+    )]
+
+
+def _sync(a, idle_ns: int, window_ns: int) -> list[Finding]:
+    if not a.sync or not a.sync.count:
+        return []
+    if idle_ns < THRESHOLDS["min_impact_ns"] or idle_ns < THRESHOLDS["cause_fraction"] * window_ns:
+        return []
+    src = a.sync.by_source.head(3)
+    where = "; ".join(f"{api} in {r} (x{c})" for api, r, c in zip(src["api"], src["range"], src["count"]))
+    return [Finding(
+        kind="sync", title=f"Host syncs let the GPU run dry: {ms(idle_ns)} idle after syncs; top: {where}",
+        impact_ns=int(idle_ns), fix=CAUSE_FIXES["sync"],
+        threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
+        evidence={"sources": a.sync.by_source.head(20), "count": a.sync.count, "blocked_ns": a.sync.blocked_ns},
+    )]
+
+
+def _cpu_overhead(a, cause_ns: dict, window_ns: int) -> list[Finding]:
+    out = []
+    for cause in ("cuda_api", "optimizer", "backward", "forward", "other_range", "unattributed"):
+        ns = cause_ns.get(cause, 0)
+        if ns < THRESHOLDS["min_impact_ns"] or ns < THRESHOLDS["cause_fraction"] * window_ns:
+            continue
+        label = dict(zip(a.window_causes["cause"], a.window_causes["label"]))[cause]
+        out.append(Finding(
+            kind="cuda_api" if cause == "cuda_api" else "cpu_overhead",
+            title=f"GPU idle {ms(ns)} ({pct(ns / window_ns)} of the window): {label}",
+            impact_ns=int(ns), fix=CAUSE_FIXES[cause],
+            threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
+            evidence={"cause": cause},
+        ))
+    return out

@@ -1,0 +1,103 @@
+"""Per-step table and a steady-state summary that leaves warm-up steps out.
+
+Steps come from ``step N`` ranges (nvtx_autotrace's, or the user's own
+``step 3``/``iteration 3``). Warm-up (cuDNN autotuning, allocator growth,
+worker start-up) makes early steps many times slower; averaging them in would
+blame the wrong thing, so they are reported but excluded from the summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace import names
+from nvtx_trace.analyzer import intervals as iv
+
+WARMUP_FACTOR = 1.5  # a leading step slower than this x the median of the rest is warm-up
+
+
+@dataclass
+class StepsResult:
+    table: pd.DataFrame  # step, start_ns, end_ns, duration_ns, gpu_busy_ns, loader_wait_ns, sync_wait_ns, warmup
+    source: str  # which ranges defined the steps
+    warmup_steps: int
+
+    @property
+    def steady(self) -> pd.DataFrame:
+        return self.table[~self.table["warmup"]]
+
+    def steady_window(self) -> tuple[int, int] | None:
+        s = self.steady
+        return (int(s["start_ns"].min()), int(s["end_ns"].max())) if len(s) else None
+
+    def summary(self) -> dict:
+        s = self.steady
+        if not len(s):
+            return {}
+        d = s["duration_ns"].to_numpy()
+        return {
+            "steps": int(len(self.table)),
+            "warmup_steps": int(self.warmup_steps),
+            "steady_steps": int(len(s)),
+            "step_ns_median": int(np.median(d)),
+            "step_ns_mean": int(d.mean()),
+            "step_ns_p90": int(np.percentile(d, 90)),
+            "step_ns_std": int(d.std()),
+            "gpu_busy_fraction": float(s["gpu_busy_ns"].sum() / d.sum()) if d.sum() else 0.0,
+            "loader_wait_fraction": float(s["loader_wait_ns"].sum() / d.sum()) if d.sum() else 0.0,
+            "sync_wait_fraction": float(s["sync_wait_ns"].sum() / d.sum()) if d.sum() else 0.0,
+        }
+
+
+def find_step_ranges(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The step ranges to use: nvtx_autotrace's when present, else the user's."""
+    if not len(ranges):
+        return ranges, ""
+    cats = ranges["name"].cat.categories
+    codes = ranges["name"].cat.codes.to_numpy()
+    index = {c: names.STEP_RE.match(c) for c in cats}
+    auto = np.array([bool(m) and c.startswith(names.STEP_PREFIX) and c == names.step(int(m.group(1)))
+                     for c, m in index.items()], dtype=bool)
+    any_step = np.array([bool(m) for m in index.values()], dtype=bool)
+    for mask, source in ((auto, "`step N` ranges"), (any_step, "user step ranges")):
+        rows = ranges[mask[codes]] if len(cats) else ranges.iloc[:0]
+        if len(rows):
+            # One training thread: the one with the most step ranges.
+            main = rows["gtid"].value_counts().idxmax()
+            rows = rows[rows["gtid"] == main].sort_values("start_ns", ignore_index=True)
+            rows = rows.assign(step=[int(index[str(n)].group(1)) for n in rows["name"]])
+            return rows, source
+    return ranges.iloc[:0], ""
+
+
+def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set], loader_wait: iv.Set,
+                  sync_wait: iv.Set, warmup_steps: int | None = None) -> StepsResult | None:
+    steps, source = find_step_ranges(ranges)
+    if not len(steps):
+        return None
+    start = steps["start_ns"].to_numpy()
+    end = steps["end_ns"].to_numpy()
+    pid = int(steps["pid"].iloc[0])
+    table = pd.DataFrame({"step": steps["step"].to_numpy(), "start_ns": start, "end_ns": end,
+                          "duration_ns": end - start})
+    table["gpu_busy_ns"] = iv.Coverage(busy_by_pid.get(pid, iv.empty())).measure(start, end)
+    table["loader_wait_ns"] = iv.Coverage(loader_wait).measure(start, end)
+    table["sync_wait_ns"] = iv.Coverage(sync_wait).measure(start, end)
+    n_warm = detect_warmup(table["duration_ns"].to_numpy()) if warmup_steps is None else min(warmup_steps, len(table))
+    table["warmup"] = np.arange(len(table)) < n_warm
+    return StepsResult(table=table, source=source, warmup_steps=n_warm)
+
+
+def detect_warmup(durations: np.ndarray) -> int:
+    """Leading steps much slower than the typical one; at least the first when there are 3 or more."""
+    n = len(durations)
+    if n < 3:
+        return 0
+    typical = np.median(durations[n // 2:]) if n >= 4 else np.median(durations[1:])
+    k = 1
+    while k < n // 2 and durations[k] > WARMUP_FACTOR * typical:
+        k += 1
+    return k

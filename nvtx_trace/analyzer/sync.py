@@ -1,0 +1,50 @@
+"""Blocking host syncs (``.item()``, ``.cpu()``, ``cudaStreamSynchronize`` ...) and where they come from.
+
+A sync is not slow by itself (the GPU is busy meanwhile); its cost is that the
+CPU stops queueing work, so the GPU runs dry and then waits for Python. That
+idle time is measured in gpu_idle as the "sync" cause; here we list the calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer.attribution import attribute, range_labels
+from nvtx_trace.analyzer.model import SYNC_API_RE, Trace
+
+
+@dataclass
+class SyncResult:
+    calls: pd.DataFrame  # start_ns, end_ns, gtid, pid, name
+    by_source: pd.DataFrame  # api, range, count, blocked_ns
+
+    @property
+    def wait_set(self) -> iv.Set:
+        return iv.union(self.calls["start_ns"].to_numpy(), self.calls["end_ns"].to_numpy())
+
+    @property
+    def count(self) -> int:
+        return int(len(self.calls))
+
+    @property
+    def blocked_ns(self) -> int:
+        return iv.total(self.wait_set)
+
+
+def analyze_sync(trace: Trace) -> SyncResult:
+    calls = trace.api_calls(SYNC_API_RE)
+    calls = calls.sort_values("start_ns", ignore_index=True)
+    ranges = trace.ranges
+    idx, _ = attribute(calls["start_ns"].to_numpy(), calls["gtid"].to_numpy(), calls["pid"].to_numpy(), ranges) \
+        if len(calls) else (np.empty(0, np.int64), None)
+    labels = range_labels(ranges, idx)
+    df = pd.DataFrame({"api": calls["name"].astype(str).to_numpy(),
+                       "range": labels,
+                       "blocked_ns": (calls["end_ns"] - calls["start_ns"]).to_numpy()})
+    by_source = df.groupby(["api", "range"], as_index=False).agg(count=("blocked_ns", "size"),
+                                                                 blocked_ns=("blocked_ns", "sum"))
+    return SyncResult(calls=calls, by_source=by_source.sort_values("blocked_ns", ascending=False, ignore_index=True))

@@ -1,0 +1,64 @@
+"""`nvtx-trace analyze REPORT`: findings on the terminal, optionally JSON and HTML files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nvtx_trace.errors import UsageError
+
+
+def check_output(path: Path, force: bool) -> None:
+    """Outputs are never overwritten silently, and never written over the input."""
+    if path.exists() and not force:
+        raise UsageError(f"{path} already exists; pass --force to overwrite it")
+    if path.parent and not path.parent.exists():
+        raise UsageError(f"{path.parent} does not exist; create it first")
+
+
+def analyze(
+    report: Path = typer.Argument(..., help="Nsight Systems export: .sqlite, or .nsys-rep/.qdrep (needs nsys)."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the JSON summary to PATH ('-' for stdout)."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Write the HTML summary to PATH."),
+    min_gap_ms: float = typer.Option(1.0, "--min-gap-ms", help="Smallest GPU idle gap to report, in ms."),
+    loader_pattern: Optional[str] = typer.Option(
+        None, "--loader-pattern", help="Regex of user NVTX ranges that mean 'waiting for the next batch'."),
+    warmup_steps: Optional[int] = typer.Option(
+        None, "--warmup-steps", help="Steps to leave out of the steady state (default: detected)."),
+    nsys: Optional[str] = typer.Option(None, "--nsys", help="nsys to export a .nsys-rep with."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),
+) -> None:
+    """Find why the GPU idles in an Nsight Systems report, and what to change.
+
+    Example: nvtx-trace analyze sample_reports/resnet_flawed_user.sqlite --json out.json
+    """
+    from rich.console import Console
+
+    from nvtx_trace.analyzer import analyze as run_analysis
+    from nvtx_trace.report import json as json_report
+    from nvtx_trace.report import text
+
+    outputs = [Path(p) for p in (json_out, html_out) if p and str(p) != "-"]
+    for out in outputs:
+        check_output(out, force)
+        if out.resolve() == report.resolve():
+            raise UsageError(f"{out} is the input report; choose another output path")
+    err = Console(stderr=True)
+    with err.status("Analyzing…", spinner="dots"):
+        result = run_analysis(report, min_gap_ms=min_gap_ms, loader_pattern=loader_pattern,
+                              warmup_steps=warmup_steps, nsys=nsys)
+    if json_out == "-":
+        sys.stdout.write(json_report.render(result))
+    else:
+        text.render(result, Console())
+    if json_out and json_out != "-":
+        Path(json_out).write_text(json_report.render(result))
+        err.print(f"Wrote {json_out}")
+    if html_out:
+        from nvtx_trace.report import html
+
+        html.write(result, html_out)
+        err.print(f"Wrote {html_out}")

@@ -1,0 +1,50 @@
+"""Terminal summary: the biggest recoverable time first, then the fix, in a screenful."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from nvtx_trace.analyzer.findings import ms, pct
+
+
+def render(a, console: Console) -> None:
+    console.print(f"[bold]nvtx-trace[/bold] {a.path}  (nsys {a.nsys_version or '?'}, export schema "
+                  f"{a.schema_version or '?'})")
+    if a.idle and a.idle.devices:
+        t = Table(title="GPU activity", title_justify="left", show_edge=False)
+        for col in ("GPU", "busy", "span", "util.", "util. steady", f"gaps>={ms(a.min_gap_ns)}", "idle in gaps"):
+            t.add_column(col, justify="right" if col != "GPU" else "left")
+        for d in a.idle.devices:
+            steady = a.window_utilization.get(d.device_id)
+            t.add_row(f"{d.device_id} {d.name}", ms(d.busy_ns), ms(d.span_ns), pct(d.utilization),
+                      pct(steady) if steady is not None else "-", str(d.gap_count), ms(d.gap_idle_ns))
+        console.print(t)
+    if a.steps:
+        s = a.steps.summary()
+        if s:
+            console.print(
+                f"Steps ({a.steps.source}): {s['steps']} ({s['warmup_steps']} warm-up left out); steady state "
+                f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}; GPU busy {pct(s['gpu_busy_fraction'])}, "
+                f"waiting for data {pct(s['loader_wait_fraction'])}, in host syncs {pct(s['sync_wait_fraction'])} "
+                f"of step time")
+    if a.window_causes is not None and len(a.window_causes):
+        t = Table(title=f"Why the GPU idles ({a.window.get('source', '')})", title_justify="left", show_edge=False)
+        t.add_column("cause")
+        t.add_column("idle", justify="right")
+        t.add_column("share", justify="right")
+        for r in a.window_causes.itertuples():
+            t.add_row(r.label, ms(r.idle_ns), pct(r.share))
+        console.print(t)
+    if a.findings:
+        console.print("[bold]Findings[/bold] (biggest measured cost first)")
+        for i, f in enumerate(a.findings, 1):
+            console.print(f"{i}. [bold]{f.kind}[/bold] [red]{ms(f.impact_ns)}[/red]  {escape(f.title)}", highlight=False)
+            console.print(f"   [green]fix:[/green] {escape(f.fix)}", highlight=False)
+    else:
+        console.print("[green]No findings above the thresholds: nothing obvious to fix.[/green]")
+    for name, why in a.skipped.items():
+        console.print(f"[yellow]skipped[/yellow] {name}: {escape(why)}", highlight=False)
+    for w in a.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
