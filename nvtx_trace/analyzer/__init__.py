@@ -96,19 +96,21 @@ def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
     """Load a report (.sqlite, or .nsys-rep/.qdrep exported on the fly) and run every analysis it allows."""
     path = Path(path)
     if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
-        from nvtx_trace.nsys import ensure_sqlite
+        from nvtx_trace.nsys import ensure_sqlite, find_nsys
 
-        path = ensure_sqlite(path, nsys=nsys)
+        path = ensure_sqlite(path, nsys=find_nsys(nsys) if nsys else None)
     if min_gap_ms < 0:
         raise BadReportError(f"--min-gap-ms must be >= 0 (got {min_gap_ms})")
-    reader = Reader(path)
     try:
-        return _analyze(reader, int(round(min_gap_ms * 1e6)), loader_pattern or names.DEFAULT_USER_LOADER_PATTERN,
-                        warmup_steps)
+        reader = Reader(path)
+        try:
+            return _analyze(reader, int(round(min_gap_ms * 1e6)),
+                            loader_pattern or names.DEFAULT_USER_LOADER_PATTERN, warmup_steps)
+        finally:
+            reader.close()
     except sqlite3.DatabaseError as exc:
-        raise BadReportError(f"{path}: is damaged ({exc}); it was probably truncated, export it again") from None
-    finally:
-        reader.close()
+        raise BadReportError(f"{path}: cannot be read as an Nsight Systems export ({exc}); "
+                             "if it was cut short, export it again") from None
 
 
 def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps: int | None) -> Analysis:
@@ -118,6 +120,9 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
                       schema_version=reader.info.schema_version, min_gap_ns=min_gap_ns,
                       trace_start_ns=lo, trace_end_ns=hi, thread_names=trace.thread_names)
     ranges = trace.ranges
+    if not len(ranges) and not trace.has_gpu_activity:
+        raise BadReportError(f"{reader.info.path}: holds no GPU activity and no NVTX ranges, so there is nothing to "
+                             "analyze; capture with: nsys profile -t cuda,nvtx (nvtx-trace run does this)")
     if not len(ranges):
         result.skipped["nvtx"] = _why_missing(trace, "NvtxEvents", "NVTX", "-t nvtx and run under nvtx_autotrace")
     result.loader = analyze_loader(ranges, loader_pattern)

@@ -1,0 +1,168 @@
+"""Bad input: one clear line on stderr, a non-zero exit, no traceback, and the input left untouched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_reports" / "resnet_flawed_user.sqlite"
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "nvtx_trace.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
+
+
+def assert_one_clear_line(proc, *needles):
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("nvtx-trace: error: ")
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def make_empty(tmp):
+    p = tmp / "empty.sqlite"
+    p.write_bytes(b"")
+    return p
+
+
+def make_random(tmp):
+    p = tmp / "random.sqlite"
+    p.write_bytes(os.urandom(4096))
+    return p
+
+
+def make_truncated(tmp):
+    p = tmp / "truncated.sqlite"
+    data = SAMPLE.read_bytes()
+    p.write_bytes(data[: len(data) // 3])
+    return p
+
+
+def make_not_nsys(tmp):
+    p = tmp / "other.sqlite"
+    conn = sqlite3.connect(p)
+    conn.execute("CREATE TABLE people(name TEXT)")
+    conn.execute("INSERT INTO people VALUES ('ada')")
+    conn.commit()
+    conn.close()
+    return p
+
+
+def make_dir(tmp):
+    p = tmp / "a_directory.sqlite"
+    p.mkdir()
+    return p
+
+
+def make_missing(tmp):
+    return tmp / "does_not_exist.sqlite"
+
+
+@pytest.mark.parametrize("maker, needle", [
+    (make_empty, "is empty"),
+    (make_random, "not a SQLite file"),
+    (make_truncated, "export it again"),
+    (make_not_nsys, "not an Nsight Systems export"),
+    (make_dir, "is a directory"),
+    (make_missing, "no such file"),
+])
+def test_bad_report_gets_one_line_and_nonzero_exit(tmp_path, maker, needle):
+    path = maker(tmp_path)
+    before = digest(path) if path.exists() else None
+    proc = run_cli("analyze", path)
+    assert_one_clear_line(proc, needle, str(path))
+    assert (digest(path) if path.exists() else None) == before
+
+
+def test_unknown_option_is_a_usage_error_without_traceback():
+    proc = run_cli("analyze", SAMPLE, "--no-such-option")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "No such option" in proc.stderr
+
+
+def test_refuses_to_overwrite_an_output_without_force(tmp_path):
+    out = tmp_path / "out.json"
+    out.write_text("keep me")
+    proc = run_cli("analyze", SAMPLE, "--json", out)
+    assert_one_clear_line(proc, "already exists", "--force")
+    assert out.read_text() == "keep me"
+    assert run_cli("analyze", SAMPLE, "--json", out, "--force").returncode == 0
+    assert out.read_text().startswith("{")
+
+
+def test_analysis_leaves_the_report_byte_identical(tmp_path):
+    copy = tmp_path / "r.sqlite"
+    shutil.copy(SAMPLE, copy)
+    before = digest(copy)
+    assert run_cli("analyze", copy, "--json", tmp_path / "o.json").returncode == 0
+    assert digest(copy) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json", "r.sqlite"]  # no -journal/-wal left behind
+
+
+def capture_cpu(nsys: str, tmp: Path, code: str, trace: str = "nvtx,osrt") -> Path:
+    """A real Debian-nsys capture of a tiny Python program, exported to SQLite."""
+    script = tmp / "prog.py"
+    script.write_text(textwrap.dedent(code))
+    from nvtx_trace import nsys as nsys_mod
+
+    tool = nsys_mod.find_nsys(nsys)
+    result = nsys_mod.profile(tool, [sys.executable, str(script)], tmp / "cap", trace=trace.split(","),
+                              extra=["--sample=none", "--cpuctxsw=none"])
+    assert result.rep is not None, result
+    return nsys_mod.export_sqlite(tool, result.rep)
+
+
+def test_export_with_no_gpu_activity_and_no_ranges_is_refused(nsys_path, tmp_path):
+    report = capture_cpu(nsys_path, tmp_path, "import time; time.sleep(0.2)\n", trace="osrt")
+    before = digest(report)
+    proc = run_cli("analyze", report)
+    assert_one_clear_line(proc, "no GPU activity and no NVTX ranges")
+    assert digest(report) == before
+
+
+def test_ranges_that_never_close_are_closed_at_trace_end_with_a_warning(nsys_path, tmp_path):
+    report = capture_cpu(nsys_path, tmp_path, """
+        import time, nvtx
+        for i in range(3):
+            nvtx.push_range(f"step {i}"); nvtx.push_range("data"); time.sleep(0.03); nvtx.pop_range()
+            time.sleep(0.01); nvtx.pop_range()
+        nvtx.start_range("prefetch")                  # a start/end range that is never ended
+        nvtx.push_range("step 3"); time.sleep(0.05)   # the process exits inside this range
+    """)
+    proc = run_cli("analyze", report, "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    # nsys itself ends still-open ranges when the process exits, so the export has no open row ...
+    assert out["steps"]["summary"]["steps"] == 4
+    assert "gpu_idle" in out["skipped"] and "CUDA" in out["skipped"]["gpu_idle"]
+    # ... but exports cut short (or written by other versions) have rows with end NULL: make one.
+    edited = tmp_path / "open.sqlite"
+    shutil.copy(report, edited)
+    conn = sqlite3.connect(edited)
+    conn.execute("UPDATE NVTX_EVENTS SET end = NULL WHERE textId = (SELECT id FROM StringIds WHERE value = 'step 3')")
+    conn.commit()
+    conn.close()
+    proc = run_cli("analyze", edited, "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert any("1 NVTX range(s) never closed" in w for w in out["warnings"])
+    steps = out["steps"]["table"]
+    assert len(steps) == 4 and steps[-1]["end_ns"] == out["trace"]["end_ns"]
