@@ -113,7 +113,10 @@ def _probe_version(path: str) -> tuple[str | None, str]:
     except (OSError, subprocess.SubprocessError) as exc:
         return None, str(exc)
     out = (proc.stdout + proc.stderr).strip()
-    return (parse_version(out) if proc.returncode == 0 else None), _tail(out)
+    version = parse_version(out) if proc.returncode == 0 else None
+    if proc.returncode == 0 and version is None:
+        return None, "its --version names no Nsight Systems version"
+    return version, _tail(out)
 
 
 def _tail(text: str, lines: int = 3) -> str:
@@ -515,3 +518,22 @@ def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
         if not (rep.is_file() and rep.stat().st_mtime >= path.stat().st_mtime):
             rep = import_qdstrm(nsys, path, rep, progress=progress)
     return export_sqlite(nsys, rep, target, progress=progress)
+
+
+def nvtx_problem(nvtx_version: str | None, nsys_version: str) -> str | None:
+    """Why ranges from this Python ``nvtx`` would not be recorded by this nsys, or None.
+
+    Seen on nsys 2022.4: nvtx 0.2.11 is recorded, 0.2.12 to 0.2.17 leave only a
+    domain-destroy event. 2025.3 records 0.2.11 too.
+    """
+    if not nvtx_version:
+        return None
+    try:
+        nvtx = tuple(int(p) for p in re.findall(r"\d+", nvtx_version)[:3])
+        nsys = tuple(int(p) for p in nsys_version.split(".")[:2])
+    except ValueError:
+        return None
+    if nsys < (2023, 1) and (0, 2, 12) <= nvtx <= (0, 2, 17):
+        return (f"nvtx {nvtx_version} ranges are not recorded by nsys {nsys_version}; "
+                "pip install nvtx==0.2.11 (or use a newer nsys)")
+    return None

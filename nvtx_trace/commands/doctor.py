@@ -1,0 +1,208 @@
+"""`nvtx-trace doctor`: what `run` needs on this machine, what was found, and what is missing.
+
+Why: most failed captures are set-up problems (no nsys, an importer nsys cannot find, an
+nvtx release this nsys does not record). Torch is inspected in a child interpreter, so
+doctor stays fast to import and checks the Python that will actually run the program.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nvtx_trace import nsys as nsys_mod
+from nvtx_trace.errors import NvtxTraceError
+
+OK, WARN, MISSING = "ok", "warn", "missing"
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell")
+
+_PYTHON_PROBE = """
+import json, sys
+import importlib.metadata as md
+info = {"python": sys.version.split()[0]}
+for pkg in ("nvtx", "torch"):
+    try:
+        info[pkg] = md.version(pkg)
+    except md.PackageNotFoundError:
+        info[pkg] = None
+if info["torch"]:
+    try:
+        import torch
+        info["cuda"] = bool(torch.cuda.is_available())
+        info["cuda_version"] = torch.version.cuda
+        info["gpus"] = torch.cuda.device_count() if info["cuda"] else 0
+    except Exception as exc:
+        info["torch_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(info))
+"""
+
+
+@dataclass
+class Check:
+    """One line of the doctor's report; ``required`` items block ``nvtx-trace run``."""
+
+    name: str
+    status: str  # OK, WARN or MISSING
+    detail: str
+    required: bool = True
+
+    @property
+    def blocking(self) -> bool:
+        return self.required and self.status == MISSING
+
+
+def probe_python(python: str, timeout: float = 180) -> dict:
+    """Versions of nvtx/torch (and CUDA availability) as seen by ``python``, without importing torch here."""
+    try:
+        proc = subprocess.run([python, "-c", _PYTHON_PROBE], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": str(exc)}
+    lines = proc.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return {"error": (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]}
+
+
+def check_nsys(explicit: Optional[str]) -> tuple[list[Check], Optional[nsys_mod.Nsys]]:
+    try:
+        found = nsys_mod.find_nsys(explicit)
+    except NvtxTraceError as exc:
+        return [Check("nsys", MISSING, str(exc))], None
+    checks = [Check("nsys", OK, f"{found.version} at {found.path} (found via {found.found_via})")]
+    if found.importer is None:
+        checks.append(Check("importer", MISSING, f"{found.importer_problem}; captures would stay .qdstrm"))
+    elif found.importer_version is None:
+        checks.append(Check("importer", MISSING, f"{found.importer_problem}; captures would stay .qdstrm"))
+    elif found.importer_version != found.version:
+        checks.append(Check("importer", WARN, f"{found.importer} ({found.importer_problem})"))
+    else:
+        checks.append(Check("importer", OK, f"{found.importer_version} at {found.importer}"))
+    checks.append(_import_step(found))
+    traces = nsys_mod.supported_traces(found)
+    wanted = nsys_mod.pick_traces(found)
+    checks.append(Check("traces", OK if {"nvtx", "cuda"} <= traces else WARN,
+                        f"will trace {','.join(wanted)}" if traces else "could not read nsys profile --help",
+                        required=False))
+    return checks, found
+
+
+def _import_step(found: nsys_mod.Nsys) -> Check:
+    """nsys looks for its importer only beside its real directory; say whether that works."""
+    target = found.path.resolve().parent
+    beside = [p for p in target.parent.glob("*/QdstrmImporter") if p.parent != target]
+    if beside:
+        return Check("import step", OK, f"nsys imports captures itself ({beside[0]})", required=False)
+    if found.importer is not None and found.importer_version is not None:
+        return Check("import step", OK,
+                     "nsys cannot import by itself here (split layout, e.g. Debian's package) and prints "
+                     "'Importer error status'; nvtx-trace runs the importer itself", required=False)
+    return Check("import step", MISSING, "neither nsys nor nvtx-trace can turn a .qdstrm into a .nsys-rep")
+
+
+def check_python(python: str, found: Optional[nsys_mod.Nsys]) -> list[Check]:
+    info = probe_python(python)
+    if "error" in info:
+        return [Check("python", MISSING, f"{python} does not run: {info['error']}")]
+    checks = [Check("python", OK, f"{info['python']} at {python}", required=False)]
+    torch = info.get("torch")
+    if not torch:
+        checks.append(Check("torch", MISSING, f"not installed for {python}; pip install torch"))
+    elif "torch_error" in info:
+        checks.append(Check("torch", MISSING, f"{torch} installed but import fails: {info['torch_error']}"))
+    else:
+        cuda = (f"CUDA {info.get('cuda_version')} available, {info.get('gpus')} GPU(s)" if info.get("cuda")
+                else "CUDA not available: only CPU-side ranges will be captured")
+        checks.append(Check("torch", OK, torch, required=False))
+        checks.append(Check("cuda", OK if info.get("cuda") else WARN, cuda, required=False))
+    nvtx = info.get("nvtx")
+    problem = nsys_mod.nvtx_problem(nvtx, found.version) if (nvtx and found) else None
+    if not nvtx:
+        checks.append(Check("nvtx", MISSING, f"not installed for {python}; pip install nvtx"))
+    elif problem:
+        checks.append(Check("nvtx", MISSING, problem))
+    else:
+        checks.append(Check("nvtx", OK, nvtx + (f", recorded by nsys {found.version}" if found else "")))
+    return checks
+
+
+def check_browser() -> Check:
+    for name in BROWSERS:
+        path = shutil.which(name)
+        if path:
+            return Check("chromium", OK, f"{path} (HTML report tests)", required=False)
+    return Check("chromium", WARN, "not found; only needed to test HTML reports in a browser", required=False)
+
+
+def probe_capture(found: nsys_mod.Nsys, python: str) -> Check:
+    """A real tiny capture: profile one NVTX range, import, export, read it back."""
+    import sqlite3
+
+    with tempfile.TemporaryDirectory(prefix="nvtx-trace-doctor-") as tmp:
+        script = Path(tmp) / "probe.py"
+        script.write_text("import nvtx\nwith nvtx.annotate('nvtx_trace_doctor'):\n    pass\n")
+        try:
+            result = nsys_mod.profile(found, [python, str(script)], Path(tmp) / "probe",
+                                      trace=nsys_mod.pick_traces(found, ["nvtx"]),
+                                      extra=["--sample=none", "--cpuctxsw=none"], capture_output=True)
+            db = nsys_mod.export_sqlite(found, result.require_report())
+            con = sqlite3.connect(db)
+            try:
+                hits = con.execute("SELECT count(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                                   "WHERE COALESCE(s.value, n.text) = 'nvtx_trace_doctor'").fetchone()[0]
+            finally:
+                con.close()
+        except (NvtxTraceError, sqlite3.Error) as exc:
+            return Check("test capture", MISSING, f"failed: {exc}")
+    how = " (imported by nvtx-trace)" if result.imported_by_us else ""
+    if not hits:
+        return Check("test capture", MISSING, "the report holds no NVTX range: nsys does not record this nvtx")
+    return Check("test capture", OK, f"NVTX range recorded, report imported and exported{how}")
+
+
+def gather(nsys: Optional[str] = None, python: Optional[str] = None, probe: bool = False) -> list[Check]:
+    """Every check, in display order."""
+    python = python or sys.executable
+    checks, found = check_nsys(nsys)
+    checks += check_python(python, found)
+    checks.append(check_browser())
+    if probe and found is not None:
+        checks.append(probe_capture(found, python))
+    return checks
+
+
+def render(checks: list[Check]) -> list[str]:
+    marks = {OK: "ok", WARN: "warn", MISSING: "MISSING"}
+    width = max(len(c.name) for c in checks)
+    return [f"{marks[c.status]:>7}  {c.name:<{width}}  {c.detail}" for c in checks]
+
+
+def doctor(
+    nsys: Optional[str] = typer.Option(None, "--nsys", help="nsys binary or install directory to check."),
+    python: Optional[str] = typer.Option(None, "--python", help="Interpreter that will run your program "
+                                         "(default: this one)."),
+    probe: bool = typer.Option(False, "--probe", help="Also run a real tiny capture (a few seconds)."),
+) -> None:
+    """Check that nsys, its importer, torch and nvtx are ready for `nvtx-trace run`.
+
+    Exits with status 1 when something `run` needs is missing.
+
+    Example: nvtx-trace doctor --probe
+    """
+    checks = gather(nsys, python, probe)
+    for line in render(checks):
+        typer.echo(line)
+    blocking = [c.name for c in checks if c.blocking]
+    if blocking:
+        typer.echo(f"nvtx-trace run cannot work yet: fix {', '.join(blocking)}", err=True)
+        raise typer.Exit(1)
+    typer.echo("Ready for nvtx-trace run.")

@@ -1,0 +1,89 @@
+"""`nvtx-trace doctor` on this machine: what it finds, and that it fails when `run` could not work."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, need
+from nvtx_trace import nsys as nsys_mod
+from nvtx_trace.cli import main
+from nvtx_trace.commands import doctor as doc
+
+
+@pytest.fixture
+def no_nsys_anywhere(monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("NSYS", raising=False)
+    monkeypatch.setattr(nsys_mod, "KNOWN_LOCATIONS", ())
+
+
+def by_name(checks):
+    return {c.name: c for c in checks}
+
+
+def test_doctor_lists_nsys_importer_torch_and_nvtx_and_exits_zero(nsys_path, torch_module, capsys):
+    need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
+    found = nsys_mod.find_nsys()
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert f"{found.version} at {found.path}" in out
+    assert "importer" in out and str(found.importer) in out
+    assert torch_module.__version__ in out
+    assert "Ready" in out
+
+
+def test_doctor_fails_and_says_how_to_install_when_nsys_is_missing(no_nsys_anywhere, capsys):
+    assert main(["doctor"]) == 1
+    captured = capsys.readouterr()
+    assert "MISSING  nsys" in captured.out and "nsight-systems" in captured.out
+    assert "fix nsys" in captured.err
+
+
+def test_doctor_fails_for_a_python_that_does_not_run(tmp_path, capsys):
+    assert main(["doctor", "--python", str(tmp_path / "no-python")]) == 1
+    assert "MISSING  python" in capsys.readouterr().out
+
+
+def test_split_layout_import_step_is_reported_as_handled(nsys_path):
+    found = nsys_mod.find_nsys()
+    step = by_name(doc.check_nsys(None)[0])["import step"]
+    assert step.status == doc.OK
+    if not list(found.path.resolve().parent.parent.glob("host-linux-*/QdstrmImporter")):
+        assert "nvtx-trace runs the importer itself" in step.detail
+
+
+@pytest.mark.parametrize(
+    "nvtx, nsys, recorded",
+    [("0.2.11", "2022.4.2", True), ("0.2.12", "2022.4.2", False), ("0.2.17", "2022.4.2", False),
+     ("0.2.14", "2025.3.1", True), ("0.2.11", "2025.3.2", True)],
+)
+def test_nvtx_releases_that_old_nsys_does_not_record_are_flagged(nvtx, nsys, recorded):
+    problem = nsys_mod.nvtx_problem(nvtx, nsys)
+    assert (problem is None) == recorded
+    if problem:
+        assert "nvtx==0.2.11" in problem
+
+
+def test_incompatible_nvtx_blocks_run(monkeypatch):
+    monkeypatch.setattr(doc, "probe_python", lambda python: {"python": "3.11", "nvtx": "0.2.13", "torch": None})
+    fake = nsys_mod.Nsys(ROOT / "nsys", "2022.4.2", "test")
+    checks = by_name(doc.check_python("python", fake))
+    assert checks["nvtx"].blocking and checks["torch"].blocking
+
+
+def test_doctor_does_not_import_torch_in_its_own_process():
+    code = ("import sys; from nvtx_trace.commands import doctor; doctor.check_python(sys.executable, None); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_probe_runs_a_real_capture_and_reads_the_range_back(nsys_path):
+    need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
+    found = nsys_mod.find_nsys()
+    check = doc.probe_capture(found, sys.executable)
+    assert check.status == doc.OK, check.detail
