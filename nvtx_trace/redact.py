@@ -1,0 +1,387 @@
+"""Write a copy of an Nsight Systems export without the capturing machine's secrets.
+
+Why: an export carries the profiled process's whole environment (three times:
+the ``DeviceEnvironment`` row of ``TARGET_INFO_SYSTEM_ENV``, the
+``PROCESS_n:ENVIRONMENT_VARIABLE`` rows of ``META_DATA_CAPTURE`` and
+NUL-separated blocks in ``StringIds``, where SQLite's LIKE stops at the first
+NUL), host and user names, absolute paths, the command line and the program's
+captured stdout/stderr. Environments hold tokens, and users share reports.
+
+What stays byte-identical, so every analysis result is unchanged: the event
+tables (``CUPTI_*``, ``NVTX_*``, ``OSRT_API``, ...), ``ThreadNames``,
+``ENUM_*``, ``ANALYSIS_DETAILS``, ``TARGET_INFO_GPU`` (all but ``uuid``), pids,
+the metadata version keys, and every ``StringIds`` entry that an event table
+references (kernel, API, NVTX and thread names). Rows are replaced rather than
+deleted wherever an id points at them; only environment rows of the metadata
+tables, which nothing references, are deleted.
+
+How: the input is opened read-only and immutable, copied with SQLite's backup
+API to a temporary file beside OUT, edited there, VACUUMed (otherwise the old
+text survives in free pages) and then moved onto OUT. Running it again on its
+own output changes nothing (``RedactSummary.total == 0``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvtx_trace.errors import BadReportError, UsageError
+
+REDACTED = "[redacted]"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+EXPORT_MARKERS = {"EXPORT_META_DATA", "META_DATA_EXPORT", "TARGET_INFO_SYSTEM_ENV", "ANALYSIS_DETAILS"}
+
+# Categories, in the order the summary prints them.
+ENV = "environment variables"
+HOST = "host and user names"
+PATHS = "absolute paths"
+ARGS = "command-line arguments"
+OUTPUT = "captured program output"
+IDS = "machine and session identifiers"
+NET = "network addresses"
+SECRET = "environment values found elsewhere"
+CATEGORIES = (ENV, HOST, PATHS, ARGS, OUTPUT, IDS, NET, SECRET)
+
+# Tables analyses read: never edited, and the strings they reference stay verbatim.
+EVENT_PREFIXES = ("CUPTI_", "NVTX_", "CUDA_", "CUBLAS_", "CUDNN_", "OPENACC_", "OPENMP_", "MPI_", "UCX_",
+                  "NCCL_", "OSRT_API", "PROFILER_OVERHEAD", "ThreadNames", "ENUM_", "ANALYSIS_DETAILS",
+                  "UnwindMethodType")
+# Columns that hold StringIds ids even where the schema comment does not say so.
+NAME_ID_COLUMNS = {"nameId", "textId", "jsonTextId", "demangledName", "shortName", "mangledName"}
+# StringIds references whose text is not a name but a path or the program's output.
+OUTPUT_REFS = {("ProcessStreams", "contentId"), ("ANALYSIS_FILE", "contentId")}
+PATH_REF_COLUMNS = {"filenameId", "module"}  # ProcessStreams.filenameId, *_CALLCHAINS.module
+
+METADATA_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA", "META_DATA_CAPTURE")
+KEEP_META = re.compile(r"^EXPORT_(PRODUCT|SCHEMA)_|^CAPTURE_EVENT_TYPE$")
+META_RULES = (  # key pattern -> category of a value replaced whole
+    (re.compile(r"ARGUMENT"), ARGS),
+    (re.compile(r"HOST|USER|DISPLAY_NAME"), HOST),
+    (re.compile(r"WORKING_DIR"), PATHS),
+    (re.compile(r"UUID|SESSION_ID"), IDS),
+)
+SYSTEM_ENV_RULES = {"DeviceEnvironment": ENV, "Hostname": HOST, "SystemUID": IDS, "NicInfo": NET}
+
+_REF = re.compile(r"^\s*(\w+)\s+\w+[^\n]*REFERENCES\s+StringIds\s*\(", re.M)
+_ENV_START = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASS|KEY|AUTH|CRED|COOKIE|SESSION|PRIVATE|SIGNATURE|DSN|WEBHOOK", re.I)
+_UNIX_PATH = re.compile(r"(?<![\w.~/-])(?:/[\w.+~@%-]+)+/?")
+_WIN_PATH = re.compile(r"\b[A-Za-z]:\\(?:[^\\\s'\"<>|:;]+\\)*([^\\\s'\"<>|:;]*)")
+_UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_IPV4 = re.compile(rf"(?<![\w.]){_OCTET}(?:\.{_OCTET}){{3}}(?![\w.-])")
+_MAC = re.compile(r"(?<![\w:-])[0-9A-Fa-f]{2}(?:([:-])[0-9A-Fa-f]{2})(?:\1[0-9A-Fa-f]{2}){4}(?![\w:-])")
+NULL_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclass
+class RedactSummary:
+    """What ``redact`` changed: cells replaced (or metadata rows deleted), per category."""
+
+    report: Path
+    out: Path
+    counts: Counter = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def lines(self) -> list[str]:
+        if not self.total:
+            return ["Nothing to redact (already clean)."]
+        lines = ["Redacted (values replaced or rows removed, by kind):"]
+        lines += [f"  {cat:<36} {n:>6}" for cat in CATEGORIES if (n := self.counts.get(cat))]
+        return lines
+
+
+def redact(report, out, force: bool = False) -> RedactSummary:
+    """Write ``out``: ``report`` without environments, names, paths, arguments or program output."""
+    report, out = Path(report), Path(out)
+    _check_paths(report, out, force)
+    source = _open_export(report)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.redact-tmp")
+    summary = RedactSummary(report=report, out=out)
+    try:
+        tmp.unlink(missing_ok=True)
+        dest = sqlite3.connect(tmp)
+        try:
+            source.backup(dest)
+            source.close()
+            dest.execute("PRAGMA secure_delete=ON")
+            with dest:
+                _Redactor(dest, summary.counts).run()
+            dest.execute("VACUUM")
+        finally:
+            dest.close()
+        os.replace(tmp, out)
+    except sqlite3.DatabaseError as exc:
+        raise BadReportError(f"{report}: cannot be copied and redacted ({exc}); export it again") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {out} ({exc.strerror or exc})") from None
+    finally:
+        source.close()
+        tmp.unlink(missing_ok=True)
+    return summary
+
+
+def _check_paths(report: Path, out: Path, force: bool) -> None:
+    if report.exists() and out.exists() and os.path.samefile(report, out) or out.resolve() == report.resolve():
+        raise UsageError(f"{out} is the input report; choose another output path")
+    if out.is_dir():
+        raise UsageError(f"{out} is a directory; give the output file's path")
+    if out.exists() and not force:
+        raise UsageError(f"{out} already exists; pass --force to overwrite it")
+    if not out.parent.exists():
+        raise UsageError(f"{out.parent} does not exist; create it first")
+
+
+def _open_export(path: Path) -> sqlite3.Connection:
+    """Open read-only and immutable (no lock, no journal: the input cannot change) after sanity checks."""
+    if not path.exists():
+        raise BadReportError(f"{path}: no such file; check the path")
+    if path.is_dir():
+        raise BadReportError(f"{path}: is a directory, not a report; pass the .sqlite file inside it")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+    except OSError as exc:
+        raise BadReportError(f"{path}: cannot be read ({exc.strerror}); check its permissions") from None
+    if not head.startswith(SQLITE_MAGIC):
+        raise BadReportError(f"{path}: is not a SQLite file; pass an Nsight Systems SQLite export "
+                             "(nsys export --type sqlite)")
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as exc:
+        raise BadReportError(f"{path}: is damaged ({exc}); it was probably truncated, export it again") from None
+    if "StringIds" not in tables or not tables & EXPORT_MARKERS:
+        conn.close()
+        raise BadReportError(f"{path}: is a SQLite database but not an Nsight Systems export; "
+                             "pass a file written by: nsys export --type sqlite")
+    return conn
+
+
+def _basename(match: re.Match) -> str:
+    text = match.group(0).rstrip("/\\")
+    return re.split(r"[/\\]", text)[-1] or REDACTED
+
+
+def parse_environment(text: str) -> dict[str, str]:
+    """``KEY=VALUE`` pairs of an environment block (NUL-, ';'- or newline-separated, values maybe quoted)."""
+    sep = "\x00" if "\x00" in text else ("\n" if "\n" in text else ";")
+    env = {}
+    for item in text.split(sep):
+        key, eq, value = item.partition("=")
+        if eq and _ENV_START.match(item):
+            env[key] = value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
+    return env
+
+
+class _Scrubber:
+    """Rewrites free text: paths to basenames, UUIDs, IP/MAC addresses and known secret values out."""
+
+    def __init__(self, env: dict[str, str], hosts: set[str], gpu_uuids: dict[str, str]):
+        self.gpu_uuids = {u.lower(): p for u, p in gpu_uuids.items()}
+        self.exact = {h for h in hosts if h and h != REDACTED}  # short names: only whole cells
+        tokens: dict[str, str] = {h: HOST for h in self.exact if len(h) >= 4}
+        home = env.get("HOME", "")
+        if re.match(r"^(/home|/Users)/[^/]+", home):
+            tokens.setdefault(home.rstrip("/").rsplit("/", 1)[-1], HOST)
+        for key, value in env.items():
+            if "/" in value or value == REDACTED:
+                continue  # paths are cut to basenames anyway
+            if key in ("USER", "LOGNAME", "HOSTNAME") and len(value) >= 3:
+                tokens.setdefault(value, HOST)
+            elif (_SECRET_NAME.search(key) and len(value) >= 4) or len(value) >= 12:
+                tokens.setdefault(value, SECRET)
+        self.tokens = tokens
+        alts = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True))
+        self.token_re = re.compile(rf"(?<![A-Za-z0-9_])(?:{alts})(?![A-Za-z0-9_])") if tokens else None
+
+    def paths(self, text: str, hits: set) -> str:
+        new = _WIN_PATH.sub(_basename, _UNIX_PATH.sub(_basename, text))
+        if new != text:
+            hits.add(PATHS)
+        return new
+
+    def text(self, text: str) -> tuple[str, set]:
+        hits: set = set()
+        if text in self.exact:
+            return REDACTED, {HOST}
+        new = self.paths(text, hits)
+        for regex, cat, repl in ((_UUID, IDS, self._uuid), (_MAC, NET, REDACTED), (_IPV4, NET, REDACTED)):
+            newer = regex.sub(repl, new)
+            if newer != new:
+                hits.add(cat)
+            new = newer
+        if self.token_re is not None:
+            def token(m: re.Match) -> str:
+                hits.add(self.tokens[m.group(0)])
+                return REDACTED
+            new = self.token_re.sub(token, new)
+        return new, (hits if new != text else set())
+
+    def _uuid(self, match: re.Match) -> str:
+        return self.gpu_uuids.get(match.group(0).lower(), NULL_UUID)
+
+
+def _gpu_placeholder(gpu_id) -> str:
+    return f"00000000-0000-0000-0000-{int(gpu_id or 0):012d}"
+
+
+class _Redactor:
+    """The rules, applied in place to the copy: one method per kind of place."""
+
+    def __init__(self, db: sqlite3.Connection, counts: Counter):
+        self.db, self.counts = db, counts
+        self.tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        self.sql = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type='table'").fetchall())
+
+    def columns(self, table: str) -> list[tuple[str, str]]:
+        return [(r[1], (r[2] or "").upper()) for r in self.db.execute(f'PRAGMA table_info("{table}")')]
+
+    def has(self, table: str, *cols: str) -> bool:
+        return table in self.sql and set(cols) <= {c for c, _ in self.columns(table)}
+
+    def run(self) -> None:
+        env, hosts = self._collect_secrets()
+        gpu_uuids = self._gpu_uuids()
+        self.scrub = _Scrubber(env, hosts, gpu_uuids)
+        self._metadata()
+        self._system_env()
+        self._strings()
+        if self.has("PROCESSES", "name"):  # process names are analysis data: only paths become basenames
+            self._rewrite("PROCESSES", "name", self._path_only)
+        for table in self.tables:
+            if table in ("StringIds", "PROCESSES", "TARGET_INFO_GPU", "TARGET_INFO_SYSTEM_ENV", *METADATA_TABLES) \
+                    or table.startswith(EVENT_PREFIXES):
+                continue
+            for col, ctype in self.columns(table):
+                if "TEXT" in ctype or ctype in ("", "VARCHAR", "STRING"):
+                    self._rewrite(table, col, self.scrub.text)
+
+    def _path_only(self, value: str) -> tuple[str, set]:
+        hits: set = set()
+        return self.scrub.paths(value, hits), hits
+
+    # -- gathering what to look for ---------------------------------------------
+    def _collect_secrets(self) -> tuple[dict[str, str], set[str]]:
+        env: dict[str, str] = {}
+        hosts: set[str] = set()
+        if self.has("TARGET_INFO_SYSTEM_ENV", "name", "value"):
+            for name, value in self.db.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV "
+                                               "WHERE name IN ('DeviceEnvironment', 'Hostname')"):
+                if name == "Hostname":
+                    hosts.add(str(value or ""))
+                else:
+                    env.update(parse_environment(str(value or "")))
+        for table in METADATA_TABLES:
+            if self.has(table, "name", "value"):
+                for key, value in self.db.execute(f"SELECT name, value FROM {table}"):
+                    if "ENVIRONMENT" in key:
+                        env.update(parse_environment(str(value or "")))
+                    elif re.search(r"HOST|USER|DISPLAY_NAME", key) and not KEEP_META.search(key):
+                        hosts.add(str(value or ""))
+        for (value,) in self.db.execute("SELECT value FROM StringIds"):
+            if isinstance(value, str) and _ENV_START.match(value):
+                env.update(parse_environment(value))
+        hosts |= {env.get(k, "") for k in ("HOSTNAME", "USER", "LOGNAME")}
+        hosts.discard("")
+        return env, hosts
+
+    def _gpu_uuids(self) -> dict[str, str]:
+        if not self.has("TARGET_INFO_GPU", "uuid", "id"):
+            return {}
+        found = {}
+        for gpu_id, uuid in self.db.execute("SELECT id, uuid FROM TARGET_INFO_GPU WHERE uuid IS NOT NULL"):
+            for u in _UUID.findall(str(uuid)):
+                found[u] = _gpu_placeholder(gpu_id)
+            if uuid and _UUID.search(str(uuid)) is None and str(uuid) != _gpu_placeholder(gpu_id):
+                found[str(uuid)] = _gpu_placeholder(gpu_id)
+        for old, new in found.items():
+            if old != new:
+                n = self.db.execute("UPDATE TARGET_INFO_GPU SET uuid = ? WHERE uuid = ?", (new, old)).rowcount
+                self.counts[IDS] += n
+        return found
+
+    # -- places -------------------------------------------------------------------
+    def _metadata(self) -> None:
+        for table in METADATA_TABLES:
+            if not self.has(table, "name", "value"):
+                continue
+            self.counts[ENV] += self.db.execute(
+                f"DELETE FROM {table} WHERE instr(name, 'ENVIRONMENT') > 0").rowcount
+
+            def rule(key: str, value: str) -> tuple[str, set]:
+                if KEEP_META.search(key):
+                    return value, set()
+                for pattern, cat in META_RULES:
+                    if pattern.search(key):
+                        return (REDACTED, {cat}) if value not in ("", REDACTED) else (value, set())
+                return self.scrub.text(value)
+            self._rewrite(table, "value", rule, key="name")
+
+    def _system_env(self) -> None:
+        if not self.has("TARGET_INFO_SYSTEM_ENV", "name", "value"):
+            return
+
+        def rule(name: str, value: str) -> tuple[str, set]:
+            cat = SYSTEM_ENV_RULES.get(name)
+            if cat is None:
+                return self.scrub.text(value)
+            if value in ("", "{}", REDACTED):
+                return value, set()
+            return REDACTED, {cat}
+        self._rewrite("TARGET_INFO_SYSTEM_ENV", "value", rule, key="name")
+
+    def _strings(self) -> None:
+        """StringIds: names stay, program output goes, paths shrink, environment blocks go."""
+        keep, output, paths = set(), set(), set()
+        for table in self.tables:
+            if table == "StringIds" or table.startswith("ENUM_"):
+                continue
+            cols = {c for c, _ in self.columns(table)}
+            refs = set(_REF.findall(self.sql.get(table) or "")) & cols
+            if table.startswith(EVENT_PREFIXES):
+                refs |= NAME_ID_COLUMNS & cols
+            for col in refs:
+                ids = {r[0] for r in self.db.execute(f'SELECT DISTINCT "{col}" FROM "{table}" WHERE "{col}" IS NOT NULL')}
+                if (table, col) in OUTPUT_REFS:
+                    output |= ids
+                elif col in PATH_REF_COLUMNS:
+                    paths |= ids
+                elif table.startswith(EVENT_PREFIXES) or table.endswith("_CALLCHAINS"):
+                    keep |= ids
+        updates = []
+        for sid, value in self.db.execute("SELECT id, value FROM StringIds"):
+            if sid in keep or not isinstance(value, str):
+                continue
+            if sid in output:
+                new, hits = (REDACTED, {OUTPUT}) if value not in ("", REDACTED) else (value, set())
+            elif _ENV_START.match(value):
+                new, hits = REDACTED, {ENV}
+            else:
+                new, hits = self.scrub.text(value)
+            if new != value:
+                updates.append((new, sid))
+                self.counts.update(hits)
+        self.db.executemany("UPDATE StringIds SET value = ? WHERE id = ?", updates)
+
+    def _rewrite(self, table: str, col: str, rule, key: str | None = None) -> None:
+        """Apply ``rule`` to every distinct text value of one column (with its row's ``key`` when given)."""
+        sel = f'SELECT DISTINCT "{key}", "{col}"' if key else f'SELECT DISTINCT NULL, "{col}"'
+        rows = self.db.execute(f'{sel} FROM "{table}" WHERE typeof("{col}") = \'text\'').fetchall()
+        for k, value in rows:
+            new, hits = rule(k, value) if key else rule(value)
+            if new == value:
+                continue
+            where = f'"{col}" = ?' + (f' AND "{key}" IS ?' if key else "")
+            n = self.db.execute(f'UPDATE "{table}" SET "{col}" = ? WHERE {where}',
+                                (new, value, k) if key else (new, value)).rowcount
+            for cat in hits:
+                self.counts[cat] += n
