@@ -63,7 +63,8 @@ class Nsys:
     found_via: str  # "--nsys", "$NSYS", "PATH", "CUDA toolkit", "Debian package", ...
     importer: Path | None = None
     importer_version: str | None = None  # None when the importer could not even run
-    importer_problem: str | None = None  # why the importer is missing or unusable
+    importer_problem: str | None = None  # why the importer is missing, unusable or mismatched
+    imports_itself: bool = False  # the importer sits in nsys's own install, so nsys runs it itself
 
     @property
     def year(self) -> int:
@@ -106,17 +107,14 @@ def _run_quiet(argv: Sequence[str], timeout: float = 60, **kw) -> subprocess.Com
 
 
 @functools.lru_cache(maxsize=None)
-def _probe_version(path: str) -> tuple[str | None, str]:
-    """(version, output tail) of ``<path> --version``; version None when it does not run."""
+def _probe(path: str) -> tuple[bool, str]:
+    """(ran with status 0, its output) of ``<path> --version``; the output is the error when it failed."""
     try:
         proc = _run_quiet([path, "--version"], timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
-        return None, str(exc)
+        return False, str(exc)
     out = (proc.stdout + proc.stderr).strip()
-    version = parse_version(out) if proc.returncode == 0 else None
-    if proc.returncode == 0 and version is None:
-        return None, "its --version names no Nsight Systems version"
-    return version, _tail(out)
+    return proc.returncode == 0, out if proc.returncode == 0 else _tail(out) or f"exit status {proc.returncode}"
 
 
 def _tail(text: str, lines: int = 3) -> str:
@@ -172,58 +170,67 @@ def find_nsys(explicit: str | None = None) -> Nsys:
         if real in seen:
             continue
         seen.add(real)
-        version, tail = _probe_version(str(exe))
+        ran, out = _probe(str(exe))
+        version = parse_version(out) if ran else None
         if version is None:
             if strict:
-                raise NsysNotFoundError(f"{how} {given} is not a working nsys ({tail or 'no version'})")
+                why = out if not ran else "its --version names no Nsight Systems version"
+                raise NsysNotFoundError(f"{how} {given} is not a working nsys ({why})")
             continue
-        importer, imp_version, problem = find_importer(exe, version)
-        return Nsys(exe, version, how, importer, imp_version, problem)
+        importer, imp_version, problem, own = find_importer(exe, version)
+        return Nsys(exe, version, how, importer, imp_version, problem, own)
     raise NsysNotFoundError(f"Nsight Systems (nsys) not found: {INSTALL_HINT}")
 
 
-def _importer_candidates(nsys_path: Path) -> list[Path]:
+def _importer_candidates(nsys_path: Path) -> tuple[list[Path], list[Path]]:
+    """(importers of nsys's own install, others): nsys itself only looks in the first place."""
     real = nsys_path.resolve()
     # target-linux-x64/nsys -> ../host-linux-x64; <ver>/bin/nsys (a wrapper) -> ../host-linux-x64;
     # Nsight Compute: host/target-linux-x64/nsys -> host/linux-desktop-glibc_*-x64.
-    bases = {real.parent.parent, nsys_path.parent.parent}
-    found: list[Path] = []
-    for base in sorted(bases):
+    own: list[Path] = []
+    for base in sorted({real.parent.parent, nsys_path.parent.parent}):
         for pattern in ("host-linux-x64", "host-linux-*", "linux-desktop-*", "*/host-linux-*"):
-            found += [Path(p) / "QdstrmImporter" for p in sorted(glob.glob(str(base / pattern)))]
-    for pattern in KNOWN_IMPORTERS:
-        found += [Path(p) for p in sorted(glob.glob(pattern))]
-    unique: dict[str, Path] = {}
-    for path in found:
-        if path.is_file() and os.access(path, os.X_OK):
-            unique.setdefault(str(path.resolve()), path)
-    return list(unique.values())
+            own += [Path(p) / "QdstrmImporter" for p in sorted(glob.glob(str(base / pattern)))]
+    others = [Path(p) for pattern in KNOWN_IMPORTERS for p in sorted(glob.glob(pattern))]
+    seen: set[str] = set()
+
+    def usable(paths: list[Path]) -> list[Path]:
+        kept = []
+        for path in paths:
+            key = str(path.resolve())
+            if key not in seen and path.is_file() and os.access(path, os.X_OK):
+                seen.add(key)
+                kept.append(path)
+        return kept
+
+    return usable(own), usable(others)
 
 
-def find_importer(nsys: Nsys | Path | str, version: str | None = None) -> tuple[Path | None, str | None, str | None]:
-    """(importer, its version, problem): QdstrmImporter for this nsys, a matching version first.
+def find_importer(nsys: Path | str, version: str) -> tuple[Path | None, str | None, str | None, bool]:
+    """(importer, its version or build, problem, nsys can run it itself) for this nsys.
 
-    The importer turns ``.qdstrm`` into ``.nsys-rep``; nsys looks for it only next to its real
-    directory, which Debian's package and partial copies get wrong.
+    The importer turns ``.qdstrm`` into ``.nsys-rep``. nsys only looks beside its real
+    directory, which Debian's split package and partial copies get wrong. One from nsys's
+    own install is trusted; elsewhere the version must match (2022.4 importers print
+    "2022.4.2.1-df9881f", 2025.3 ones only a build number).
     """
-    if isinstance(nsys, Nsys):
-        nsys_path, version = nsys.path, nsys.version
-    else:
-        nsys_path = Path(nsys)
-    fallback: tuple[Path | None, str | None, str | None] = (None, None, None)
-    for cand in _importer_candidates(nsys_path):
-        cand_version, tail = _probe_version(str(cand))
-        if cand_version is not None and cand_version == version:
-            return cand, cand_version, None
-        if fallback[0] is None or (fallback[1] is None and cand_version is not None):
-            if cand_version is None:
-                problem = f"{cand} does not run ({tail or 'no version'})"
-            else:
-                problem = f"{cand} is version {cand_version}, nsys is {version}"
-            fallback = (cand, cand_version, problem)
-    if fallback[0] is None:
-        return None, None, f"no QdstrmImporter found near {nsys_path.resolve().parent}"
-    return fallback
+    own, others = _importer_candidates(Path(nsys))
+    broken: tuple[Path, str] | None = None
+    mismatched: tuple[Path, str | None, str, bool] | None = None
+    for cand in own + others:
+        ran, out = _probe(str(cand))
+        if not ran:
+            broken = broken or (cand, f"{cand} does not run ({out})")
+            continue
+        cand_version = parse_version(out) or out.replace("NVIDIA Nsight Systems", "").strip() or None
+        if cand in own or parse_version(out) == version:
+            return cand, cand_version, None, cand in own
+        mismatched = mismatched or (cand, cand_version, f"{cand} is {cand_version}, nsys is {version}", False)
+    if mismatched:
+        return mismatched
+    if broken:
+        return broken[0], None, broken[1], False
+    return None, None, f"no QdstrmImporter found near {Path(nsys).resolve().parent}", False
 
 
 # ---------------------------------------------------------------- probing capabilities

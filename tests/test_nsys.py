@@ -122,8 +122,9 @@ def test_traces_are_read_from_a_2025_profile_help(monkeypatch):
 def test_finds_the_installed_nsys_with_a_matching_importer(real_nsys):
     out = subprocess.run([str(real_nsys.path), "--version"], capture_output=True, text=True).stdout
     assert real_nsys.version == nsys_mod.parse_version(out)
-    assert real_nsys.importer is not None, real_nsys.importer_problem
-    assert real_nsys.importer_version == real_nsys.version
+    assert real_nsys.importer is not None and real_nsys.importer_problem is None, real_nsys.importer_problem
+    if real_nsys.importer_version and nsys_mod.parse_version(real_nsys.importer_version):
+        assert real_nsys.importer_version == real_nsys.version  # 2025.3 importers print only a build number
 
 
 def test_explicit_nsys_accepts_a_binary_or_its_directory(real_nsys):
@@ -283,13 +284,18 @@ def test_ctrl_c_is_forwarded_once_and_the_report_is_kept(real_nsys, tmp_path):
     need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
     (tmp_path / "run.py").write_text(INTERRUPTED)
     (tmp_path / "loop.py").write_text(LOOP)
-    env = dict(os.environ, NSYS=str(real_nsys.path), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    path = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, NSYS=str(real_nsys.path), PYTHONPATH=path)
     child = subprocess.Popen([sys.executable, "run.py"], cwd=tmp_path, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
+        seen = []
         for err_line in child.stderr:  # the program's own stderr passes through nsys to us
+            seen.append(err_line)
             if err_line.startswith("step 5"):
                 break
+        else:
+            pytest.fail("the program never got to step 5: " + "".join(seen[-10:]))
         os.killpg(child.pid, signal.SIGINT)  # what a terminal's Ctrl-C does to the foreground group
         out, _ = child.communicate(timeout=120)
     finally:

@@ -78,16 +78,10 @@ def check_nsys(explicit: Optional[str]) -> tuple[list[Check], Optional[nsys_mod.
         found = nsys_mod.find_nsys(explicit)
     except NvtxTraceError as exc:
         return [Check("nsys", MISSING, str(exc))], None
-    checks = [Check("nsys", OK, f"{found.version} at {found.path} (found via {found.found_via})")]
-    if found.importer is None:
-        checks.append(Check("importer", MISSING, f"{found.importer_problem}; captures would stay .qdstrm"))
-    elif found.importer_version is None:
-        checks.append(Check("importer", MISSING, f"{found.importer_problem}; captures would stay .qdstrm"))
-    elif found.importer_version != found.version:
-        checks.append(Check("importer", WARN, f"{found.importer} ({found.importer_problem})"))
-    else:
-        checks.append(Check("importer", OK, f"{found.importer_version} at {found.importer}"))
-    checks.append(_import_step(found))
+    checks = [Check("nsys", OK, f"{found.version} at {found.path} (found via {found.found_via})"),
+              _importer(found)]
+    if checks[-1].status != MISSING:
+        checks.append(_import_step(found))
     traces = nsys_mod.supported_traces(found)
     wanted = nsys_mod.pick_traces(found)
     checks.append(Check("traces", OK if {"nvtx", "cuda"} <= traces else WARN,
@@ -96,17 +90,22 @@ def check_nsys(explicit: Optional[str]) -> tuple[list[Check], Optional[nsys_mod.
     return checks, found
 
 
+def _importer(found: nsys_mod.Nsys) -> Check:
+    if found.importer is None or found.importer_version is None:
+        hint = "; install libdw1 and libelf1 (or put them on LD_LIBRARY_PATH)" if "libdw" in str(
+            found.importer_problem) else ""
+        return Check("importer", MISSING, f"{found.importer_problem}{hint}; captures would stay .qdstrm")
+    if found.importer_problem:
+        return Check("importer", WARN, found.importer_problem)
+    return Check("importer", OK, f"{found.importer_version} at {found.importer}")
+
+
 def _import_step(found: nsys_mod.Nsys) -> Check:
-    """nsys looks for its importer only beside its real directory; say whether that works."""
-    target = found.path.resolve().parent
-    beside = [p for p in target.parent.glob("*/QdstrmImporter") if p.parent != target]
-    if beside:
-        return Check("import step", OK, f"nsys imports captures itself ({beside[0]})", required=False)
-    if found.importer is not None and found.importer_version is not None:
-        return Check("import step", OK,
-                     "nsys cannot import by itself here (split layout, e.g. Debian's package) and prints "
-                     "'Importer error status'; nvtx-trace runs the importer itself", required=False)
-    return Check("import step", MISSING, "neither nsys nor nvtx-trace can turn a .qdstrm into a .nsys-rep")
+    """nsys looks for its importer only inside its own install; say who will run it."""
+    if found.imports_itself:
+        return Check("import step", OK, "nsys imports captures itself", required=False)
+    return Check("import step", OK, "nsys cannot find its importer (split layout, e.g. Debian's package) and "
+                 "prints 'Importer error status'; nvtx-trace runs the importer itself", required=False)
 
 
 def check_python(python: str, found: Optional[nsys_mod.Nsys]) -> list[Check]:
