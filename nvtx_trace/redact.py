@@ -102,20 +102,21 @@ class RedactSummary:
 def redact(report, out, force: bool = False) -> RedactSummary:
     """Write ``out``: ``report`` without environments, names, paths, arguments or program output."""
     report, out = Path(report), Path(out)
-    _check_paths(report, out, force)
     source = _open_export(report)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.redact-tmp")
     summary = RedactSummary(report=report, out=out)
     try:
+        _check_paths(report, out, force)
         tmp.unlink(missing_ok=True)
         dest = sqlite3.connect(tmp)
         try:
             source.backup(dest)
             source.close()
+            dest.execute("PRAGMA journal_mode=DELETE")  # one self-contained file, whatever the input used
             dest.execute("PRAGMA secure_delete=ON")
             with dest:
                 _Redactor(dest, summary.counts).run()
-            dest.execute("VACUUM")
+            dest.execute("VACUUM")  # rebuilds every page: the removed text is gone from the file too
         finally:
             dest.close()
         os.replace(tmp, out)
@@ -295,18 +296,16 @@ class _Redactor:
         return env, hosts
 
     def _gpu_uuids(self) -> dict[str, str]:
+        """Replace each GPU's uuid (a hardware serial) by a placeholder that stays distinct per GPU id."""
         if not self.has("TARGET_INFO_GPU", "uuid", "id"):
             return {}
         found = {}
-        for gpu_id, uuid in self.db.execute("SELECT id, uuid FROM TARGET_INFO_GPU WHERE uuid IS NOT NULL"):
-            for u in _UUID.findall(str(uuid)):
-                found[u] = _gpu_placeholder(gpu_id)
-            if uuid and _UUID.search(str(uuid)) is None and str(uuid) != _gpu_placeholder(gpu_id):
-                found[str(uuid)] = _gpu_placeholder(gpu_id)
-        for old, new in found.items():
-            if old != new:
-                n = self.db.execute("UPDATE TARGET_INFO_GPU SET uuid = ? WHERE uuid = ?", (new, old)).rowcount
-                self.counts[IDS] += n
+        for gpu_id, uuid in self.db.execute("SELECT DISTINCT id, uuid FROM TARGET_INFO_GPU WHERE uuid != ''"):
+            placeholder = _gpu_placeholder(gpu_id)
+            found.update({u: placeholder for u in _UUID.findall(str(uuid))})
+            if uuid != placeholder:
+                self.counts[IDS] += self.db.execute("UPDATE TARGET_INFO_GPU SET uuid = ? WHERE id IS ? AND uuid = ?",
+                                                    (placeholder, gpu_id, uuid)).rowcount
         return found
 
     # -- places -------------------------------------------------------------------
