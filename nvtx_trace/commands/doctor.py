@@ -36,6 +36,7 @@ for pkg in ("nvtx", "torch"):
 if info["torch"]:
     try:
         import torch
+        info["torch"] = torch.__version__  # carries the build, e.g. 2.11.0+cu130
         info["cuda"] = bool(torch.cuda.is_available())
         info["cuda_version"] = torch.version.cuda
         info["gpus"] = torch.cuda.device_count() if info["cuda"] else 0
