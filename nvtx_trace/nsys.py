@@ -50,7 +50,7 @@ KNOWN_LOCATIONS: tuple[tuple[str, str], ...] = (
 KNOWN_IMPORTERS: tuple[str, ...] = ("/usr/lib/nsight-systems/host-linux-*/QdstrmImporter",)
 
 _VERSION_RE = re.compile(r"(?<![\d.])(\d{4}\.\d+\.\d+)")
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+from nvtx_trace.export_file import SQLITE_MAGIC as _SQLITE_MAGIC  # noqa: E402
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
 

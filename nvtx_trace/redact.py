@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nvtx_trace.errors import BadReportError, UsageError
+from nvtx_trace.export_file import open_export
 
 REDACTED = "[redacted]"
-SQLITE_MAGIC = b"SQLite format 3\x00"
-EXPORT_MARKERS = {"EXPORT_META_DATA", "META_DATA_EXPORT", "TARGET_INFO_SYSTEM_ENV", "ANALYSIS_DETAILS"}
 
 # Categories, in the order the summary prints them.
 ENV = "environment variables"
@@ -142,29 +141,7 @@ def _check_paths(report: Path, out: Path, force: bool) -> None:
 
 
 def _open_export(path: Path) -> sqlite3.Connection:
-    """Open read-only and immutable (no lock, no journal: the input cannot change) after sanity checks."""
-    if not path.exists():
-        raise BadReportError(f"{path}: no such file; check the path")
-    if path.is_dir():
-        raise BadReportError(f"{path}: is a directory, not a report; pass the .sqlite file inside it")
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(100)
-    except OSError as exc:
-        raise BadReportError(f"{path}: cannot be read ({exc.strerror}); check its permissions") from None
-    if not head.startswith(SQLITE_MAGIC):
-        raise BadReportError(f"{path}: is not a SQLite file; pass an Nsight Systems SQLite export "
-                             "(nsys export --type sqlite)")
-    try:
-        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True)
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.DatabaseError as exc:
-        raise BadReportError(f"{path}: is damaged ({exc}); it was probably truncated, export it again") from None
-    if "StringIds" not in tables or not tables & EXPORT_MARKERS:
-        conn.close()
-        raise BadReportError(f"{path}: is a SQLite database but not an Nsight Systems export; "
-                             "pass a file written by: nsys export --type sqlite")
-    return conn
+    return open_export(path)[0]
 
 
 def _basename(match: re.Match) -> str:

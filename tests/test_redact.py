@@ -286,7 +286,7 @@ def test_missing_output_directory_is_a_usage_error(small_export, tmp_path):
 
 
 @pytest.mark.parametrize("kind, message", [
-    ("missing", "no such file"), ("directory", "is a directory"), ("empty", "not a SQLite file"),
+    ("missing", "no such file"), ("directory", "is a directory"), ("empty", "is empty"),
     ("text", "not a SQLite file"), ("other_sqlite", "not an Nsight Systems export"),
     ("truncated", "damaged"),
 ])

@@ -21,7 +21,7 @@ from nvtx_trace import names
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.dataloader import LoaderResult, analyze_loader
 from nvtx_trace.analyzer.findings import Finding
-from nvtx_trace.analyzer.gpu_idle import IdleResult, analyze_idle, summarize_causes
+from nvtx_trace.analyzer.gpu_idle import IdleResult, analyze_idle, describe_gaps, summarize_causes
 from nvtx_trace.analyzer.layout import LayoutResult, analyze_layout
 from nvtx_trace.analyzer.model import Trace
 from nvtx_trace.analyzer.pageable import PageableResult, analyze_pageable
@@ -52,6 +52,7 @@ class Analysis:
     sync: SyncResult | None = None
     window: dict = field(default_factory=dict)  # where the gap causes were measured
     window_causes: pd.DataFrame | None = None
+    gap_activity: pd.DataFrame | None = None  # largest gaps of the window: what each CPU thread was doing
     findings: list[Finding] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -70,9 +71,9 @@ class Analysis:
             } for d in self.idle.devices])
             out["gaps"] = self.idle.gaps
             out["causes"] = self.idle.causes
-            out["gap_ranges"] = self.idle.gap_ranges
         if self.window_causes is not None:
             out["window_causes"] = self.window_causes
+            out["gap_activity"] = self.gap_activity
         if self.steps:
             out["steps"] = self.steps.table
         if self.loader:
@@ -163,7 +164,8 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
         for dev in result.idle.devices:
             busy = int(iv.Coverage(dev.busy).measure(w0, w1))
             result.window_utilization[dev.device_id] = busy / (w1 - w0) if w1 > w0 else 0.0
-        result.window_causes = summarize_causes(result.idle.gaps, (result.window["start_ns"], result.window["end_ns"]))
+        result.window_causes = summarize_causes(result.idle.gaps, (w0, w1))
+        result.gap_activity = describe_gaps(trace, result.idle, (w0, w1))
     result.findings = build_findings(result)
     result.warnings = trace.warnings
     return result

@@ -68,7 +68,6 @@ class IdleResult:
     devices: list[DeviceIdle]
     gaps: pd.DataFrame  # device_id, start_ns, end_ns, duration_ns, cause, <cause>_ns...
     causes: pd.DataFrame  # whole trace: device_id, cause, label, idle_ns, share, gaps (dominant)
-    gap_ranges: pd.DataFrame  # largest gaps: device_id, gap_start_ns, thread, range, api
 
 
 def loader_wait_mask(range_names: pd.Series, user_pattern: str) -> np.ndarray:
@@ -100,10 +99,10 @@ def category_masks(range_names: pd.Series, user_loader_pattern: str) -> dict[str
             "forward": forward, "other_range": ~claimed}
 
 
-def analyze_idle(trace: Trace, min_gap_ns: int, user_loader_pattern: str, top_gaps: int = 10) -> IdleResult:
+def analyze_idle(trace: Trace, min_gap_ns: int, user_loader_pattern: str) -> IdleResult:
     ops = trace.gpu_ops
     devices: list[DeviceIdle] = []
-    gap_frames, range_frames = [], []
+    gap_frames = []
     ranges = trace.ranges
     masks = category_masks(ranges["name"], user_loader_pattern) if len(ranges) else {}
     syncs = trace.api_calls(SYNC_API_RE)
@@ -124,13 +123,10 @@ def analyze_idle(trace: Trace, min_gap_ns: int, user_loader_pattern: str, top_ga
                                  in_pids(syncs), in_pids(copies), in_pids(slow_api))
         frame = _split_gaps(int(device_id), gaps, cause_sets)
         gap_frames.append(frame)
-        range_frames.append(_open_ranges(trace, int(device_id), frame.nlargest(top_gaps, "duration_ns"),
-                                         in_pids(ranges), in_pids(slow_api)))
     cols = ["device_id", "start_ns", "end_ns", "duration_ns", "cause"] + [f"{c}_ns" for c in CAUSES]
     gaps_df = pd.concat(gap_frames, ignore_index=True) if gap_frames else pd.DataFrame(columns=cols)
     causes_df = summarize_causes(gaps_df)
-    ranges_df = pd.concat(range_frames, ignore_index=True) if range_frames else pd.DataFrame()
-    return IdleResult(devices=devices, gaps=gaps_df, causes=causes_df, gap_ranges=ranges_df)
+    return IdleResult(devices=devices, gaps=gaps_df, causes=causes_df)
 
 
 def _cause_sets(gaps: iv.Set, ranges, masks, syncs, copies, slow_api) -> dict[str, iv.Set]:
@@ -196,9 +192,25 @@ def summarize_causes(gaps: pd.DataFrame, window: tuple[int, int] | None = None) 
     return causes.sort_values(["device_id", "idle_ns"], ascending=[True, False], ignore_index=True)
 
 
+def describe_gaps(trace: Trace, idle: IdleResult, window: tuple[int, int], top: int = 10) -> pd.DataFrame:
+    """What each CPU thread of the GPU's processes was doing during the largest gaps of the window.
+
+    One row per (gap, thread): the innermost NVTX range open at the gap's midpoint, and
+    slow CUDA API calls overlapping the gap.
+    """
+    frames = []
+    gaps = idle.gaps[(idle.gaps["start_ns"] >= window[0]) & (idle.gaps["start_ns"] < window[1])]
+    slow_api = trace.api_calls(None, min_duration_ns=SLOW_API_NS)
+    for dev in idle.devices:
+        largest = gaps[gaps["device_id"] == dev.device_id].nlargest(top, "duration_ns")
+        ranges = trace.ranges[trace.ranges["pid"].isin(dev.pids)]
+        frames.append(_open_ranges(trace, dev.device_id, largest, ranges, slow_api[slow_api["pid"].isin(dev.pids)]))
+    cols = ["device_id", "gap_start_ns", "gap_ns", "cause", "thread", "what", "name", "overlap_ns"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
 def _open_ranges(trace: Trace, device_id: int, top: pd.DataFrame, ranges: pd.DataFrame,
                  slow_api: pd.DataFrame) -> pd.DataFrame:
-    """For the largest gaps: the innermost NVTX range open at the gap's midpoint on each thread."""
     rows = []
     if not len(top):
         return pd.DataFrame(rows)
@@ -211,15 +223,18 @@ def _open_ranges(trace: Trace, device_id: int, top: pd.DataFrame, ranges: pd.Dat
                 if i >= 0:
                     r = thread_ranges.iloc[int(i)]
                     rows.append({"device_id": device_id, "gap_start_ns": gap_row.start_ns,
+                                 "gap_ns": gap_row.duration_ns, "cause": gap_row.cause,
                                  "thread": trace.thread_label(int(gtid)), "what": "nvtx", "name": str(r["name"]),
                                  "overlap_ns": _overlap(r.start_ns, r.end_ns, gap_row.start_ns, gap_row.end_ns)})
     for gap_row in top.itertuples():
         inside = slow_api[(slow_api["start_ns"] < gap_row.end_ns) & (slow_api["end_ns"] > gap_row.start_ns)]
         for api in inside.itertuples():
             rows.append({"device_id": device_id, "gap_start_ns": gap_row.start_ns,
+                         "gap_ns": gap_row.duration_ns, "cause": gap_row.cause,
                          "thread": trace.thread_label(int(api.gtid)), "what": "cuda_api", "name": str(api.name),
                          "overlap_ns": _overlap(api.start_ns, api.end_ns, gap_row.start_ns, gap_row.end_ns)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).sort_values(["gap_ns", "gap_start_ns"], ascending=[False, True], ignore_index=True) \
+        if rows else pd.DataFrame(rows)
 
 
 def _overlap(a0: int, a1: int, b0: int, b1: int) -> int:

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nvtx_trace.errors import BadReportError
+from nvtx_trace.export_file import open_export
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 RANGE_EVENT_TYPES = (59, 60, 70, 71)  # push/pop, start/end, and their NVTXT imports
 GPU_OP_TABLES = {
     "kernel": "CUPTI_ACTIVITY_KIND_KERNEL",
@@ -41,39 +40,11 @@ class ReportInfo:
     capture_event_types: set[str] | None = None  # None: the export does not record them (2022.4)
 
 
-def _fail(path: Path, problem: str, todo: str) -> BadReportError:
-    return BadReportError(f"{path}: {problem}; {todo}")
-
-
 def open_report(path: Path) -> tuple[sqlite3.Connection, ReportInfo]:
-    """Open an export for reading only (``immutable``: no locks, no journal, no writes)."""
-    path = Path(path)
-    if not path.exists():
-        raise _fail(path, "no such file", "check the path")
-    if path.is_dir():
-        raise _fail(path, "is a directory, not a report", "pass the .sqlite (or .nsys-rep) file inside it")
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(100)
-    except OSError as exc:
-        raise _fail(path, f"cannot be read ({exc.strerror})", "check its permissions") from None
-    if not head:
-        raise _fail(path, "is empty", "re-export it with: nsys export --type sqlite REPORT.nsys-rep")
-    if not head.startswith(SQLITE_MAGIC):
-        raise _fail(path, "is not a SQLite file", "pass an Nsight Systems SQLite export (nsys export --type sqlite)")
-    uri = path.resolve().as_uri() + "?mode=ro&immutable=1"
-    try:
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        conn.execute("PRAGMA cache_size=-65536")
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.DatabaseError as exc:
-        raise _fail(path, f"is damaged ({exc})", "it was probably truncated; export it again") from None
-    if not ({"StringIds"} & tables and (tables & {"EXPORT_META_DATA", "META_DATA_EXPORT", "TARGET_INFO_SYSTEM_ENV",
-                                                  "ANALYSIS_DETAILS"})):
-        conn.close()
-        raise _fail(path, "is a SQLite database but not an Nsight Systems export",
-                    "pass a file written by: nsys export --type sqlite")
-    info = ReportInfo(path=path, nsys_version=None, schema_version=None, tables=tables)
+    """Open an export for reading only (checks in nvtx_trace.export_file) and read its metadata."""
+    conn, tables = open_export(path)
+    conn.execute("PRAGMA cache_size=-65536")
+    info = ReportInfo(path=Path(path), nsys_version=None, schema_version=None, tables=tables)
     _read_metadata(conn, info)
     return conn, info
 

@@ -47,7 +47,8 @@ def _gpu_idle(a, cause_ns: dict, window_ns: int) -> list[Finding]:
         threshold=f"gaps >= {ms(a.min_gap_ns)} covering >= {pct(THRESHOLDS['gpu_idle_fraction'])} of the window",
         evidence={"window": a.window, "devices": devs,
                   "causes": a.window_causes[["device_id", "cause", "label", "idle_ns", "share", "gaps"]],
-                  "largest_gaps": in_window.nlargest(5, "duration_ns")[["device_id", "start_ns", "duration_ns", "cause"]]},
+                  "largest_gaps": in_window.nlargest(5, "duration_ns")[["device_id", "start_ns", "duration_ns", "cause"]],
+                  "cpu_during_largest_gaps": a.gap_activity.head(20) if a.gap_activity is not None else []},
     )]
 
 
