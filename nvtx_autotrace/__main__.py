@@ -1,0 +1,40 @@
+"""``python -m nvtx_autotrace train.py args...``: install, then run the script as ``__main__``.
+
+For profiling a script you cannot or will not edit. ``-m module`` runs a module
+instead of a file, like ``python -m``.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+USAGE = "usage: python -m nvtx_autotrace [-m module | script.py] [args...]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE + "\n\nRuns the program with NVTX ranges installed (see docs/autotrace.md).",
+              file=sys.stderr if not argv else sys.stdout)
+        return 2 if not argv else 0
+    import nvtx_autotrace
+
+    nvtx_autotrace.install()  # idempotent; importing already installed it
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            print(USAGE, file=sys.stderr)
+            return 2
+        sys.argv = argv[1:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = argv
+        # like `python script.py`: the script's folder first (cwd stays, for spawned workers)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+        runpy.run_path(argv[0], run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

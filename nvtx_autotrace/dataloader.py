@@ -1,0 +1,129 @@
+"""Batch waits in the training process and batch fetches inside DataLoader workers.
+
+A loader is labelled by its creation site (``train.py:41``: the first frame that
+is not the DataLoader's own ``__init__`` chain, so subclasses are seen through)
+or by a ``nvtx_name`` attribute the user set on it. The label reaches the workers
+through a picklable ``worker_init_fn`` wrapper, which works for ``fork`` (the
+patches are inherited) and ``spawn`` (unpickling it imports nvtx_autotrace in the
+fresh worker, which installs itself) alike, and for ``persistent_workers``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from nvtx_trace import names
+
+from nvtx_autotrace import _backend, _registry, steps
+
+SITE_ATTR = "_nvtx_autotrace_site"
+LABEL_ATTR = "_nvtx_autotrace_label"
+_worker: tuple[str, int] | None = None  # (loader label, worker id) inside a worker process
+
+
+def creation_site(loader) -> str:
+    """``file:line`` of the code that created ``loader`` (outside any of its own __init__s)."""
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_locals.get("self") is loader
+                                 or frame.f_code.co_filename == __file__):
+        frame = frame.f_back
+    if frame is None:
+        return type(loader).__name__
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def label_of(loader) -> str:
+    name = getattr(loader, "nvtx_name", None)
+    if name:
+        return str(name)
+    site = loader.__dict__.get(SITE_ATTR)
+    return site or type(getattr(loader, "dataset", loader)).__name__
+
+
+class WorkerInit:
+    """Replaces a loader's ``worker_init_fn`` while its iterator starts workers; picklable."""
+
+    def __init__(self, label: str, options: dict, user_fn):
+        self.label, self.options, self.user_fn = label, options, user_fn
+
+    def __call__(self, worker_id: int):
+        global _worker
+        import nvtx_autotrace
+
+        # forked: already installed alike (no-op); spawned: importing installed from the
+        # environment, which may differ from what the parent's install(**options) asked for
+        nvtx_autotrace.install(**self.options)
+        _worker = (self.label, worker_id)
+        steps.configure(active=False, emit=False)  # steps belong to the training process
+        if self.user_fn is not None:
+            return self.user_fn(worker_id)
+        return None
+
+
+def install(options_for_workers: dict) -> None:
+    from torch.utils.data import dataloader as dl
+    from torch.utils.data._utils import fetch
+
+    def make_init(original):
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            try:
+                self.__dict__[SITE_ATTR] = creation_site(self)
+            except Exception:  # never let naming break a loader
+                pass
+
+        return __init__
+
+    def make_get_iterator(original):
+        def _get_iterator(self):
+            label = label_of(self)
+            if self.num_workers > 0:
+                user_fn = self.worker_init_fn
+                self.worker_init_fn = WorkerInit(label, options_for_workers, user_fn)
+                try:
+                    it = original(self)
+                finally:
+                    self.worker_init_fn = user_fn
+            else:
+                it = original(self)
+            try:
+                setattr(it, LABEL_ATTR, label)
+            except Exception:
+                pass
+            return it
+
+        return _get_iterator
+
+    def make_next(original):
+        def __next__(self):
+            steps.touch()
+            label = getattr(self, LABEL_ATTR, None)
+            if label is None:
+                label = type(getattr(self, "_dataset", self)).__name__
+            _backend.push(names.loader_wait(label))
+            try:
+                return original(self)
+            finally:
+                _backend.pop()
+
+        return __next__
+
+    def make_fetch(original):
+        def fetch(self, possibly_batched_index):
+            where = _worker
+            if where is None:  # the main process (num_workers=0): the batch wait covers it
+                return original(self, possibly_batched_index)
+            _backend.push(names.worker_fetch(*where))
+            try:
+                return original(self, possibly_batched_index)
+            finally:
+                _backend.pop()
+
+        return fetch
+
+    _registry.patch(dl.DataLoader, "__init__", make_init)
+    _registry.patch(dl.DataLoader, "_get_iterator", make_get_iterator)
+    _registry.patch(dl._BaseDataLoaderIter, "__next__", make_next)
+    _registry.patch(fetch._MapDatasetFetcher, "fetch", make_fetch)
+    _registry.patch(fetch._IterableDatasetFetcher, "fetch", make_fetch)

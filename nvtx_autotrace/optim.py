@@ -1,0 +1,62 @@
+"""Optimizer ``step`` and ``zero_grad`` ranges, and the step boundary.
+
+Subclasses override ``step``, so the base method cannot be wrapped; PyTorch's
+global step pre/post hooks run around every subclass's ``step`` instead.
+``zero_grad`` is rarely overridden, so the base method is wrapped.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from nvtx_trace import names
+
+from nvtx_autotrace import _backend, _registry, steps
+from nvtx_autotrace._compile import compiling
+
+_tls = threading.local()
+
+
+def install(emit_ranges: bool) -> None:
+    import torch.optim
+    from torch.optim import optimizer as opt_mod
+
+    def pre(optimizer, args, kwargs) -> None:
+        if compiling():
+            return
+        steps.touch()
+        if emit_ranges:
+            stack = _tls.__dict__.setdefault("open", [])
+            stack.append(optimizer)
+            _backend.push(names.optimizer_step(type(optimizer).__name__))
+
+    def post(optimizer, args, kwargs) -> None:
+        if compiling():
+            return
+        if emit_ranges:
+            stack = _tls.__dict__.get("open")
+            if stack and stack[-1] is optimizer:
+                stack.pop()
+                _backend.pop()
+        if steps.is_lead(optimizer):
+            steps.boundary()
+
+    h1 = opt_mod.register_optimizer_step_pre_hook(pre)
+    h2 = opt_mod.register_optimizer_step_post_hook(post)
+    _registry.on_undo(h1.remove)
+    _registry.on_undo(h2.remove)
+
+    if emit_ranges:
+        def make_zero_grad(original):
+            def zero_grad(self, *args, **kwargs):
+                if compiling():
+                    return original(self, *args, **kwargs)
+                _backend.push(names.zero_grad(type(self).__name__))
+                try:
+                    return original(self, *args, **kwargs)
+                finally:
+                    _backend.pop()
+
+            return zero_grad
+
+        _registry.patch(torch.optim.Optimizer, "zero_grad", make_zero_grad)
