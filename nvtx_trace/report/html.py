@@ -1,0 +1,312 @@
+"""The HTML report: one self-contained file a PyTorch user can open from file:// with no network.
+
+Why it is built this way:
+
+* Headline numbers come from ``json.to_dict(a)``, the same dict the JSON
+  output writes, so the page and ``--json`` can never disagree; each number
+  carries its raw JSON value in ``data-key``/``data-value`` for tests.
+* plotly.js is inlined once from the installed plotly package; figures are
+  plain dicts embedded as one JSON document, escaped so that a kernel or NVTX
+  name containing ``</script>`` or ``<!--`` cannot end the script element.
+* Every piece of text is HTML-escaped; only the report's file name (not its
+  path) and nsys/schema versions are written: no environment, no host names.
+* Large reports are downsampled (see ``timeline.py``) and the page says so,
+  naming ``--html-max-points``.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import json as _json
+from pathlib import Path
+from string import Template
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace import __version__
+from nvtx_trace.analyzer.findings import ms, pct, size
+from nvtx_trace.report import stepchart, timeline
+from nvtx_trace.report import json as json_report
+
+TEMPLATE = Path(__file__).parent / "templates" / "report.html"
+MAX_POINTS_OPTION = "--html-max-points"
+TABLE_ROWS = 25
+
+
+def esc(x) -> str:
+    return _html.escape(str(x), quote=True)
+
+
+def script_json(obj) -> str:
+    """JSON safe inside <script type="application/json">: no '<', '>', '&' or line separators survive raw."""
+    text = _json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def load_lanes(a) -> tuple[pd.DataFrame | None, dict[int, str]]:
+    """NVTX ranges and thread labels for the timeline, re-read (read-only, NVTX only) from the report.
+
+    Analysis deliberately keeps no Trace; an Analysis that carries ``nvtx_ranges``
+    (and ``nvtx_threads``) is used as is.
+    """
+    ranges = getattr(a, "nvtx_ranges", None)
+    if ranges is not None:
+        return ranges, dict(getattr(a, "nvtx_threads", {}) or {})
+    try:
+        from nvtx_trace.analyzer.model import Trace
+        from nvtx_trace.analyzer.reader import Reader
+
+        reader = Reader(Path(a.path))
+    except Exception:  # the report moved or is unreadable: the page still renders, without NVTX lanes
+        return None, {}
+    try:
+        trace = Trace(reader)
+        ranges = trace.ranges
+        return ranges, {int(g): trace.thread_label(int(g)) for g in pd.unique(ranges["gtid"])}
+    finally:
+        reader.close()
+
+
+def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread_labels=None) -> str:
+    """The whole page as a string."""
+    if ranges is None:
+        ranges, thread_labels = load_lanes(a)
+    d = json_report.to_dict(a)
+    figures, notes = [], []
+    tl = timeline.build(a, ranges, thread_labels or {}, max_points=max_points)
+    if tl.figure["data"]:
+        figures.append({"div": "timeline", "figure": tl.figure})
+    notes += tl.notes
+    bd = stepchart.breakdown(a)
+    step_note = None
+    if bd is not None:
+        fig, step_note = stepchart.figure(bd)
+        figures.append({"div": "steps-chart", "figure": fig})
+    js = _plotly_js()
+    fields = {
+        "title": esc(f"nvtx-trace: {Path(str(a.path)).name}"),
+        "report_name": esc(Path(str(a.path)).name),
+        "meta": esc(f"nsys {a.nsys_version or '?'}, export schema {a.schema_version or '?'}, "
+                    f"nvtx-trace {__version__}; gaps counted from {ms(a.min_gap_ns)}"),
+        "headline": _headline(d),
+        "findings": _findings(d),
+        "timeline_section": _timeline_section(tl, notes, max_points) if tl.figure["data"] else
+        "<p class='muted'>No GPU activity or NVTX ranges to draw.</p>",
+        "steps_section": _steps_section(d, step_note) if bd is not None else
+        "<p class='muted'>No step ranges (<code>step N</code>) in this report, so no per-step breakdown.</p>",
+        "tables": _tables(a, d),
+        "plotly_js": js,
+        "data_json": script_json({"figures": figures}),
+    }
+    return Template(TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
+
+
+def write(a, path, max_points: int = timeline.DEFAULT_MAX_POINTS) -> Path:
+    path = Path(path)
+    path.write_text(render(a, max_points=max_points), encoding="utf-8")
+    return path
+
+
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs().replace("</script", "<\\/script")  # inert today; a future bundle must not end the tag
+
+
+def num(value, text: str, key: str) -> str:
+    """A headline number: shown formatted, with the JSON value it came from alongside for checking."""
+    raw = "" if value is None else _json.dumps(value)
+    return f'<span class="num" data-key="{esc(key)}" data-value="{esc(raw)}">{esc(text)}</span>'
+
+
+def _headline(d: dict) -> str:
+    cards = []
+    for i, dev in enumerate(d["devices"]):
+        wu = dev.get("window_utilization")
+        cards.append(
+            f"<div class='card'><div class='label'>GPU {esc(dev['device_id'])} · {esc(dev['name'])}</div>"
+            f"<div class='big'>{num(wu, pct(wu) if wu is not None else '-', f'devices.{i}.window_utilization')}"
+            f"<small> busy in the steady state</small></div>"
+            f"<div>{num(dev['utilization'], pct(dev['utilization']), f'devices.{i}.utilization')} over the whole "
+            f"trace ({num(dev['busy_ns'], ms(dev['busy_ns']), f'devices.{i}.busy_ns')} busy of "
+            f"{num(dev['span_ns'], ms(dev['span_ns']), f'devices.{i}.span_ns')})</div>"
+            f"<div>idle {num(dev['gap_idle_ns'], ms(dev['gap_idle_ns']), f'devices.{i}.gap_idle_ns')} in "
+            f"{num(dev['gap_count'], format(dev['gap_count'], ','), f'devices.{i}.gap_count')} gaps &ge; "
+            f"{esc(ms(d['min_gap_ns']))}</div></div>")
+    steps = d.get("steps") or {}
+    s = steps.get("summary") or {}
+    if s:
+        cards.append(
+            f"<div class='card'><div class='label'>Steady-state step time</div>"
+            f"<div class='big'>{num(s['step_ns_median'], ms(s['step_ns_median']), 'steps.summary.step_ns_median')}"
+            f"<small> median</small></div>"
+            f"<div>p90 {num(s['step_ns_p90'], ms(s['step_ns_p90']), 'steps.summary.step_ns_p90')} over "
+            f"{num(s['steady_steps'], str(s['steady_steps']), 'steps.summary.steady_steps')} steps "
+            f"({num(s['warmup_steps'], str(s['warmup_steps']), 'steps.summary.warmup_steps')} warm-up left out)</div>"
+            f"<div>GPU busy {num(s['gpu_busy_fraction'], pct(s['gpu_busy_fraction']), 'steps.summary.gpu_busy_fraction')}"
+            f", waiting for data "
+            f"{num(s['loader_wait_fraction'], pct(s['loader_wait_fraction']), 'steps.summary.loader_wait_fraction')}"
+            f" of step time</div></div>")
+    causes = (d.get("idle_causes") or {}).get("window") or []
+    if causes:
+        total = {}
+        for c in causes:
+            total[c["device_id"]] = total.get(c["device_id"], 0) + c["idle_ns"]
+        rows = "".join(
+            f"<tr><td><span class='swatch' style='background:{timeline.CAUSE_COLORS.get(c['cause'], '#999')}'>"
+            f"</span>{esc(c['label'])}{' (GPU ' + esc(c['device_id']) + ')' if len(total) > 1 else ''}</td>"
+            f"<td class='r'>{num(c['idle_ns'], ms(c['idle_ns']), f'idle_causes.window.{j}.idle_ns')}</td>"
+            f"<td class='r'>{num(c['share'], pct(c['share']), f'idle_causes.window.{j}.share')}</td>"
+            f"<td><div class='bar' style='width:{max(1, round(100 * c['share']))}%;"
+            f"background:{timeline.CAUSE_COLORS.get(c['cause'], '#999')}'></div></td></tr>"
+            for j, c in enumerate(causes))
+        window = d.get("window") or {}
+        idle_total = " + ".join(ms(v) for v in total.values())
+        cards.append(
+            f"<div class='card wide'><div class='label'>Why the GPU idles: {esc(idle_total)} idle in gaps &ge; "
+            f"{esc(ms(d['min_gap_ns']))}, {esc(window.get('source', ''))}</div>"
+            f"<table class='causes'>{rows}</table></div>")
+    if not cards:
+        return "<p class='muted'>This report holds no GPU activity.</p>"
+    return "<div class='cards'>" + "".join(cards) + "</div>"
+
+
+def _findings(d: dict) -> str:
+    if not d["findings"]:
+        return "<p class='ok'>No findings above the thresholds: nothing obvious to fix.</p>"
+    items = []
+    for i, f in enumerate(d["findings"]):
+        items.append(
+            f"<li class='finding'><div class='fhead'><span class='impact'>"
+            f"{num(f['impact_ns'], ms(f['impact_ns']), f'findings.{i}.impact_ns')}</span>"
+            f"<span class='kind'>{esc(f['kind'])}</span> {esc(f['title'])}</div>"
+            f"<div class='fix'><b>Fix:</b> {esc(f['fix'])}</div>"
+            + (f"<div class='threshold'>threshold: {esc(f['threshold'])}</div>" if f.get("threshold") else "")
+            + f"<details><summary>evidence</summary>{_evidence(f['evidence'])}</details></li>")
+    return "<ol class='findings'>" + "".join(items) + "</ol>"
+
+
+def _fmt(key: str, v) -> str:
+    if isinstance(v, bool) or v is None:
+        return esc(v)
+    if isinstance(v, (int, float)):
+        if key.endswith("_ns"):
+            return esc(ms(v))
+        if key.endswith(("fraction", "share", "utilization")):
+            return esc(pct(v))
+        if key.endswith("bytes"):
+            return esc(size(v))
+        if isinstance(v, float):
+            return esc(f"{v:.3g}")
+        return esc(f"{v:,}")
+    return esc(v)
+
+
+def _evidence(ev, depth: int = 0) -> str:
+    """Evidence of a finding, generically: scalars as a list, records as a small table."""
+    if isinstance(ev, dict):
+        if not ev:
+            return ""
+        return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{_evidence(v, depth + 1) if isinstance(v, (dict, list)) else _fmt(k, v)}</dd>"
+                                for k, v in ev.items()) + "</dl>"
+    if isinstance(ev, list):
+        if ev and all(isinstance(r, dict) for r in ev):
+            return _records_table(ev[:10], more=len(ev) - 10)
+        return esc(", ".join(str(x) for x in ev[:20]))
+    return esc(ev)
+
+
+def _records_table(records: list[dict], more: int = 0) -> str:
+    cols = list(dict.fromkeys(k for r in records for k in r))
+    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(
+        f"<td class='{'r' if isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) else ''}'>"
+        f"{_evidence(r.get(c)) if isinstance(r.get(c), (dict, list)) else _fmt(c, r.get(c))}</td>" for c in cols)
+        + "</tr>" for r in records)
+    extra = f"<p class='muted'>… and {more:,} more rows (all of them are in the JSON output).</p>" if more > 0 else ""
+    return f"<table class='data'><tr>{head}</tr>{body}</table>{extra}"
+
+
+def _timeline_section(tl, notes: list[str], max_points: int) -> str:
+    out = ("<p class='muted'>Drag to zoom into a time range, double-click to zoom out; hover a coloured gap "
+           "to see why the GPU was idle, or an NVTX range to see its name. Colours of gaps and NVTX ranges "
+           "match: an orange gap lies under an orange data-loading range. The view opens on the steady state "
+           "(shaded) that the findings are measured over; double-click the chart to see the whole trace.</p>")
+    if notes:
+        out += ("<div class='note'><b>Aggregated to keep this page small and fast</b> "
+                f"({tl.items:,} items drawn, budget {max_points:,}; raise it with "
+                f"<code>{MAX_POINTS_OPTION} N</code>). Numbers above and in the tables are exact.<ul>"
+                + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul></div>")
+    return out + "<div id='timeline' class='plot'></div>"
+
+
+def _steps_section(d: dict, note: str | None) -> str:
+    out = ("<p class='muted'>Each bar is one step's wall time, split by what the GPU was doing. Idle time is "
+           "split among causes as in the headline; “other” is idle time of other causes or in gaps shorter "
+           "than the minimum gap.</p>")
+    if note:
+        out += f"<div class='note'>{esc(note)}.</div>"
+    return out + "<div id='steps-chart' class='plot'></div>"
+
+
+def _table(df: pd.DataFrame | None, title: str, cols: dict[str, str], explain: str = "") -> str:
+    if df is None or not len(df):
+        return ""
+    cut = df.head(TABLE_ROWS)
+    head = "".join(f"<th>{esc(label)}</th>" for label in cols.values())
+    rows = []
+    for r in cut.to_dict(orient="records"):
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            if isinstance(v, np.generic):
+                v = v.item()
+            numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
+            cells.append(f"<td class='{'r' if numeric else 'name'}'>{_fmt(c, v)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    more = f"<p class='muted'>Top {TABLE_ROWS} of {len(df):,} rows; all are in the JSON output.</p>" \
+        if len(df) > TABLE_ROWS else ""
+    return (f"<h3>{esc(title)}</h3>" + (f"<p class='muted'>{esc(explain)}</p>" if explain else "")
+            + f"<table class='data'><tr>{head}</tr>{''.join(rows)}</table>{more}")
+
+
+def _tables(a, d: dict) -> str:
+    t = a.tables
+    parts = []
+    top = t.get("top_kernels")
+    if top is not None and len(top):
+        total = d["transposes"]["kernel_time_ns"] if d.get("transposes") else int(top["time_ns"].sum())
+        top = top.assign(mean_ns=top["time_ns"] / top["count"].clip(lower=1),
+                         kernel_time_share=top["time_ns"] / max(total, 1))
+        parts.append(_table(top, "Top kernels by GPU time", {"name": "kernel", "count": "launches",
+                                                             "time_ns": "total", "mean_ns": "mean",
+                                                             "kernel_time_share": "share of kernel time"}))
+    tr = d.get("transposes")
+    if tr and tr["count"]:
+        parts.append(_table(t.get("transpose_kernels"), "Layout-transpose kernels (NCHW ↔ NHWC)",
+                            {"name": "kernel", "count": "launches", "time_ns": "GPU time"},
+                            f"{tr['count']:,} transposes took {ms(tr['time_ns'])}, "
+                            f"{pct(tr['kernel_time_fraction'])} of all kernel time."))
+        parts.append(_table(t.get("transpose_modules"), "…and the modules that caused them",
+                            {"module": "module (NVTX range open at launch)", "phase": "phase", "count": "launches",
+                             "time_ns": "GPU time", "via_fallback": "attributed via process-wide fallback"}))
+    pg = d.get("pageable_h2d")
+    if pg and pg["count"]:
+        parts.append(_table(t.get("pageable_sources"), "Host-to-device copies from pageable memory",
+                            {"range": "NVTX range that issued them", "api": "CUDA call", "count": "copies",
+                             "bytes": "bytes", "time_ns": "GPU time", "api_ns": "CPU blocked"},
+                            f"{pg['count']:,} copies, {size(pg['bytes'])}, at "
+                            f"{pg['bandwidth_gbps'] or 0:.1f} GB/s (pinned copies in this report: "
+                            f"{pg['pinned_bandwidth_gbps'] or 0:.1f} GB/s)."))
+    parts.append(_table(t.get("sync_sources"), "Host syncs (CPU blocked until the GPU caught up)",
+                        {"api": "CUDA call", "range": "NVTX range", "count": "calls", "blocked_ns": "CPU blocked"}))
+    parts.append(_table(t.get("loader_workers"), "DataLoader workers",
+                        {"loader": "loader", "worker": "worker", "pid": "pid", "fetches": "batches",
+                         "fetch_ns_median": "median fetch", "batches_per_s": "batches/s"}))
+    notes = "".join(f"<li><b>skipped {esc(k)}</b>: {esc(v)}</li>" for k, v in d["skipped"].items())
+    notes += "".join(f"<li><b>warning</b>: {esc(w)}</li>" for w in d["warnings"])
+    if notes:
+        parts.append(f"<h3>Notes on this report</h3><ul class='notes'>{notes}</ul>")
+    return "".join(parts) or "<p class='muted'>No kernel, copy or sync data in this report.</p>"

@@ -1,0 +1,119 @@
+"""Per-step stacked breakdown for the HTML report: where each step's wall time went, from the GPU's view.
+
+Each step's duration is split into GPU compute (busy) and GPU idle, and the
+idle part into the causes the gap analysis found (waiting for data, host-side
+copies, host syncs) plus "other idle" (other causes and gaps shorter than
+``--min-gap-ms``). A gap that straddles two steps is shared between them in
+proportion to its overlap with each, so every bar adds up to the step time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace.analyzer.findings import ms
+
+PARTS = [  # column, legend, colour
+    ("compute_ns", "GPU computing", "#2e7d32"),
+    ("loader_ns", "GPU idle: waiting for data", "#ef6c00"),
+    ("copy_ns", "GPU idle: host-side copies", "#6a1b9a"),
+    ("sync_ns", "GPU idle: host syncs", "#c62828"),
+    ("other_ns", "GPU idle: other", "#9e9e9e"),
+]
+MAX_BARS = 400
+
+
+def breakdown(a) -> pd.DataFrame | None:
+    """step, warmup, duration_ns and one column per part of PARTS (ns); None without steps."""
+    if a.steps is None or not len(a.steps.table):
+        return None
+    st = a.steps.table.sort_values("start_ns", ignore_index=True)
+    s, e = st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64)
+    out = pd.DataFrame({"step": st["step"].to_numpy(), "warmup": st["warmup"].to_numpy(),
+                        "duration_ns": st["duration_ns"].to_numpy(np.int64),
+                        "compute_ns": st["gpu_busy_ns"].to_numpy(np.int64)})
+    shares = {"loader_ns": "dataloader_ns", "copy_ns": "copy_ns", "sync_ns": "sync_ns"}
+    for col in shares:
+        out[col] = 0.0
+    gaps = _gaps_of_step_device(a)
+    if gaps is not None and len(gaps):
+        gs, ge = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
+        # Steps overlapping each gap: [first, last) by binary search (steps do not overlap).
+        first = np.searchsorted(e, gs, side="right")
+        last = np.searchsorted(s, ge, side="left")
+        n = np.maximum(last - first, 0)
+        gi = np.repeat(np.arange(gs.size), n)
+        si = np.repeat(first, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+        if gi.size:
+            overlap = np.minimum(ge[gi], e[si]) - np.maximum(gs[gi], s[si])
+            frac = np.clip(overlap, 0, None) / np.maximum(ge[gi] - gs[gi], 1)
+            for col, src in shares.items():
+                out[col] = np.bincount(si, weights=gaps[src].to_numpy(np.float64)[gi] * frac, minlength=len(out))
+    idle = np.maximum(out["duration_ns"] - out["compute_ns"], 0)
+    explained = out[list(shares)].sum(axis=1)
+    scale = np.where(explained > idle, idle / np.maximum(explained, 1), 1.0)  # never more idle than there was
+    for col in shares:
+        out[col] = out[col] * scale
+    out["other_ns"] = np.maximum(idle - out[list(shares)].sum(axis=1), 0)
+    return out
+
+
+def _gaps_of_step_device(a):
+    """Gaps of the GPU the training thread drives (the device whose processes include the steps' pid)."""
+    if a.idle is None or not len(a.idle.gaps) or not a.idle.devices:
+        return None
+    dev = a.idle.devices[0]
+    pid = None
+    if "pid" in a.steps.table.columns and len(a.steps.table):
+        pid = int(a.steps.table["pid"].iloc[0])
+    for d in a.idle.devices:
+        if pid is not None and pid in d.pids:
+            dev = d
+            break
+    else:
+        dev = max(a.idle.devices, key=lambda d: d.busy_ns)
+    return a.idle.gaps[a.idle.gaps["device_id"] == dev.device_id]
+
+
+def figure(bd: pd.DataFrame) -> tuple[dict, str | None]:
+    """Stacked bars, one per step (or per run of steps beyond MAX_BARS); returns (figure, note)."""
+    note = None
+    k = max(1, int(np.ceil(len(bd) / MAX_BARS)))
+    if k > 1:
+        grp = np.arange(len(bd)) // k
+        agg = {c: "mean" for c, _, _ in PARTS}
+        agg.update(step=("first"), duration_ns="mean", warmup="all")
+        last = bd.groupby(grp)["step"].last().to_numpy()
+        bd = bd.groupby(grp).agg(agg).reset_index(drop=True)
+        xlabels = [f"{f}-{la}" for f, la in zip(bd["step"], last)]
+        note = f"{k} consecutive steps are averaged per bar ({len(bd):,} bars for {len(bd) * k:,} steps or fewer)"
+    else:
+        xlabels = [str(x) for x in bd["step"]]
+    data = []
+    for col, label, color in PARTS:
+        v = bd[col].to_numpy(np.float64)
+        text = [f"<b>step {x}</b>{' (warm-up)' if w else ''}<br>{label}: {ms(n)} of {ms(d)}"
+                for x, w, n, d in zip(xlabels, bd["warmup"], v, bd["duration_ns"])]
+        data.append({"type": "bar", "name": label, "x": xlabels, "y": np.round(v / 1e6, 4).tolist(),
+                     "marker": {"color": color}, "hovertext": text, "hoverinfo": "text",
+                     "hoverlabel": {"namelength": 0}})
+    layout = {"barmode": "stack", "height": 380, "margin": {"l": 60, "r": 10, "t": 30, "b": 50},
+              "xaxis": {"title": {"text": "step (warm-up steps first)"}, "type": "category"},
+              "yaxis": {"title": {"text": "ms"}, "rangemode": "tozero"},
+              "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "traceorder": "normal"},
+              "hovermode": "closest",
+              "plot_bgcolor": "white", "bargap": 0.15}
+    warm = int(bd["warmup"].sum())
+    steady_max = float(bd.loc[~bd["warmup"].astype(bool), "duration_ns"].max()) if warm < len(bd) else 0.0
+    clipped = warm and steady_max and float(bd["duration_ns"].max()) > 3 * steady_max
+    if clipped:  # one 8 s warm-up step would flatten every steady-state bar
+        layout["yaxis"]["range"] = [0, round(1.15 * steady_max / 1e6, 3)]
+    if 0 < warm < len(bd):
+        layout["shapes"] = [{"type": "rect", "xref": "x", "yref": "paper", "x0": -0.5, "x1": warm - 0.5,
+                             "y0": 0, "y1": 1, "fillcolor": "rgba(255,224,130,0.25)", "line": {"width": 0},
+                             "layer": "below"}]
+        layout["annotations"] = [{"xref": "x", "yref": "paper", "x": warm - 0.5, "xanchor": "left", "y": 0.99,
+                                  "yanchor": "top", "showarrow": False, "font": {"size": 11, "color": "#8d6e00"},
+                                  "text": "← warm-up" + (" (bar cut off: hover it for its time)" if clipped else "")}]
+    return {"data": data, "layout": layout}, note

@@ -1,0 +1,317 @@
+"""The HTML report's timeline: plotly figure dicts built from an Analysis, downsampled to a budget.
+
+Why a budget: a real training run has millions of kernels, and a browser
+drawing millions of SVG rectangles takes minutes and a 500 MB file. The
+timeline therefore draws at most ``max_points`` items, chosen so that what a
+user can see at full width stays true:
+
+* GPU busy intervals are merged across the *shortest* idle slivers first
+  (a 3 µs hole is invisible at any useful zoom), keeping every long gap.
+* Idle gaps (the ones the analysis explains) keep the longest first.
+* NVTX ranges keep the longest per lane; short ones are sub-pixel anyway.
+
+Everything dropped or merged is counted in ``Timeline.notes`` so the page can
+say so and name the option (``--html-max-points``) that controls it.
+
+Lanes use a numeric y axis (one row per lane) so that busy lanes can be one
+SVG path (a ``scatter`` line with ``None`` separators: cheap) while gaps and
+NVTX ranges are horizontal bars (hover works anywhere on them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace import names
+from nvtx_trace.analyzer.findings import ms
+from nvtx_trace.analyzer.gpu_idle import CAUSES, category_masks
+
+DEFAULT_MAX_POINTS = 20_000
+MAX_DEPTH = 4  # NVTX nesting levels drawn per thread
+MAX_THREADS = 24  # NVTX thread lanes drawn
+LANE_PX = 26
+
+BUSY_COLOR = "#2e7d32"
+CAUSE_COLORS = {
+    "dataloader": "#ef6c00", "sync": "#c62828", "copy": "#6a1b9a", "cuda_api": "#795548",
+    "optimizer": "#d81b60", "backward": "#1565c0", "forward": "#42a5f5", "other_range": "#00897b",
+    "unattributed": "#9e9e9e",
+}
+STEP_COLOR = "#b0bec5"
+
+
+@dataclass
+class Timeline:
+    figure: dict
+    notes: list[str] = field(default_factory=list)  # what was aggregated, for the page
+    items: int = 0  # drawn intervals (busy blocks + gaps + ranges + steps)
+
+
+def cap_busy(starts: np.ndarray, ends: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Merge a sorted disjoint set into at most ``cap`` blocks by closing its shortest holes.
+
+    Returns (starts, ends, widest hole closed in ns; 0 when nothing was merged).
+    """
+    n = starts.size
+    if n <= cap or n == 0:
+        return starts, ends, 0
+    holes = starts[1:] - ends[:-1]
+    keep = np.zeros(holes.size, dtype=bool)
+    if cap > 1:
+        keep[np.argpartition(holes, holes.size - (cap - 1))[holes.size - (cap - 1):]] = True
+    widest_closed = int(holes[~keep].max()) if (~keep).any() else 0
+    new_starts = np.concatenate([starts[:1], starts[1:][keep]])
+    new_ends = np.concatenate([ends[:-1][keep], ends[-1:]])
+    return new_starts, new_ends, widest_closed
+
+
+def nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Depth of each range in its thread's push/pop stack (0 = outermost); same order as the input.
+
+    For properly nested ranges sorted by start, the ranges open when range i
+    starts are those before it that have not ended: i - #(ends <= start_i).
+    """
+    order = np.lexsort((-ends, starts))
+    depth = np.arange(starts.size) - np.searchsorted(np.sort(ends), starts[order], side="right")
+    out = np.empty(starts.size, dtype=np.int64)
+    out[order] = np.maximum(depth, 0)
+    return out
+
+
+def range_categories(range_names: pd.Series) -> np.ndarray:
+    """Colour key per NVTX range: the gap cause it stands for, or 'step'/'fetch'."""
+    masks = category_masks(range_names.astype("category"), names.DEFAULT_USER_LOADER_PATTERN)
+    out = np.full(len(range_names), "other_range", dtype=object)
+    for key in ("forward", "backward", "optimizer", "copy", "sync", "dataloader"):
+        out[masks[key]] = key
+    cats = range_names.astype("category").cat.categories
+    codes = range_names.astype("category").cat.codes.to_numpy()
+    is_step = np.array([bool(names.STEP_RE.match(c)) for c in cats], dtype=bool)
+    is_fetch = np.array([bool(names.WORKER_FETCH_RE.match(c)) for c in cats], dtype=bool)
+    if len(cats):
+        out[is_step[codes]] = "step"
+        out[is_fetch[codes]] = "dataloader"
+    return out
+
+
+def _sec(ns, t0: int) -> list[float]:
+    return np.round((np.asarray(ns, dtype=np.float64) - t0) / 1e9, 9).tolist()
+
+
+def _bars(name: str, lanes, start_ns, end_ns, t0: int, text, color, legend: bool, group: str,
+          label_inside=None, label_color: str = "white") -> dict:
+    start_ns = np.asarray(start_ns, dtype=np.int64)
+    end_ns = np.asarray(end_ns, dtype=np.int64)
+    trace = {
+        "type": "bar", "orientation": "h", "name": name, "legendgroup": group, "showlegend": legend,
+        "y": np.asarray(lanes).tolist(), "base": _sec(start_ns, t0),
+        "x": np.round(np.maximum(end_ns - start_ns, 1) / 1e9, 9).tolist(),
+        "width": 0.8, "marker": {"color": color, "line": {"width": 0}},
+        "hovertext": list(text), "hoverinfo": "text", "hoverlabel": {"namelength": 0},
+    }
+    if label_inside is not None:
+        trace.update({"text": list(label_inside), "textposition": "inside", "insidetextanchor": "start",
+                      "textfont": {"size": 10, "color": label_color}, "cliponaxis": True})
+    else:
+        trace["textposition"] = "none"
+    return trace
+
+
+def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
+          max_points: int = DEFAULT_MAX_POINTS) -> Timeline:
+    """The timeline figure: GPU busy/idle lanes, a step lane, NVTX lanes per thread and nesting depth."""
+    max_points = max(int(max_points), 100)
+    t0 = int(a.trace_start_ns)
+    devices = a.idle.devices if a.idle else []
+    notes: list[str] = []
+    data: list[dict] = []
+    labels: list[str] = []
+    items = 0
+
+    # ---- GPU lanes: busy as one path per device, gaps as bars coloured by cause ----
+    busy_cap = max(50, max_points // 2 // max(len(devices), 1))
+    gap_cap = max(50, max_points // 4 // max(len(devices), 1))
+    gaps_all = a.idle.gaps if a.idle is not None else pd.DataFrame()
+    gap_rows = []
+    for dev in devices:
+        lane = len(labels)
+        labels.append(f"GPU {dev.device_id} busy / idle")
+        s, e, closed = cap_busy(dev.busy[0], dev.busy[1], busy_cap)
+        if closed:
+            notes.append(f"GPU {dev.device_id}: {dev.busy[0].size:,} busy intervals drawn as {s.size:,} blocks; "
+                         f"idle slivers up to {ms(closed)} inside a block are not drawn")
+        xs = np.empty(s.size * 3, dtype=object)
+        xs[0::3], xs[1::3], xs[2::3] = _sec(s, t0), _sec(e, t0), None
+        data.append({"type": "scatter", "mode": "lines", "name": "GPU busy", "legendgroup": "busy",
+                     "showlegend": lane == 0, "x": xs.tolist(), "y": [lane, lane, None] * int(s.size),
+                     "line": {"color": BUSY_COLOR, "width": LANE_PX * 0.62}, "hoverinfo": "skip"})
+        items += int(s.size)
+        g = gaps_all[gaps_all["device_id"] == dev.device_id] if len(gaps_all) else gaps_all
+        if len(g) > gap_cap:
+            notes.append(f"GPU {dev.device_id}: the {gap_cap:,} longest of {len(g):,} idle gaps are highlighted")
+            g = g.nlargest(gap_cap, "duration_ns")
+        if len(g):
+            gap_rows.append(g.assign(lane=lane))
+    if gap_rows:
+        gaps = pd.concat(gap_rows, ignore_index=True)
+        for cause, label in CAUSES.items():
+            g = gaps[gaps["cause"] == cause]
+            if not len(g):
+                continue
+            data.append(_bars(f"idle: {label}", g["lane"], g["start_ns"], g["end_ns"], t0, _gap_texts(g, t0),
+                              CAUSE_COLORS[cause], True, "gap:" + cause))
+            items += len(g)
+
+    # ---- steps lane and boundaries ----
+    step_lane = None
+    if a.steps is not None and len(a.steps.table):
+        step_lane = len(labels)
+        labels.append("steps")
+        st = a.steps.table
+        step_cap = max(20, max_points // 10)
+        shown = _group_steps(st, step_cap)
+        if len(shown) < len(st):
+            notes.append(f"{len(st):,} steps drawn as {len(shown):,} groups of consecutive steps")
+        color = np.where(shown["warmup"], "#ffe082", np.where(np.arange(len(shown)) % 2, STEP_COLOR, "#90a4ae"))
+        data.append(_bars("steps", [step_lane] * len(shown), shown["start_ns"], shown["end_ns"], t0,
+                          shown["text"], color.tolist(), False, "steps", label_inside=shown["label"],
+                          label_color="#263238"))
+        items += len(shown)
+
+    # ---- NVTX lanes: one per thread and nesting depth, longest ranges first ----
+    nvtx_first = len(labels)
+    if ranges is not None and len(ranges):
+        lanes, texts = _nvtx_lanes(ranges, thread_labels, max(50, max_points // 4), labels, notes, t0)
+        if lanes is not None and len(lanes):
+            data.append(_bars("NVTX ranges", lanes["lane"], lanes["start_ns"], lanes["end_ns"], t0, texts,
+                              [CAUSE_COLORS.get(c, STEP_COLOR) for c in lanes["cat"]], False, "nvtx",
+                              label_inside=lanes["name"].astype(str).tolist()))
+            items += len(lanes)
+
+    # Step boundaries across every lane: one dashed path, not one shape per step.
+    if step_lane is not None and len(labels):
+        st = a.steps.table
+        bounds = np.unique(np.concatenate([st["start_ns"].to_numpy(), st["end_ns"].to_numpy()]))
+        if bounds.size <= max_points // 10:
+            xs = np.empty(bounds.size * 3, dtype=object)
+            xs[0::3] = xs[1::3] = _sec(bounds, t0)
+            xs[2::3] = None
+            data.append({"type": "scatter", "mode": "lines", "name": "step boundary", "showlegend": False,
+                         "x": xs.tolist(), "y": [-0.5, len(labels) - 0.5, None] * int(bounds.size),
+                         "line": {"color": "rgba(55,71,79,0.35)", "width": 1, "dash": "dot"}, "hoverinfo": "skip"})
+        else:
+            notes.append(f"step boundaries are drawn only on the steps lane ({bounds.size:,} of them)")
+    figure = {"data": data, "layout": _layout(a, labels, t0, nvtx_first)}
+    return Timeline(figure=figure, notes=notes, items=items)
+
+
+def _gap_texts(g: pd.DataFrame, t0: int) -> list[str]:
+    """Hover text of each gap: how long, where, its dominant cause and the split among causes."""
+    out = []
+    cols = [(k, f"{k}_ns") for k in CAUSES if f"{k}_ns" in g.columns]
+    for row in g.itertuples(index=False):
+        d = row._asdict()
+        parts = sorted(((d[c], k) for k, c in cols if d[c] > 0), reverse=True)[:4]
+        split = "<br>".join(f"&nbsp;&nbsp;{CAUSES[k]}: {ms(v)}" for v, k in parts)
+        out.append(f"<b>GPU {row.device_id} idle {ms(row.duration_ns)}</b> at {(row.start_ns - t0) / 1e9:.4f} s"
+                   f"<br>cause: <b>{CAUSES.get(row.cause, row.cause)}</b><br>{split}")
+    return out
+
+
+def _group_steps(st: pd.DataFrame, cap: int) -> pd.DataFrame:
+    """Steps as drawn: one bar each, or runs of k consecutive steps when there are more than ``cap``."""
+    k = max(1, int(np.ceil(len(st) / cap)))
+    grp = np.arange(len(st)) // k
+    out = st.groupby(grp).agg(first=("step", "first"), last=("step", "last"), start_ns=("start_ns", "min"),
+                              end_ns=("end_ns", "max"), duration_ns=("duration_ns", "mean"),
+                              busy=("gpu_busy_ns", "sum"), total=("duration_ns", "sum"), warmup=("warmup", "all"),
+                              loader=("loader_wait_ns", "sum"))
+    one = out["first"] == out["last"]
+    out["label"] = np.where(one, "step " + out["first"].astype(str),
+                            "steps " + out["first"].astype(str) + "-" + out["last"].astype(str))
+    busy = out["busy"] / out["total"].where(out["total"] > 0, 1)
+    wait = out["loader"] / out["total"].where(out["total"] > 0, 1)
+    out["text"] = [f"<b>{lab}</b>{' (warm-up)' if w else ''}<br>{'mean ' if not o else ''}step time {ms(d)}"
+                   f"<br>GPU busy {b:.0%} · CPU waiting for data {lw:.0%}"
+                   for lab, w, o, d, b, lw in zip(out["label"], out["warmup"], one, out["duration_ns"], busy, wait)]
+    return out.reset_index(drop=True)
+
+
+def _nvtx_lanes(ranges: pd.DataFrame, thread_labels: dict[int, str], cap: int, labels: list[str],
+                notes: list[str], t0: int):
+    """Assign each range a lane (thread x depth), keep the longest per lane within ``cap`` in total."""
+    per_thread = ranges.groupby("gtid").size().sort_values(ascending=False)
+    threads = list(per_thread.index[:MAX_THREADS])
+    if len(per_thread) > MAX_THREADS:
+        notes.append(f"NVTX ranges of {len(per_thread) - MAX_THREADS} more thread(s) with the fewest ranges "
+                     "are not drawn")
+    frames = []
+    too_deep = 0
+    for gtid in threads:
+        r = ranges[ranges["gtid"] == gtid]
+        depth = nesting_depth(r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64))
+        too_deep += int((depth >= MAX_DEPTH).sum())
+        r = r.assign(depth=depth)[depth < MAX_DEPTH]
+        base = thread_labels.get(int(gtid), f"thread {int(gtid) & 0xFFFFFF}")
+        for d in range(int(r["depth"].max()) + 1 if len(r) else 0):
+            frames.append(r[r["depth"] == d].assign(lane=len(labels)))
+            labels.append(base if d == 0 else f"{base} · depth {d}")
+    if too_deep:
+        notes.append(f"{too_deep:,} NVTX ranges nested deeper than {MAX_DEPTH} levels are not drawn")
+    if not frames:
+        return None, []
+    per_lane = max(10, cap // len(frames))
+    total = sum(len(f) for f in frames)
+    kept = []
+    for f in frames:
+        if len(f) > per_lane:
+            f = f.assign(_d=f["end_ns"] - f["start_ns"]).nlargest(per_lane, "_d").drop(columns="_d")
+        kept.append(f)
+    lanes = pd.concat(kept, ignore_index=True)
+    if len(lanes) < total:
+        notes.append(f"{len(lanes):,} of {total:,} NVTX ranges drawn (the longest {per_lane:,} per lane)")
+    lanes["cat"] = range_categories(lanes["name"].astype(str))
+    texts = [f"<b>{_esc(n)}</b><br>{ms(e - s)} at {(s - t0) / 1e9:.4f} s"
+             for n, s, e in zip(lanes["name"].astype(str), lanes["start_ns"], lanes["end_ns"])]
+    lanes["name"] = [_esc(n) for n in lanes["name"].astype(str)]
+    return lanes, texts
+
+
+def _esc(text: str) -> str:
+    """Plotly renders hover and bar text as a small HTML subset: user-controlled names must not be markup."""
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;"))
+
+
+def _layout(a, labels: list[str], t0: int, nvtx_first: int) -> dict:
+    shapes = []
+    w = a.window or {}
+    xrange = None
+    if w.get("start_ns") is not None and "steady" in str(w.get("source", "")):
+        x0, x1 = (w["start_ns"] - t0) / 1e9, (w["end_ns"] - t0) / 1e9
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "layer": "below",
+                       "x0": x0, "x1": x1, "y0": 0, "y1": 1,
+                       "fillcolor": "rgba(46,125,50,0.06)", "line": {"width": 0}})
+        pad = 0.02 * (x1 - x0)
+        xrange = [x0 - pad, x1 + pad]  # open on the steady state the findings describe
+    if 0 < nvtx_first < len(labels):
+        shapes.append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1,
+                       "y0": nvtx_first - 0.5, "y1": nvtx_first - 0.5, "line": {"color": "#cfd8dc", "width": 1}})
+    return {
+        "height": 110 + LANE_PX * max(len(labels), 1) + 60,
+        "margin": {"l": 10, "r": 10, "t": 30, "b": 40},
+        "barmode": "overlay", "bargap": 0, "hovermode": "closest", "dragmode": "zoom",
+        "uniformtext": {"minsize": 8, "mode": "hide"},
+        "xaxis": {"title": {"text": "seconds since the start of the trace"}, "ticksuffix": " s",
+                  "zeroline": False, "showspikes": True, "spikemode": "across", "spikethickness": 1,
+                  **({"range": xrange, "autorange": False} if xrange else {})},
+        "yaxis": {"tickmode": "array", "tickvals": list(range(len(labels))), "ticktext": [_esc(x) for x in labels],
+                  "range": [len(labels) - 0.5, -0.5], "fixedrange": True, "automargin": True, "zeroline": False,
+                  "showgrid": False},
+        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
+        "shapes": shapes,
+        "plot_bgcolor": "white",
+    }
