@@ -1,0 +1,332 @@
+"""nvtx_autotrace without a profiler: ranges are sent to a recording backend and checked
+for names, nesting and balance; install/uninstall must leave torch exactly as it was, and
+training results must not change by a single bit."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, need
+
+pytestmark = pytest.mark.torch
+
+sys.path.insert(0, str(ROOT / "tests" / "scripts"))
+
+
+@pytest.fixture(scope="module")
+def torch():
+    need("PyTorch", importlib.util.find_spec("torch") is not None)
+    need("nvtx", importlib.util.find_spec("nvtx") is not None)
+    import torch
+
+    torch.set_num_threads(1)
+    return torch
+
+
+@pytest.fixture
+def at(torch):
+    """nvtx_autotrace, uninstalled, with a Recorder ready; uninstalled again afterwards."""
+    import nvtx_autotrace
+    from nvtx_autotrace import _backend
+
+    nvtx_autotrace.uninstall()
+    rec = _backend.Recorder()
+    nvtx_autotrace.use_backend(rec)
+    nvtx_autotrace.recorder = rec
+    yield nvtx_autotrace
+    nvtx_autotrace.uninstall()
+    nvtx_autotrace.use_backend(None)
+
+
+def cpu_train():
+    import cpu_train as mod
+
+    return mod
+
+
+def snapshot(torch) -> dict:
+    """Everything nvtx_autotrace may touch, by identity."""
+    import torch.utils.data._utils.fetch as fetch
+    from torch.nn.modules import module as mm
+    from torch.optim import optimizer as om
+    from torch.utils.data import dataloader as dl
+
+    owners = {"Tensor": torch.Tensor, "DataLoader": dl.DataLoader, "Iter": dl._BaseDataLoaderIter,
+              "MapFetch": fetch._MapDatasetFetcher, "IterFetch": fetch._IterableDatasetFetcher,
+              "Optimizer": torch.optim.Optimizer}
+    snap = {name: dict(vars(cls)) for name, cls in owners.items()}
+    snap["autograd.backward"] = torch.autograd.backward
+    snap["cuda.synchronize"] = torch.cuda.synchronize
+    snap["hooks"] = (len(mm._global_forward_pre_hooks), len(mm._global_forward_hooks),
+                     len(om._global_optimizer_pre_hooks), len(om._global_optimizer_post_hooks))
+    return snap
+
+
+def test_uninstall_restores_every_attribute_and_hook(at, torch):
+    before = snapshot(torch)
+    at.install(enabled="1")
+    during = snapshot(torch)
+    assert during != before
+    assert torch.Tensor.to is not before["Tensor"].get("to", torch._C.TensorBase.to)
+    at.uninstall()
+    after = snapshot(torch)
+    assert after == before
+    assert "to" not in vars(torch.Tensor)  # inherited from TensorBase before, so deleted again
+
+
+def test_install_is_idempotent_and_reinstalls_on_new_options(at, torch):
+    from nvtx_autotrace import _registry
+
+    at.install(enabled="1")
+    n, to = _registry.count(), torch.Tensor.to
+    at.install(enabled="1")
+    assert _registry.count() == n and torch.Tensor.to is to
+    at.install(enabled="1", module_depth=1)
+    assert at.options().module_depth == 1 and _registry.count() == n
+    assert torch.Tensor.to.__wrapped__ is torch._C.TensorBase.to  # one layer, not two
+
+
+def test_losses_are_bitwise_identical_with_and_without_patches(at, torch):
+    train = cpu_train().train
+    plain = train(steps=4, workers=0)
+    at.install(enabled="1")
+    traced = train(steps=4, workers=0)
+    assert [x.hex() for x in traced] == [x.hex() for x in plain]
+    assert len(at.recorder.events) > 100  # the patches were really in the path
+
+
+def test_training_loop_emits_the_contract_names_balanced(at, torch):
+    from nvtx_trace import names
+
+    at.install(enabled="1")
+    cpu_train().train(steps=3, workers=0)
+    at.uninstall()
+    rec = at.recorder
+    got = rec.names()
+    assert rec.balanced()
+    for expected in ("step 0", "step 1", "step 2", "forward (TinyNet)", "forward stem (Linear)",
+                     "forward blocks.0.fc1 (Linear)", "forward blocks.1.act (ReLU)", "backward",
+                     "backward blocks.0.fc1 (Linear)", "backward (TinyNet)", "optimizer.step (SGD)",
+                     "optimizer.zero_grad (SGD)"):
+        assert expected in got, expected
+    waits = [n for n in got if n.startswith(names.LOADER_WAIT_PREFIX)]
+    assert waits and set(waits) == {"dataloader.next [cpu_train.py:64]"}
+    assert all(names.is_auto_range(n) for n in got)
+    assert all(names.MODULE_RE.match(n) for n in got if n.startswith(("forward", "backward ")))
+    # step N ends when optimizer step N does, and step N+1 starts right then
+    seq = [(k, w if k == "push" else w[1] if k in ("start", "end") else None) for k, w, _ in rec.events]
+    i = seq.index(("end", "step 0"))
+    assert seq[i + 1] == ("start", "step 1")
+    assert seq[i - 1] == ("pop", None) and ("push", "optimizer.step (SGD)") in seq[i - 3:i]
+
+
+def test_module_depth_limits_names_but_not_roots(at, torch):
+    at.install(enabled="1", module_depth=1)
+    cpu_train().train(steps=1, workers=0)
+    got = set(at.recorder.names())
+    assert {"forward (TinyNet)", "forward blocks (Sequential)", "forward head (Linear)"} <= got
+    assert not any(n.startswith(("forward blocks.", "backward blocks.")) for n in got)
+
+
+def test_backward_modules_option_off(at, torch):
+    at.install(enabled="1", backward_modules=False)
+    cpu_train().train(steps=1, workers=0)
+    got = at.recorder.names()
+    assert "backward" in got and not any(n.startswith("backward ") for n in got)
+
+
+def test_step_counter_callbacks_and_mark_step(at, torch):
+    at.install(enabled="1")
+    seen = []
+    remove = at.on_step_boundary(seen.append)
+    start = at.current_step()
+    cpu_train().train(steps=3, workers=0)
+    assert at.current_step() == start + 3 and seen == [start + 1, start + 2, start + 3]
+    remove()
+    assert at.mark_step() == start + 4 and seen == [start + 1, start + 2, start + 3]
+
+
+def test_only_the_first_optimizer_counts_steps(at, torch):
+    at.install(enabled="1")
+    a = torch.nn.Linear(2, 2)
+    opt1, opt2 = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.Adam(a.parameters())
+    for _ in range(2):
+        a(torch.ones(1, 2)).sum().backward()
+        opt1.step()
+        opt2.step()
+    assert at.current_step() == 2
+    assert at.recorder.names().count("optimizer.step (Adam)") == 2
+
+
+def test_auto_mode_without_profiler_installs_only_the_step_counter(at, torch, monkeypatch):
+    from torch.nn.modules import module as mm
+
+    for var in ("NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH", "NVTX_AUTOTRACE"):
+        monkeypatch.delenv(var, raising=False)
+    hooks = len(mm._global_forward_pre_hooks)
+    at.install()
+    assert at.is_installed() and not at.ranges_enabled()
+    assert len(mm._global_forward_pre_hooks) == hooks and "to" not in vars(torch.Tensor)
+    cpu_train().train(steps=2, workers=0)
+    assert at.current_step() == 2 and at.recorder.events == []
+
+
+def test_environment_variables_set_options(at, monkeypatch):
+    from nvtx_autotrace.options import Options
+
+    monkeypatch.setenv("NVTX_AUTOTRACE", "1")
+    monkeypatch.setenv("NVTX_AUTOTRACE_MODULE_DEPTH", "2")
+    monkeypatch.setenv("NVTX_AUTOTRACE_COPIES", "off")
+    opts = Options.from_env()
+    assert (opts.enabled, opts.module_depth, opts.copies, opts.syncs) == ("1", 2, False, True)
+    assert Options.from_env(module_depth=3).module_depth == 3
+    assert Options.from_env(environ=opts.as_env()) == opts
+    with pytest.raises(TypeError):
+        Options.from_env(depth=3)
+    monkeypatch.setenv("NVTX_AUTOTRACE_MODULE_DEPTH", "deep")
+    with pytest.raises(ValueError, match="NVTX_AUTOTRACE_MODULE_DEPTH"):
+        Options.from_env()
+
+
+def test_nvtx_autotrace_0_installs_nothing(at, monkeypatch):
+    from nvtx_autotrace import _registry
+
+    monkeypatch.setenv("NVTX_AUTOTRACE", "0")
+    at.install()
+    assert not at.is_installed() and _registry.count() == 0
+
+
+def test_loader_label_is_creation_site_or_nvtx_name(at, torch):
+    from torch.utils.data import DataLoader
+
+    at.install(enabled="1")
+
+    class MyLoader(DataLoader):
+        def __init__(self, data):
+            super().__init__(data, batch_size=2)
+
+    plain = DataLoader(list(range(4)), batch_size=2)
+    line = sys._getframe().f_lineno - 1
+    sub = MyLoader(list(range(4)))
+    sub_line = sys._getframe().f_lineno - 1
+    named = DataLoader(list(range(4)), batch_size=2)
+    named.nvtx_name = "val"
+    for loader in (plain, sub, named):
+        list(loader)
+    waits = set(n for n in at.recorder.names() if n.startswith("dataloader.next"))
+    here = Path(__file__).name
+    assert waits == {f"dataloader.next [{here}:{line}]", f"dataloader.next [{here}:{sub_line}]",
+                     "dataloader.next [val]"}
+
+
+class Probe:
+    """A dataset reporting, from inside the worker, what nvtx_autotrace set up there."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        import torch.utils.data._utils.fetch as fetch
+
+        from nvtx_autotrace import _registry, dataloader
+
+        return repr((dataloader._worker, hasattr(fetch._MapDatasetFetcher.fetch, _registry.PATCHED_MARK)))
+
+
+@pytest.mark.parametrize("method,workers,persistent", [("fork", 2, False), ("spawn", 1, True)])
+def test_workers_know_their_loader_and_id(at, torch, method, workers, persistent):
+    from torch.utils.data import DataLoader
+
+    at.install(enabled="1")
+    loader = DataLoader(Probe(), batch_size=1, num_workers=workers, multiprocessing_context=method,
+                        persistent_workers=persistent)
+    loader.nvtx_name = "probe"
+    for _epoch in range(2 if persistent else 1):
+        seen = {s for batch in loader for s in batch}
+    assert seen == {repr((("probe", w), True)) for w in range(workers)}
+
+
+def test_compiled_model_runs_and_warns_once(at, torch):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    x = torch.ones(3, 4)
+    expected = model(x)
+    compiled = torch.compile(model, backend="eager")
+    at.install(enabled="1")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = compiled(x)
+        out.sum().backward()
+        compiled(x)
+    assert torch.equal(out, expected)
+    ours = [w for w in caught if str(w.message).startswith("nvtx_autotrace")]
+    assert len(ours) == 1 and "torch.compile" in str(ours[0].message)
+    at.uninstall()
+    got = at.recorder.names()
+    assert "forward (OptimizedModule)" in got and "backward (OptimizedModule)" in got
+    assert at.recorder.balanced()
+
+
+def test_ddp_wrapped_model_is_named_from_the_inner_model(at, torch, tmp_path):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        at.install(enabled="1")
+        model = DDP(cpu_train().TinyNet())
+        model(torch.ones(2, 8)).sum().backward()
+    finally:
+        dist.destroy_process_group()
+    got = at.recorder.names()
+    assert {"forward (DistributedDataParallel)", "forward (TinyNet)", "forward blocks.0.fc1 (Linear)",
+            "backward blocks.0.fc1 (Linear)"} <= set(got)
+    assert not any(".module." in n or " module." in n for n in got)
+
+
+def test_module_not_registered_in_its_root_gets_a_parent_relative_name(at, torch):
+    class Odd(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Linear(2, 2)
+            self.hidden = [torch.nn.Linear(2, 2)]  # a plain list: not a registered child
+
+        def forward(self, x):
+            return self.hidden[0](self.inner(x))
+
+    at.install(enabled="1")
+    Odd()(torch.ones(1, 2))
+    assert at.recorder.names() == ["step 0", "forward (Odd)", "forward inner (Linear)", "forward ? (Linear)"]
+
+
+def test_copy_and_sync_wrappers_leave_cpu_calls_alone(at, torch):
+    from nvtx_autotrace.copies import target_type
+
+    at.install(enabled="1")
+    t = torch.arange(4.0)
+    assert t.to(torch.float64).dtype == torch.float64 and t.to("cpu") is t
+    assert t.sum().item() == 6.0 and t.tolist() == [0.0, 1.0, 2.0, 3.0] and t.cpu() is t
+    assert at.recorder.names() == []
+    assert target_type(("cuda:0",), {}) == "cuda" and target_type((torch.device("cuda", 1),), {}) == "cuda"
+    assert target_type((0,), {}) == "cuda" and target_type((torch.float16,), {}) is None
+    assert target_type((), {"device": "cpu", "non_blocking": True}) == "cpu"
+    assert target_type((t,), {}) == "cpu"
+
+
+def test_python_m_runs_the_script_as_main(at, tmp_path, capsys):
+    from nvtx_autotrace.__main__ import main
+
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nif __name__ == '__main__':\n    print('argv', sys.argv[1:])\n")
+    saved = sys.argv[:]
+    try:
+        assert main([str(script), "--x", "1"]) == 0
+    finally:
+        sys.argv = saved
+    assert "argv ['--x', '1']" in capsys.readouterr().out
