@@ -47,6 +47,7 @@ class Trace:
         self.reader = reader
         self.info = reader.info
         self.warnings: list[str] = []
+        self._api_cache: dict[tuple, pd.DataFrame] = {}
 
     # ---- time and entities ---------------------------------------------------
     @cached_property
@@ -170,7 +171,17 @@ class Trace:
         return {i: api_base_name(n) for i, n in self.reader.strings(ids).items()}
 
     def api_calls(self, name_filter: re.Pattern | None = None, min_duration_ns: int = 0) -> pd.DataFrame:
-        """Runtime/driver API calls whose name matches, or that last at least ``min_duration_ns``."""
+        """Runtime/driver API calls whose name matches, or that last at least ``min_duration_ns``.
+
+        Cached per filter: several analyses ask for the same calls, and each load scans the
+        whole runtime table (millions of rows in long runs). Callers get their own copy.
+        """
+        key = (name_filter.pattern if name_filter is not None else None, int(min_duration_ns))
+        if key not in self._api_cache:
+            self._api_cache[key] = self._load_api_calls(name_filter, min_duration_ns)
+        return self._api_cache[key].copy()
+
+    def _load_api_calls(self, name_filter: re.Pattern | None, min_duration_ns: int) -> pd.DataFrame:
         cols = ["start_ns", "end_ns", "gtid", "corr", "name_id"]
         if not self.reader.has(RUNTIME):
             return pd.DataFrame({c: np.empty(0, np.int64) for c in cols}).assign(name=pd.Categorical([]))
@@ -192,12 +203,28 @@ class Trace:
 
     # ---- kernels ------------------------------------------------------------------
     def kernel_name_ids(self) -> dict[int, str]:
-        """Distinct kernel names (short names where the export has them)."""
+        """Distinct kernel names (short names where the export has them) of kernels with a valid start."""
+        ids = self._kernel_time_by_id["name_id"]
+        return self.reader.strings(ids.tolist()) if len(ids) else {}
+
+    @cached_property
+    def _kernel_time_by_id(self) -> pd.DataFrame:
+        """Count and GPU time per kernel name id (start > 0).
+
+        Summed in numpy over two bulk columns: SQLite's GROUP BY on an unindexed column
+        sorts every row, ~4x slower on million-kernel exports.
+        """
         col = self.kernel_name_column
         if not col:
-            return {}
-        ids = [i for (i,) in self.reader.conn.execute(f"SELECT DISTINCT {col} FROM {GPU_OP_TABLES['kernel']}")]
-        return self.reader.strings(ids)
+            return pd.DataFrame({"name_id": np.empty(0, np.int64), "count": np.empty(0, np.int64),
+                                 "time_ns": np.empty(0, np.int64)})
+        data = self.reader.columns({"name_id": f"COALESCE({col}, -1)", "time_ns": "end - start"},
+                                   f"{GPU_OP_TABLES['kernel']} WHERE start > 0")
+        ids, inverse = np.unique(data["name_id"], return_inverse=True)
+        time_ns = np.zeros(ids.size, np.int64)
+        np.add.at(time_ns, inverse, data["time_ns"])
+        return pd.DataFrame({"name_id": ids, "count": np.bincount(inverse, minlength=ids.size).astype(np.int64),
+                             "time_ns": time_ns})
 
     @cached_property
     def kernel_name_column(self) -> str | None:
@@ -208,15 +235,12 @@ class Trace:
 
     def kernel_time_by_name(self) -> pd.DataFrame:
         """Total GPU time per kernel name (SQL-side aggregate): name, count, time_ns."""
-        col = self.kernel_name_column
-        if not col:
+        by_id = self._kernel_time_by_id
+        if not len(by_id):
             return pd.DataFrame({"name": [], "count": [], "time_ns": []})
-        rows = self.reader.conn.execute(
-            f"SELECT {col}, count(*), sum(end - start) FROM {GPU_OP_TABLES['kernel']} WHERE start > 0 GROUP BY {col}"
-        ).fetchall()
-        names = self.reader.strings([r[0] for r in rows])
-        df = pd.DataFrame({"name": [names[r[0]] for r in rows], "count": [r[1] for r in rows],
-                           "time_ns": [r[2] for r in rows]})
+        names = self.reader.strings(by_id["name_id"].tolist())
+        df = pd.DataFrame({"name": [names[i] for i in by_id["name_id"].tolist()], "count": by_id["count"].to_numpy(),
+                           "time_ns": by_id["time_ns"].to_numpy()})
         return df.groupby("name", as_index=False).sum().sort_values("time_ns", ascending=False, ignore_index=True)
 
     def launches_of(self, table_key: str, where: str) -> pd.DataFrame:
@@ -230,16 +254,21 @@ class Trace:
                             "dst_kind": "g.dstKind"},
                  "memset": {"bytes": "g.bytes"}}[table_key]
         sel.update(extra)
-        if have_rt:
-            sel.update({"api_start_ns": "COALESCE(r.start, -1)", "api_end_ns": "COALESCE(r.end, -1)",
-                        "api_gtid": "COALESCE(r.globalTid, 0)", "api_name_id": "COALESCE(r.nameId, -1)"})
-            source = (f"{table} g LEFT JOIN {RUNTIME} r ON r.correlationId = g.correlationId "
-                      f"AND (r.globalTid & {PID_MASK}) = g.globalPid WHERE ({where})")
+        df = pd.DataFrame(self.reader.columns(sel, f"{table} g WHERE ({where})"))
+        api_cols = {"api_start_ns": -1, "api_end_ns": -1, "api_gtid": 0, "api_name_id": -1}
+        if have_rt and len(df):
+            # Join in pandas, not SQL: SQLite would build an automatic index over the whole runtime
+            # table (millions of rows) for every call. Only calls whose correlationId is wanted are read.
+            calls = pd.DataFrame(self.reader.columns(
+                {"corr": "correlationId", "gpid": f"COALESCE(globalTid & {PID_MASK}, -1)", "api_start_ns": "start",
+                 "api_end_ns": "end", "api_gtid": "COALESCE(globalTid, 0)", "api_name_id": "nameId"},
+                f"{RUNTIME} WHERE correlationId IN (SELECT g.correlationId FROM {table} g WHERE ({where}))"))
+            calls = calls.astype({c: "Int64" for c in api_cols})  # nullable: unmatched ops keep exact integers
+            df = df.merge(calls, on=["corr", "gpid"], how="left", sort=False)
+            for c, v in api_cols.items():
+                df[c] = df[c].fillna(v).astype(np.int64)
         else:
-            source = f"{table} g WHERE ({where})"
-        df = pd.DataFrame(self.reader.columns(sel, source))
-        df["pid"] = pid_of(df.pop("gpid").to_numpy()) if len(df) else np.empty(0, np.int64)
-        if not have_rt:
-            for c, v in (("api_start_ns", -1), ("api_end_ns", -1), ("api_gtid", 0), ("api_name_id", -1)):
+            for c, v in api_cols.items():
                 df[c] = np.full(len(df), v, dtype=np.int64)
+        df["pid"] = pid_of(df.pop("gpid").to_numpy()) if len(df) else np.empty(0, np.int64)
         return df
