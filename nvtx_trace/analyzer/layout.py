@@ -76,12 +76,16 @@ def _by_module(trace: Trace, launches: pd.DataFrame) -> pd.DataFrame:
     has_api = launches["api_start_ns"].to_numpy() >= 0
     idx, fallback = attribute(np.where(has_api, launches["api_start_ns"], launches["start_ns"]),
                               launches["api_gtid"].to_numpy(), launches["pid"].to_numpy(), mods)
-    labels = mods["name"].astype(object).to_numpy()[np.maximum(idx, 0)] if len(mods) else np.array([""] * len(idx))
-    module = np.where(idx >= 0, labels, "(no enclosing range)")
-    thread = launches["api_gtid"].map(trace.thread_names).fillna("")
-    phase = np.where(thread.str.contains("autograd").to_numpy() | pd.Series(module).str.startswith("backward").to_numpy(),
-                     "backward", "forward")
-    df = pd.DataFrame({"module": [_module_label(str(m)) for m in module], "phase": phase,
+    # Work on the few distinct ranges and threads, not on each of (millions of) launches.
+    range_keys, range_inv = np.unique(idx, return_inverse=True)
+    range_names = mods["name"].astype(object).to_numpy() if len(mods) else np.array([], dtype=object)
+    keys_module = np.array([str(range_names[k]) if k >= 0 else "(no enclosing range)" for k in range_keys], dtype=object)
+    keys_label = np.array([_module_label(m) for m in keys_module], dtype=object)
+    keys_backward = np.array([m.startswith("backward") for m in keys_module], dtype=bool)
+    gtids, gtid_inv = np.unique(launches["api_gtid"].to_numpy(), return_inverse=True)
+    autograd = np.array(["autograd" in trace.thread_names.get(int(g), "") for g in gtids], dtype=bool)
+    phase = np.where(autograd[gtid_inv] | keys_backward[range_inv], "backward", "forward")
+    df = pd.DataFrame({"module": keys_label[range_inv], "phase": phase,
                        "duration_ns": launches["duration_ns"].to_numpy(), "via_fallback": fallback})
     out = (df.groupby(["module", "phase"], as_index=False)
            .agg(count=("duration_ns", "size"), time_ns=("duration_ns", "sum"), via_fallback=("via_fallback", "sum")))
