@@ -168,6 +168,15 @@ def _headline(d: dict) -> str:
             f"<div class='card wide'><div class='label'>Why the GPU idles: {esc(idle_total)} idle in gaps &ge; "
             f"{esc(ms(d['min_gap_ns']))}, {esc(window.get('source', ''))}</div>"
             f"<table class='causes'>{rows}</table></div>")
+    elif d["devices"]:
+        window = d.get("window") or {}
+        idle = [1 - dev["window_utilization"] for dev in d["devices"] if dev.get("window_utilization") is not None]
+        share = f" (the GPU is idle {pct(max(idle))} of the time)" if idle else ""
+        cards.append(
+            f"<div class='card wide'><div class='label'>Why the GPU idles</div>"
+            f"<div>No idle gap &ge; {esc(ms(d['min_gap_ns']))} in the {esc(window.get('source', 'trace'))}"
+            f"{esc(share)}: the idle time is spread over many shorter gaps, typically kernel launch overhead "
+            f"(fewer, larger kernels help: torch.compile, CUDA graphs, a larger batch).</div></div>")
     if not cards:
         return "<p class='muted'>This report holds no GPU activity.</p>"
     return "<div class='cards'>" + "".join(cards) + "</div>"

@@ -81,13 +81,14 @@ def figure(bd: pd.DataFrame) -> tuple[dict, str | None]:
     note = None
     k = max(1, int(np.ceil(len(bd) / MAX_BARS)))
     if k > 1:
+        n_steps = len(bd)
         grp = np.arange(len(bd)) // k
         agg = {c: "mean" for c, _, _ in PARTS}
         agg.update(step=("first"), duration_ns="mean", warmup="all")
         last = bd.groupby(grp)["step"].last().to_numpy()
         bd = bd.groupby(grp).agg(agg).reset_index(drop=True)
         xlabels = [f"{f}-{la}" for f, la in zip(bd["step"], last)]
-        note = f"{k} consecutive steps are averaged per bar ({len(bd):,} bars for {len(bd) * k:,} steps or fewer)"
+        note = f"{n_steps:,} steps are drawn as {len(bd):,} bars, each the mean of {k} consecutive steps"
     else:
         xlabels = [str(x) for x in bd["step"]]
     data = []
@@ -99,7 +100,7 @@ def figure(bd: pd.DataFrame) -> tuple[dict, str | None]:
                      "marker": {"color": color}, "hovertext": text, "hoverinfo": "text",
                      "hoverlabel": {"namelength": 0}})
     layout = {"barmode": "stack", "height": 380, "margin": {"l": 60, "r": 10, "t": 30, "b": 50},
-              "xaxis": {"title": {"text": "step (warm-up steps first)"}, "type": "category"},
+              "xaxis": {"title": {"text": "step (warm-up steps first)"}, "type": "category", "nticks": 40},
               "yaxis": {"title": {"text": "ms"}, "rangemode": "tozero"},
               "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "traceorder": "normal"},
               "hovermode": "closest",

@@ -50,22 +50,37 @@ class Timeline:
     items: int = 0  # drawn intervals (busy blocks + gaps + ranges + steps)
 
 
-def cap_busy(starts: np.ndarray, ends: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray, int]:
+def cap_busy(starts: np.ndarray, ends: np.ndarray, cap: int, min_hole: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
     """Merge a sorted disjoint set into at most ``cap`` blocks by closing its shortest holes.
 
+    Holes shorter than ``min_hole`` are closed whatever the count (they would be
+    sub-pixel, and thousands of invisible slivers make a busy GPU look idle).
     Returns (starts, ends, widest hole closed in ns; 0 when nothing was merged).
     """
     n = starts.size
-    if n <= cap or n == 0:
+    if n == 0:
         return starts, ends, 0
     holes = starts[1:] - ends[:-1]
-    keep = np.zeros(holes.size, dtype=bool)
-    if cap > 1:
-        keep[np.argpartition(holes, holes.size - (cap - 1))[holes.size - (cap - 1):]] = True
-    widest_closed = int(holes[~keep].max()) if (~keep).any() else 0
+    keep = holes >= min_hole
+    if keep.sum() > cap - 1:
+        idx = np.flatnonzero(keep)
+        keep[:] = False
+        if cap > 1:
+            keep[idx[np.argpartition(holes[idx], idx.size - (cap - 1))[idx.size - (cap - 1):]]] = True
+    if keep.all():
+        return starts, ends, 0
+    widest_closed = int(holes[~keep].max())
     new_starts = np.concatenate([starts[:1], starts[1:][keep]])
     new_ends = np.concatenate([ends[:-1][keep], ends[-1:]])
     return new_starts, new_ends, widest_closed
+
+
+def busy_share(busy: tuple[np.ndarray, np.ndarray], s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Busy fraction of each drawn block [s, e) (1.0 for a block that is one real interval)."""
+    before = np.concatenate([[0], np.cumsum(busy[1] - busy[0])])
+    i0 = np.searchsorted(busy[0], s, side="left")
+    i1 = np.searchsorted(busy[0], e, side="left")  # blocks are unions of whole intervals
+    return (before[i1] - before[i0]) / np.maximum(e - s, 1)
 
 
 def nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -139,15 +154,12 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
     for dev in devices:
         lane = len(labels)
         labels.append(f"GPU {dev.device_id} busy / idle")
-        s, e, closed = cap_busy(dev.busy[0], dev.busy[1], busy_cap)
+        span = int(dev.busy[1][-1] - dev.busy[0][0]) if dev.busy[0].size else 0
+        s, e, closed = cap_busy(dev.busy[0], dev.busy[1], busy_cap, min(span // (4 * busy_cap), a.min_gap_ns))
         if closed:
-            notes.append(f"GPU {dev.device_id}: {dev.busy[0].size:,} busy intervals drawn as {s.size:,} blocks; "
-                         f"idle slivers up to {ms(closed)} inside a block are not drawn")
-        xs = np.empty(s.size * 3, dtype=object)
-        xs[0::3], xs[1::3], xs[2::3] = _sec(s, t0), _sec(e, t0), None
-        data.append({"type": "scatter", "mode": "lines", "name": "GPU busy", "legendgroup": "busy",
-                     "showlegend": lane == 0, "x": xs.tolist(), "y": [lane, lane, None] * int(s.size),
-                     "line": {"color": BUSY_COLOR, "width": LANE_PX * 0.62}, "hoverinfo": "skip"})
+            notes.append(f"GPU {dev.device_id}: {dev.busy[0].size:,} busy intervals drawn as {s.size:,} blocks "
+                         f"(idle holes up to {ms(closed)} closed); a block's shade is its busy share")
+        data += _busy_traces(dev, s, e, lane, t0, first=lane == 0)
         items += int(s.size)
         g = gaps_all[gaps_all["device_id"] == dev.device_id] if len(gaps_all) else gaps_all
         if len(g) > gap_cap:
@@ -186,9 +198,11 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
     if ranges is not None and len(ranges):
         lanes, texts = _nvtx_lanes(ranges, thread_labels, max(50, max_points // 4), labels, notes, t0)
         if lanes is not None and len(lanes):
-            data.append(_bars("NVTX ranges", lanes["lane"], lanes["start_ns"], lanes["end_ns"], t0, texts,
-                              [CAUSE_COLORS.get(c, STEP_COLOR) for c in lanes["cat"]], False, "nvtx",
-                              label_inside=lanes["name"].astype(str).tolist()))
+            bars = _bars("NVTX ranges", lanes["lane"], lanes["start_ns"], lanes["end_ns"], t0, texts,
+                         [CAUSE_COLORS.get(c, STEP_COLOR) for c in lanes["cat"]], False, "nvtx",
+                         label_inside=lanes["name"].astype(str).tolist())
+            bars["marker"]["opacity"] = np.where(lanes["n"] > 1, 0.5, 1.0).tolist()
+            data.append(bars)
             items += len(lanes)
 
     # Step boundaries across every lane: one dashed path, not one shape per step.
@@ -206,6 +220,27 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
             notes.append(f"step boundaries are drawn only on the steps lane ({bounds.size:,} of them)")
     figure = {"data": data, "layout": _layout(a, labels, t0, nvtx_first)}
     return Timeline(figure=figure, notes=notes, items=items)
+
+
+def _busy_traces(dev, s: np.ndarray, e: np.ndarray, lane: int, t0: int, first: bool) -> list[dict]:
+    """Busy blocks as one SVG path per shade level (5 levels of busy share): cheap for 10k+ blocks."""
+    share = busy_share(dev.busy, s, e)
+    level = np.clip(np.ceil(share * 5), 1, 5).astype(int)
+    out = []
+    for lv in range(5, 0, -1):
+        sel = np.flatnonzero(level == lv)
+        if not sel.size:
+            continue
+        xs = np.empty(sel.size * 3, dtype=object)
+        xs[0::3], xs[1::3], xs[2::3] = _sec(s[sel], t0), _sec(e[sel], t0), None
+        text = [f"GPU {dev.device_id} busy {p:.0%} of {ms(b - a)}" for a, b, p in zip(s[sel], e[sel], share[sel])]
+        ht = np.empty(sel.size * 3, dtype=object)
+        ht[0::3], ht[1::3], ht[2::3] = text, text, None
+        out.append({"type": "scatter", "mode": "lines", "name": "GPU busy (shade: busy share of a block)",
+                    "legendgroup": "busy", "showlegend": first and lv == 5, "x": xs.tolist(),
+                    "y": [lane, lane, None] * int(sel.size), "hovertext": ht.tolist(), "hoverinfo": "text",
+                    "line": {"color": BUSY_COLOR, "width": LANE_PX * 0.62}, "opacity": 0.25 + 0.75 * lv / 5})
+    return out
 
 
 def _gap_texts(g: pd.DataFrame, t0: int) -> list[str]:
@@ -265,19 +300,54 @@ def _nvtx_lanes(ranges: pd.DataFrame, thread_labels: dict[int, str], cap: int, l
         return None, []
     per_lane = max(10, cap // len(frames))
     total = sum(len(f) for f in frames)
-    kept = []
-    for f in frames:
-        if len(f) > per_lane:
-            f = f.assign(_d=f["end_ns"] - f["start_ns"]).nlargest(per_lane, "_d").drop(columns="_d")
-        kept.append(f)
-    lanes = pd.concat(kept, ignore_index=True)
-    if len(lanes) < total:
-        notes.append(f"{len(lanes):,} of {total:,} NVTX ranges drawn (the longest {per_lane:,} per lane)")
+    lanes = pd.concat([_thin_lane(f, per_lane // 2) for f in frames], ignore_index=True)
+    merged = int((lanes["n"] > 1).sum())
+    if merged:
+        notes.append(f"{total:,} NVTX ranges drawn as {len(lanes):,} bars: ranges shorter than about "
+                     f"1/{per_lane // 2:,} of a lane's time span are grouped ({merged:,} grouped bars, paler; "
+                     "hover one for what it holds)")
     lanes["cat"] = range_categories(lanes["name"].astype(str))
-    texts = [f"<b>{_esc(n)}</b><br>{ms(e - s)} at {(s - t0) / 1e9:.4f} s"
-             for n, s, e in zip(lanes["name"].astype(str), lanes["start_ns"], lanes["end_ns"])]
-    lanes["name"] = [_esc(n) for n in lanes["name"].astype(str)]
+    texts = []
+    for n, s0, e0, k, top in zip(lanes["name"].astype(str), lanes["start_ns"], lanes["end_ns"], lanes["n"],
+                                 lanes["top"]):
+        if k == 1:
+            texts.append(f"<b>{_esc(n)}</b><br>{ms(e0 - s0)} at {(s0 - t0) / 1e9:.4f} s")
+        else:
+            texts.append(f"<b>{k:,} short NVTX ranges</b> grouped, {(s0 - t0) / 1e9:.4f}-{(e0 - t0) / 1e9:.4f} s"
+                         f"<br>{top}")
+    lanes["name"] = [_esc(n) if k == 1 else "" for n, k in zip(lanes["name"].astype(str), lanes["n"])]
     return lanes, texts
+
+
+def _thin_lane(f: pd.DataFrame, k: int) -> pd.DataFrame:
+    """At most ~2k bars for one lane: ranges longer than span/k as they are, shorter ones grouped per time bin.
+
+    Ranges of one thread at one depth do not overlap, so at most k are long;
+    keeping whole time bins (rather than the k longest) keeps the lane's look
+    true everywhere, not only where the longest ranges happen to be.
+    """
+    f = f.assign(n=1, top="")
+    if len(f) <= 2 * k:
+        return f
+    lo, hi = int(f["start_ns"].min()), int(f["end_ns"].max())
+    width = max((hi - lo) / k, 1.0)
+    dur = (f["end_ns"] - f["start_ns"]).to_numpy()
+    long = f[dur >= width]
+    short = f[dur < width]
+    if not len(short):
+        return long
+    b = ((short["start_ns"].to_numpy() - lo) // width).astype(np.int64)
+    short = short.assign(bin=b)
+    counts = short.groupby(["bin", "name"], observed=True).size().rename("c").reset_index()
+    counts = counts.sort_values(["bin", "c"], ascending=[True, False])
+    top = counts.groupby("bin").head(3).groupby("bin").apply(
+        lambda g: "<br>".join(f"{_esc(str(n))} ×{c:,}" for n, c in zip(g["name"], g["c"])), include_groups=False)
+    dominant = counts.groupby("bin").head(1).set_index("bin")["name"]
+    grp = short.groupby("bin").agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), n=("n", "size"),
+                                   lane=("lane", "first"), gtid=("gtid", "first"), depth=("depth", "first"))
+    grp["name"] = dominant.reindex(grp.index).astype(str).to_numpy()
+    grp["top"] = top.reindex(grp.index).to_numpy()
+    return pd.concat([long, grp.reset_index(drop=True)], ignore_index=True)
 
 
 def _esc(text: str) -> str:

@@ -1,0 +1,306 @@
+"""The HTML report, opened for real in headless Chromium.
+
+What a user relies on: the page draws every chart with no script error, from
+file:// with no network; its headline numbers are the JSON output's; a hostile
+NVTX or kernel name cannot break out of the page; a report with over a million
+GPU intervals still gives a small page that says it was aggregated.
+
+Screenshots go to tests/artifacts/ (or $NVTX_TRACE_ARTIFACTS); their paths are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from functools import reduce
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import ROOT, need
+from nvtx_trace.analyzer import Analysis, analyze
+from nvtx_trace.analyzer.findings import Finding, ms, pct
+from nvtx_trace.analyzer.gpu_idle import CAUSES, DeviceIdle, IdleResult, summarize_causes
+from nvtx_trace.analyzer.steps import StepsResult
+from nvtx_trace.report import html as html_report
+from nvtx_trace.report import json as json_report
+from nvtx_trace.report import timeline
+
+ARTIFACTS = Path(os.environ.get("NVTX_TRACE_ARTIFACTS", ROOT / "tests" / "artifacts"))
+EVIL = '</script><script>window.PWNED=1</script><!-- <img src=x onerror="window.PWNED=2"> &amp; \u2028'
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars", "--enable-logging=stderr", "--v=0"]
+
+
+def chromium_path() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture
+def chromium() -> str:
+    path = chromium_path()
+    need("Chromium (apt-get install chromium)", bool(path))
+    return path
+
+
+def open_page(chromium: str, page: Path, tmp: Path, screenshot: Path | None = None) -> tuple[str, str]:
+    """Load the page from file:// in a fresh profile; return (DOM after the scripts ran, console log lines)."""
+    args = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=30000",
+            "--window-size=1400,3000"]
+    out = subprocess.run(args + ["--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180)
+    console = [line for line in out.stderr.splitlines() if ":CONSOLE" in line]
+    if screenshot is not None:
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(args + [f"--screenshot={screenshot}", page.resolve().as_uri()], capture_output=True,
+                       timeout=180, cwd=tmp)
+        assert screenshot.exists() and screenshot.stat().st_size > 10_000, "no screenshot written"
+        print(f"\nscreenshot: {screenshot}")
+    return out.stdout, "\n".join(console)
+
+
+class _Marks(HTMLParser):
+    """Attributes of <html> and every headline number (data-key/data-value) of the dumped DOM."""
+
+    def __init__(self):
+        super().__init__()
+        self.root: dict = {}
+        self.nums: list[tuple[str, str, str]] = []
+        self._open: tuple[str, str] | None = None
+        self.imgs = 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "html":
+            self.root = a
+        if tag == "img":
+            self.imgs += 1
+        if tag == "span" and "data-key" in a:
+            self._open = (a["data-key"], a["data-value"])
+
+    def handle_data(self, data):
+        if self._open:
+            self.nums.append((*self._open, data))
+            self._open = None
+
+
+def marks(dom: str) -> _Marks:
+    p = _Marks()
+    p.feed(dom)
+    return p
+
+
+def assert_rendered(dom: str, console: str, figures: int) -> _Marks:
+    m = marks(dom)
+    assert "data-errors" not in m.root, f"script errors on the page: {m.root.get('data-errors')}"
+    assert not re.search(r"Uncaught|Error", console), console
+    assert m.root.get("data-plots-expected") == str(figures)
+    assert m.root.get("data-plots-rendered") == str(figures), m.root
+    traces = json.loads(m.root["data-traces"])
+    assert len(traces) == figures and all(n > 0 for n in traces.values()), traces
+    return m
+
+
+def lookup(d: dict, key: str):
+    return reduce(lambda obj, k: obj[int(k)] if isinstance(obj, list) else obj[k], key.split("."), d)
+
+
+# ---- real reports ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def flawed():
+    return analyze(ROOT / "sample_reports" / "resnet_flawed_user.sqlite")
+
+
+@pytest.mark.parametrize("name", ["resnet_flawed_user", "resnet_fixed_user"])
+def test_sample_report_page_draws_every_chart_and_its_headline_equals_the_json(name, chromium, tmp_path):
+    a = analyze(ROOT / "sample_reports" / f"{name}.sqlite")
+    page = html_report.write(a, tmp_path / f"{name}.html")
+    dom, console = open_page(chromium, page, tmp_path, screenshot=ARTIFACTS / f"html-report-{name}.png")
+    m = assert_rendered(dom, console, figures=2)  # timeline + per-step breakdown
+    d = json.loads(json_report.render(a))
+    keys = {k for k, _, _ in m.nums}
+    must = ["devices.0.utilization", "devices.0.window_utilization", "devices.0.gap_idle_ns",
+            "steps.summary.step_ns_median"]
+    must += ["idle_causes.window.0.share"] if d["idle_causes"]["window"] else []
+    must += ["findings.0.impact_ns"] if d["findings"] else []
+    for key in must:
+        assert key in keys, f"headline lacks {key}"
+    for key, raw, shown in m.nums:
+        value = lookup(d, key)
+        assert json.loads(raw) == value, key
+        fmt = ms if key.endswith("_ns") else pct if key.endswith(("utilization", "fraction", "share")) else None
+        if fmt is not None:
+            assert shown == fmt(value), (key, shown, value)
+    for f in d["findings"]:
+        assert f["title"] in _unescape(dom)
+
+
+def _unescape(dom: str) -> str:
+    import html
+
+    return html.unescape(dom)
+
+
+def test_page_is_self_contained_and_carries_no_host_details(flawed, tmp_path):
+    page = html_report.render(flawed)
+    assert page.count("* plotly.js v") == 1, "plotly.js must be inlined exactly once"
+    assert not re.search(r"<script[^>]+src=|<link[^>]+href=|<img[^>]+src=|<iframe", page)
+    assert str(ROOT) not in page, "the report's directory (a user path) must not be written"
+    host = socket.gethostname()
+    if len(host) >= 6:
+        assert host not in page
+    for var in ("HOME", "USER", "PATH"):
+        if len(os.environ.get(var, "")) >= 6:
+            assert os.environ[var] not in page
+    for div in ("timeline", "steps-chart"):
+        assert f"id='{div}'" in page  # fixed ids: other tools and tests can find the charts
+
+
+def test_cli_writes_the_html_and_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "r.html"
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        ["nvtx-trace", "analyze", str(ROOT / "sample_reports" / "resnet_flawed_user.sqlite"), "--html", str(out),
+         *extra], capture_output=True, text=True, timeout=120)
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert out.stat().st_size > 1_000_000 and f"Wrote {out}" in first.stderr.replace("\n", "")
+    assert run().returncode != 0
+
+
+# ---- escaping ------------------------------------------------------------------------------------
+
+def test_embedded_json_cannot_end_the_script_element():
+    text = html_report.script_json({"name": EVIL, "list": ["-->", "<!--", "</SCRIPT >"]})
+    assert "<" not in text and ">" not in text and "\u2028" not in text
+    assert json.loads(text) == {"name": EVIL, "list": ["-->", "<!--", "</SCRIPT >"]}
+
+
+def test_hostile_nvtx_and_kernel_names_stay_text(chromium, tmp_path):
+    a, ranges, threads = synthetic_analysis(n_busy=2_000, n_ranges=400, evil=True)
+    page = tmp_path / "evil.html"
+    page.write_text(html_report.render(a, ranges=ranges, thread_labels=threads))
+    raw = page.read_text()
+    assert EVIL not in raw and "<img" not in raw.split("<script>", 1)[0] + raw.rsplit("</script>", 1)[-1]
+    dom, console = open_page(chromium, page, tmp_path, screenshot=ARTIFACTS / "html-report-hostile-names.png")
+    m = assert_rendered(dom, console, figures=2)
+    assert m.imgs == 0, "an NVTX/kernel name became an element"
+    probe = tmp_path / "probe.html"  # the page's own globals: did any injected script run?
+    probe.write_text(raw.replace("</body>", "<script>document.documentElement.setAttribute('data-pwned', "
+                                            "String(window.PWNED || 'no'))</script></body>"))
+    dom2, _ = open_page(chromium, probe, tmp_path)
+    assert marks(dom2).root.get("data-pwned") == "no"
+    assert "window.PWNED=1" in _unescape(dom)  # ...and the name is still shown, as text
+
+
+# ---- large reports -------------------------------------------------------------------------------
+
+def synthetic_analysis(n_busy: int, n_ranges: int, evil: bool = False, n_steps: int = 2_000):
+    """An Analysis shaped like a long real run: n_busy GPU intervals, steps, gaps, NVTX on a main thread,
+    an autograd thread and four DataLoader worker processes."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(2_000, 40_000, n_busy)
+    holes = rng.choice([500, 3_000, 20_000, 2_500_000], n_busy, p=[0.6, 0.3, 0.0995, 0.0005])
+    starts = np.cumsum(lengths + holes) - lengths
+    ends = starts + lengths
+    t_end = int(ends[-1])
+    hole_s, hole_e = ends[:-1], starts[1:]
+    big = (hole_e - hole_s) >= 1_000_000
+    gaps = pd.DataFrame({"device_id": 0, "start_ns": hole_s[big], "end_ns": hole_e[big]})
+    gaps["duration_ns"] = gaps["end_ns"] - gaps["start_ns"]
+    keys = list(CAUSES)
+    pick = rng.integers(0, len(keys), len(gaps))
+    for i, k in enumerate(keys):
+        gaps[f"{k}_ns"] = np.where(pick == i, gaps["duration_ns"], 0)
+    gaps["cause"] = np.array(keys)[pick]
+    dev = DeviceIdle(device_id=0, name="Synthetic GPU", pids=[100], span_start_ns=int(starts[0]), span_end_ns=t_end,
+                     busy_ns=int(lengths.sum()), gap_count=len(gaps), gap_idle_ns=int(gaps["duration_ns"].sum()),
+                     busy=(starts.astype(np.int64), ends.astype(np.int64)))
+    edges = np.linspace(0, t_end, n_steps + 1).astype(np.int64)
+    steps = pd.DataFrame({"step": np.arange(n_steps), "start_ns": edges[:-1], "end_ns": edges[1:]})
+    steps["duration_ns"] = steps["end_ns"] - steps["start_ns"]
+    steps["gpu_busy_ns"] = (steps["duration_ns"] * 0.6).astype(np.int64)
+    steps["loader_wait_ns"] = (steps["duration_ns"] * 0.2).astype(np.int64)
+    steps["sync_wait_ns"] = 0
+    steps["warmup"] = steps["step"] < 1
+    steps.loc[0, "end_ns"] = steps.loc[0, "start_ns"] + steps.loc[0, "duration_ns"]
+    name = EVIL if evil else "forward layer1.0.conv1 (Conv2d)"
+    # NVTX: step ranges + nested module ranges on the main thread; fetches in 4 worker processes.
+    per = max(n_ranges // (n_steps * 2), 1)
+    main = []
+    for i in range(n_steps):
+        s0, s1 = int(edges[i]), int(edges[i + 1])
+        main.append((s0, s1, 1, "step %d" % i))
+        sub = np.linspace(s0, s1, per + 1).astype(np.int64)
+        main += [(int(sub[j]) + 1, int(sub[j + 1]) - 1, 1, name if j % 2 else "dataloader.next [train.py:1]")
+                 for j in range(per)]
+    workers = [(int(edges[i]), int(edges[i]) + int(steps["duration_ns"].iloc[i] * 3), 10 + w,
+                f"dataloader.fetch [train.py:1] worker {w}") for i in range(0, n_steps, 4) for w in range(4)]
+    rows = pd.DataFrame(main + workers + [(0, t_end, 2, "backward")], columns=["start_ns", "end_ns", "tid", "name"])
+    pid = np.where(rows["tid"] >= 10, 200 + rows["tid"], 100)
+    rows["gtid"] = (pid << 24) | rows["tid"]
+    rows["pid"] = pid
+    rows["name"] = rows["name"].astype("category")
+    threads = {int(g): (f"python3[{int(g) >> 24}] tid {int(g) & 0xFFFFFF}"
+                        + (" (pt_data_worker)" if (int(g) & 0xFFFFFF) >= 10 else "")) for g in rows["gtid"].unique()}
+    if evil:
+        threads[int(rows["gtid"].iloc[0])] = EVIL
+    w0, w1 = int(steps["start_ns"].iloc[1]), t_end
+    a = Analysis(path=Path("synthetic.sqlite"), nsys_version="2025.3.2", schema_version="3.20.3",
+                 min_gap_ns=1_000_000, trace_start_ns=0, trace_end_ns=t_end,
+                 idle=IdleResult(devices=[dev], gaps=gaps, causes=summarize_causes(gaps)),
+                 steps=StepsResult(table=steps, source="`step N` ranges", warmup_steps=1),
+                 window={"start_ns": w0, "end_ns": w1, "source": "steady-state steps 1-%d" % (n_steps - 1)},
+                 window_causes=summarize_causes(gaps, (w0, w1)), window_utilization={0: 0.6},
+                 top_kernels=pd.DataFrame({"name": [EVIL if evil else "sgemm", "relu"], "count": [10, 5],
+                                           "time_ns": [1_000_000, 20_000]}),
+                 findings=[Finding(kind="gpu_idle", title=f"idle around {name}", impact_ns=123_456_789,
+                                   fix=f"rename {name}", evidence={"range": name, "idle_ns": 5})])
+    return a, rows, threads
+
+
+def test_million_interval_report_stays_small_and_says_it_was_aggregated(tmp_path):
+    a, ranges, threads = synthetic_analysis(n_busy=1_200_000, n_ranges=300_000)
+    t = time.perf_counter()
+    page = html_report.render(a, ranges=ranges, thread_labels=threads)
+    took = time.perf_counter() - t
+    size = len(page.encode())
+    print(f"\n1.2M busy intervals, {len(ranges):,} NVTX ranges: {size / 1e6:.2f} MB in {took:.1f} s")
+    assert size < 10_000_000
+    assert "Aggregated to keep this page small and fast" in page and "--html-max-points" in page
+    drawn = re.search(r"1,200,000 busy intervals drawn as ([\d,]+) blocks", page)
+    assert drawn and int(drawn.group(1).replace(",", "")) <= 10_000
+    tl = timeline.build(a, ranges, threads)
+    assert tl.items <= timeline.DEFAULT_MAX_POINTS * 1.1
+    assert any("worker" in lab for lab in tl.figure["layout"]["yaxis"]["ticktext"]), "worker processes get lanes"
+    (tmp_path / "big.html").write_text(page)
+    if chromium_path():  # drawing it must work too; the load time is measured in the report, not asserted
+        t = time.perf_counter()
+        dom, console = open_page(chromium_path(), tmp_path / "big.html", tmp_path,
+                                 screenshot=ARTIFACTS / "html-report-synthetic-1.2M.png")
+        print(f"chromium load + draw + dump: {time.perf_counter() - t:.1f} s")
+        assert_rendered(dom, console, figures=2)
+
+
+def test_busy_cap_closes_the_shortest_holes_first():
+    s, e = np.array([0, 10, 20, 100, 110]), np.array([5, 18, 30, 105, 120])  # holes 5, 2, 70, 5
+    s2, e2, closed = timeline.cap_busy(s, e, 3)
+    assert s2.tolist() == [0, 100, 110] or s2.tolist() == [0, 20, 100]
+    assert len(s2) == 3 and closed == 5 and e2[-1] == 120
+    assert timeline.cap_busy(s, e, 10)[2] == 0
+    s3, e3, _ = timeline.cap_busy(np.array([0, 10, 1000]), np.array([5, 900, 1001]), 2)
+    assert s3.tolist() == [0, 1000] and e3.tolist() == [900, 1001]  # the 100-long hole survives, the 5 closes
+
+
+def test_nesting_depth_of_push_pop_ranges():
+    s = np.array([0, 1, 2, 5, 10])
+    e = np.array([9, 4, 3, 8, 12])
+    assert timeline.nesting_depth(s, e).tolist() == [0, 1, 2, 1, 0]
