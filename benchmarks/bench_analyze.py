@@ -7,8 +7,14 @@ For each size (exports built by build_large_export.py, cached outside the repo) 
 each in a fresh child process under ``/usr/bin/time`` (wall, user+sys CPU, peak RSS):
 
 (a) ``nvtx-trace analyze --json OUT REPORT``: every analysis, default options;
-(b) the floor: Python's ``sqlite3`` ``fetchall()`` of exactly the rows and columns the
-    analyzer's bulk loads read, and nothing else (see FLOOR_QUERIES);
+(b) the floor: Python's ``sqlite3`` ``fetchall()`` of the rows and columns the analyzer
+    needs, in two variants (see floor_queries / launch_queries):
+    "floor": its bulk columns: kernel/memcpy/memset start, end, deviceId, globalPid;
+             NVTX ranges' start, end, globalTid, textId, domainId; the runtime calls it
+             filters (sync and copy calls by nameId, or calls >= 50 us);
+    "floor+": the same plus what the other analyses read: every kernel's name id and
+             duration (time per kernel name), the transpose kernels and HtoD copies with the
+             runtime calls that launched them (same correlationId);
 (c) ``nsys analyze COPY``: every default rule of the installed nsys, on a throw-away copy
     (nsys may add tables to the file).
 
@@ -54,6 +60,31 @@ def floor_queries(api_name_ids: list[int]) -> list[str]:
     q.append(f"SELECT start, end, globalTid, correlationId, nameId FROM {RUNTIME} "
              f"WHERE nameId IN ({ids}) OR end - start >= {SLOW_API_NS}")
     return q
+
+
+def launch_queries(path: Path) -> list[str]:
+    """What layout and pageable read besides the bulk columns, as plain SELECTs."""
+    from nvtx_trace.analyzer.layout import is_transpose
+    from nvtx_trace.analyzer.model import Trace
+    from nvtx_trace.analyzer.pageable import MEMCPY_ENUM
+    from nvtx_trace.analyzer.reader import FALLBACK_MEMCPY_KINDS, Reader
+
+    reader = Reader(path)
+    try:
+        trace = Trace(reader)
+        col = trace.kernel_name_column
+        ids = ",".join(str(i) for i, n in trace.kernel_name_ids().items() if is_transpose(n)) or "NULL"
+        htod = reader.enum_id(MEMCPY_ENUM, FALLBACK_MEMCPY_KINDS, "Host-to-Device", "HtoD", "CUDA_MEMCPY_KIND_HTOD")
+    finally:
+        reader.close()
+    kern = f"FROM {GPU_TABLES[0]} WHERE {col} IN ({ids}) AND start > 0"
+    copy = f"FROM {GPU_TABLES[1]} WHERE copyKind = {htod} AND start > 0"
+    api = f"SELECT correlationId, globalTid, start, end, nameId FROM {RUNTIME} WHERE correlationId IN "
+    return [f"SELECT {col}, end - start FROM {GPU_TABLES[0]} WHERE start > 0",
+            f"SELECT start, end, deviceId, globalPid, correlationId, {col} {kern}",
+            f"{api}(SELECT correlationId {kern})",
+            f"SELECT start, end, deviceId, globalPid, correlationId, bytes, copyKind, srcKind, dstKind {copy}",
+            f"{api}(SELECT correlationId {copy})"]
 
 
 FLOOR_CHILD = """
@@ -204,19 +235,21 @@ def ratio(a: float, b: float) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| kernels | file | analyzer wall / CPU / RSS | floor wall / CPU / RSS | nsys analyze wall / CPU / RSS "
-            "| analyzer/floor wall (CPU) | nsys/analyzer wall (CPU) |")
-    out = [head, "|" + "---|" * 7]
+    head = ("| kernels | file | analyzer wall / CPU / RSS | floor wall / CPU / RSS | floor+ wall / CPU / RSS "
+            "| nsys analyze wall / CPU / RSS | analyzer/floor wall (CPU) | analyzer/floor+ wall (CPU) "
+            "| nsys/analyzer wall (CPU) |")
+    out = [head, "|" + "---|" * 9]
     for r in rows:
-        a, f, n = r["analyzer"], r["floor"], r["nsys"]
+        a, f, f2, n = r["analyzer"], r["floor"], r["floor+"], r["nsys"]
         cell = lambda x: f"{fmt(x['wall_s'], ' s')} / {fmt(x['cpu_s'], ' s')} / {fmt(x['rss_mb'], ' MB')}"  # noqa: E731
-        out.append(f"| {r['kernels']:,} | {r['bytes'] / 2**20:,.0f} MiB | {cell(a)} | {cell(f)} | {cell(n)} "
-                   f"| {ratio(a['wall_s'], f['wall_s'])} ({ratio(a['cpu_s'], f['cpu_s'])}) "
+        out.append(f"| {r['kernels']:,} | {r['bytes'] / 2**20:,.0f} MiB | {cell(a)} | {cell(f)} | {cell(f2)} "
+                   f"| {cell(n)} | {ratio(a['wall_s'], f['wall_s'])} ({ratio(a['cpu_s'], f['cpu_s'])}) "
+                   f"| {ratio(a['wall_s'], f2['wall_s'])} ({ratio(a['cpu_s'], f2['cpu_s'])}) "
                    f"| {ratio(n['wall_s'], a['wall_s'])} ({ratio(n['cpu_s'], a['cpu_s'])}) |")
     if len(rows) >= 2:
         ks = [r["kernels"] for r in rows]
         exps = []
-        for tool in ("analyzer", "floor", "nsys"):
+        for tool in ("analyzer", "floor", "floor+", "nsys"):
             e = [exponent(ks, [r[tool][m] for r in rows]) for m in ("wall_s", "cpu_s", "rss_mb")]
             exps.append(f"{tool}: time^{e[0]:.2f} (CPU^{e[1]:.2f}), RSS^{e[2]:.2f}")
         out.append("")
@@ -247,14 +280,16 @@ def main(argv: list[str] | None = None) -> int:
             path, meta = cached_export(k, args.source, args.cache)
             warm(path)
             queries = floor_queries(api_name_ids(path))
+            more = launch_queries(path)
             row = {"kernels": meta["kernels"], "copies": meta["copies"], "bytes": meta["bytes"], "path": str(path)}
             out = tmp / "analysis.json"
             row["analyzer"] = best([run_analyzer(path, out, args.timeout) for _ in range(args.repeat)])
             row["floor"] = best([run_floor(path, queries, args.timeout) for _ in range(args.repeat)])
+            row["floor+"] = best([run_floor(path, queries + more, args.timeout) for _ in range(args.repeat)])
             row["nsys"] = ({"ok": False, "wall_s": float("nan"), "cpu_s": float("nan"), "rss_mb": float("nan"),
                             "note": "skipped"} if args.no_nsys else
                            best([run_nsys(path, args.timeout) for _ in range(args.repeat)]))
-            for tool in ("analyzer", "floor", "nsys"):
+            for tool in ("analyzer", "floor", "floor+", "nsys"):
                 r = row[tool]
                 print(f"  {meta['kernels']:>11,} kernels  {tool:8s} wall {fmt(r['wall_s'], ' s'):>9} "
                       f"CPU {fmt(r['cpu_s'], ' s'):>9} RSS {fmt(r['rss_mb'], ' MB'):>10}"
@@ -270,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  check vs {name}: {verdict} " + ", ".join(
                             f"{key} {got[key]:,}" + ("" if got[key] == want[key] else f" (expected {want[key]:,})")
                             for key in CHECK_KEYS), flush=True)
-            for tool in ("analyzer", "floor", "nsys"):
+            for tool in ("analyzer", "floor", "floor+", "nsys"):
                 for key in ("stdout", "stderr"):
                     row[tool].pop(key, None)
             rows.append(row)
