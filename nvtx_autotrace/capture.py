@@ -1,0 +1,124 @@
+"""Capture window at step boundaries: profile only steps N .. N+M-1.
+
+``NVTX_AUTOTRACE_CAPTURE="N:M[:mode]"`` (set by ``nvtx-trace run --warmup-steps N
+--steps M``) starts the capture when step N begins and stops it when step N+M
+begins, using the step counter's boundary callbacks, so the window is cut exactly
+between two steps. ``mode`` says how nsys is told:
+
+- ``cuda``: ``cudaProfilerStart()`` / ``cudaProfilerStop()``, for
+  ``nsys profile --capture-range=cudaProfilerApi`` (needs a CUDA build of torch);
+- ``nvtx`` (default): a push/pop range named ``capture`` in the NVTX domain
+  ``nvtx-trace``, for ``nsys profile -c nvtx -p capture@nvtx-trace
+  --capture-range-end=stop``; works without a GPU (checked with nsys 2022.4).
+
+With N = 0 the capture starts as soon as this is installed (before step 0). Only
+the process that set the capture up acts: DataLoader workers forked from it
+inherit the installed state but never reach a step boundary, and processes started
+by ``multiprocessing`` (spawned workers) do nothing. The window opens once and is
+independent of the patches: ``uninstall()``/reinstalling them leaves it alone.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+from nvtx_autotrace import steps
+
+ENV = "NVTX_AUTOTRACE_CAPTURE"
+DOMAIN = "nvtx-trace"
+RANGE = "capture"
+NSYS_NVTX_CAPTURE = f"{RANGE}@{DOMAIN}"  # the -p value that matches the range below
+MODES = ("nvtx", "cuda")
+
+_state = {"window": None, "started": False, "stopped": False, "remove": None, "pid": None}
+
+
+def parse(text: str) -> tuple[int, int, str]:
+    """``"N:M"`` or ``"N:M:mode"`` -> (first step, step count, mode)."""
+    parts = [p.strip() for p in str(text).split(":")]
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError
+        first, count = int(parts[0]), int(parts[1])
+    except ValueError:
+        raise ValueError(f"{ENV}={text!r}: expected N:M or N:M:mode (first step, step count)") from None
+    mode = parts[2].lower() if len(parts) == 3 and parts[2] else "nvtx"
+    if first < 0 or count < 1:
+        raise ValueError(f"{ENV}={text!r}: needs N >= 0 and M >= 1")
+    if mode not in MODES:
+        raise ValueError(f"{ENV}={text!r}: mode must be one of {', '.join(MODES)}")
+    return first, count, mode
+
+
+def _start(mode: str) -> None:
+    if mode == "cuda":
+        import torch
+
+        torch.cuda.cudart().cudaProfilerStart()
+    else:
+        import nvtx
+
+        nvtx.push_range(RANGE, domain=DOMAIN)
+
+
+def _stop(mode: str) -> None:
+    if mode == "cuda":
+        import torch
+
+        torch.cuda.synchronize()  # kernels of the last step inside the window
+        torch.cuda.cudart().cudaProfilerStop()
+    else:
+        import nvtx
+
+        nvtx.pop_range(domain=DOMAIN)
+
+
+def _on_boundary(step: int) -> None:
+    window = _state["window"]
+    if window is None or os.getpid() != _state["pid"]:
+        return
+    first, count, mode = window
+    if step == first and not _state["started"]:
+        _start(mode)
+        _state["started"] = True
+    elif step >= first + count and _state["started"] and not _state["stopped"]:
+        _stop(mode)
+        _state["stopped"] = True
+        remove = _state["remove"]
+        if remove:
+            remove()
+
+
+def install(spec: str | None = None) -> tuple[int, int, str] | None:
+    """Arm the window from ``spec`` or ``$NVTX_AUTOTRACE_CAPTURE`` (idempotent). None when unset."""
+    spec = os.environ.get(ENV) if spec is None else spec
+    if not spec or _state["window"] is not None:
+        return _state["window"]
+    if multiprocessing.parent_process() is not None:  # a spawned worker: not the training process
+        return None
+    window = parse(spec)
+    _state.update(window=window, pid=os.getpid(), started=False, stopped=False)
+    _state["remove"] = steps.on_step_boundary(_on_boundary)
+    if window[0] == 0 or steps.current_step() >= window[0]:
+        _start(window[2])
+        _state["started"] = True
+    return window
+
+
+def uninstall() -> None:
+    """Disarm; a window still open is closed so the profiler sees a balanced range."""
+    window = _state["window"]
+    if window and _state["started"] and not _state["stopped"] and os.getpid() == _state["pid"]:
+        try:
+            _stop(window[2])
+        except Exception:
+            pass
+    if _state["remove"]:
+        _state["remove"]()
+    _state.update(window=None, started=False, stopped=False, remove=None, pid=None)
+
+
+def state() -> dict:
+    """(for tests) the armed window and whether it started/stopped."""
+    return {k: _state[k] for k in ("window", "started", "stopped")}

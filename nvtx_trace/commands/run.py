@@ -1,0 +1,114 @@
+"""`nvtx-trace run train.py args...`: profile under nsys with auto-instrumentation, then analyze.
+
+Thin on purpose: ``nvtx_trace.runner`` plans and runs; this parses options, shows
+progress on stderr, prints the findings, "Wrote ..." lines and the next command.
+Everything after the script (or module, or command) belongs to it: our options
+come first (``nvtx-trace run --steps 3 train.py --steps 100``).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+# Options stop at the first argument: the rest is the program's, even names we also use.
+CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def run(
+    target: List[str] = typer.Argument(
+        None, metavar="SCRIPT.py [ARGS]... | -m MODULE [ARGS]... | -- COMMAND [ARGS]...",
+        help="What to run; every argument after it is passed to it unchanged."),
+    module: bool = typer.Option(False, "-m", "--module", help="TARGET is a module name, run like python -m."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Folder for the outputs (default: ./nvtx-trace-out/<name>-<time>/)."),
+    force: bool = typer.Option(False, "--force", "-f", help="Allow an --out folder that already holds outputs."),
+    warmup_steps: Optional[int] = typer.Option(
+        None, "--warmup-steps", help="Capture window: first training step to profile (with --steps)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Capture window: number of steps to profile."),
+    capture_mode: str = typer.Option(
+        "auto", "--capture-mode", help="How the window is cut: cuda (cudaProfilerApi), nvtx, or auto."),
+    python: Optional[str] = typer.Option(None, "--python", help="Interpreter for SCRIPT/MODULE (default: this one)."),
+    no_autotrace: bool = typer.Option(False, "--no-autotrace", help="Run without nvtx_autotrace's ranges."),
+    trace: Optional[str] = typer.Option(
+        None, "--trace", "-t", help="nsys -t list (default: cuda,nvtx,osrt,cudnn,cublas where supported)."),
+    nsys_args: Optional[str] = typer.Option(
+        None, "--nsys-args", help='Extra nsys profile options, e.g. "--sample=process-tree".'),
+    nsys: Optional[str] = typer.Option(None, "--nsys", help="nsys binary or install folder (default: $NSYS, PATH)."),
+    min_gap_ms: float = typer.Option(1.0, "--min-gap-ms", help="Smallest GPU idle gap to report, in ms."),
+) -> int:
+    """Profile a training script under Nsight Systems with automatic NVTX ranges, then
+    print why the GPU idles and write report.nsys-rep, report.sqlite, summary.json and
+    summary.html into a fresh folder. The program's exit code is ours.
+
+    Examples: nvtx-trace run train.py --epochs 1 |
+    nvtx-trace run --warmup-steps 10 --steps 20 -m mypkg.train |
+    nvtx-trace run -- torchrun --nproc_per_node=2 train.py
+    """
+    from rich.console import Console
+
+    from nvtx_trace import runner
+
+    err = Console(stderr=True, highlight=False)
+    opts = runner.RunOptions(
+        target=list(target or []), module=module, python=python, autotrace=not no_autotrace,
+        warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode,
+        trace=[t for t in trace.split(",") if t] if trace else None,
+        nsys_args=shlex.split(nsys_args) if nsys_args else [], out=out, force=force, nsys=nsys,
+        min_gap_ms=min_gap_ms)
+    plan = runner.plan_run(opts)
+    for note in plan.notes:
+        err.print(f"[yellow]warning:[/yellow] {note}")
+    err.print(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in {plan.out_dir}")
+    err.print(f"[dim]$ {shlex.join(plan.nsys_command())}[/dim]")
+
+    status = err.status("Profiling…", spinner="dots")
+    started = False
+
+    def progress(message: str) -> None:
+        nonlocal started
+        if message.startswith("Stopping") or message.startswith("Still"):
+            err.print(f"nvtx-trace: {message}")
+            return
+        if not started:
+            status.start()
+            started = True
+        status.update(message)
+
+    try:
+        result = runner.execute(plan, progress=progress)
+    finally:
+        if started:
+            status.stop()
+    _report(result, err)
+    if result.exit_code != 0:
+        return result.exit_code
+    return result.error.exit_code if result.error else 0
+
+
+def _report(result, err) -> None:
+    from rich.console import Console
+
+    from nvtx_trace import runner
+    from nvtx_trace.report import text
+
+    prof = result.profile
+    if prof is not None and prof.imported_by_us:
+        err.print("nvtx-trace: nsys could not import its capture (the 'Importer error status' above); "
+                  "nvtx-trace ran QdstrmImporter itself")
+    if result.analysis is not None:
+        text.render(result.analysis, Console())
+    for problem in result.problems:
+        err.print(f"[red]nvtx-trace: {problem}[/red]")
+    for path in result.written:
+        print(f"Wrote {runner._display(path)}", file=sys.stderr)
+    if result.exit_code != 0:
+        why = "was interrupted" if prof is not None and prof.interrupted else f"exited with status {result.exit_code}"
+        err.print(f"nvtx-trace: the program {why}; the report covers what ran until then")
+    nxt = runner.next_command(result)
+    if nxt:
+        print(f"Next: {nxt}", file=sys.stderr)
