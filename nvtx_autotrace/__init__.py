@@ -141,3 +141,11 @@ try:
     install()
 except ValueError as exc:  # a malformed NVTX_AUTOTRACE_* value must not kill the training run
     _registry.warn_once("env", f"not installed: {exc}")
+
+if os.environ.get("NVTX_AUTOTRACE_CAPTURE"):  # capture window (nvtx-trace run --warmup-steps/--steps)
+    from nvtx_autotrace import capture as _capture
+
+    try:
+        _capture.install()
+    except ValueError as exc:
+        _registry.warn_once("capture", f"no capture window: {exc}")
