@@ -18,6 +18,7 @@ push: Callable[[str], None]
 pop: Callable[[], None]
 start: Callable[[str], object]
 end: Callable[[object], None]
+warm: Callable[[str], None]  # register a name ahead of use (registration is slow under a profiler)
 name: str = "none"
 
 
@@ -45,19 +46,16 @@ class _Nvtx:
     def attrs(self, name: str):
         a = self._attrs.get(name)
         if a is None:
-            from nvtx._lib import EventAttributes
+            from nvtx._lib import EventAttributes, RegisteredString
 
-            if len(self._attrs) < _MAX_NAMES:
-                a = self._attrs[name] = self._domain.get_event_attributes(name, None, None, None)
-            else:  # unbounded name sets (odd tensor sizes) must not grow memory forever
-                a = EventAttributes(name, None, None, None)
+            a = EventAttributes(RegisteredString(self._handle, name), None, None, None)
+            if len(self._attrs) < _MAX_NAMES:  # unbounded name sets must not grow memory forever
+                self._attrs[name] = a
         return a
 
     def forget(self) -> None:
         """After fork: the child registers its own strings with its own injection."""
         self._attrs.clear()
-        self._domain.get_event_attributes.cache_clear()
-        self._domain.get_registered_string.cache_clear()
 
     def functions(self):
         push_range, pop_range, start_range, end_range = self._raw
@@ -74,7 +72,7 @@ class _Nvtx:
             a = cache.get(name)
             return start_range(a if a is not None else attrs(name), handle)
 
-        return push, pop, start, end_range
+        return push, pop, start, end_range, attrs
 
 
 class Recorder:
@@ -102,7 +100,7 @@ class Recorder:
         def end(rid) -> None:
             self.events.append(("end", rid, threading.current_thread().name))
 
-        return push, pop, start, end
+        return push, pop, start, end, _noop
 
     def names(self, kinds=("push", "start")) -> list[str]:
         return [e[1] if e[0] == "push" else e[1][1] for e in self.events if e[0] in kinds]
@@ -130,17 +128,17 @@ _nvtx: _Nvtx | None = None
 
 def use(which) -> str:
     """Select the backend: "nvtx", "none", or an object with ``functions()`` (a Recorder)."""
-    global push, pop, start, end, name, _nvtx
+    global push, pop, start, end, warm, name, _nvtx
     if which == "nvtx":
         if _nvtx is None:
             _nvtx = _Nvtx()
-        push, pop, start, end = _nvtx.functions()
+        push, pop, start, end, warm = _nvtx.functions()
         name = "nvtx"
     elif which == "none":
-        push = pop = start = end = _noop
+        push = pop = start = end = warm = _noop
         name = "none"
     else:
-        push, pop, start, end = which.functions()
+        push, pop, start, end, warm = which.functions()
         name = type(which).__name__
     return name
 

@@ -71,6 +71,7 @@ def _open() -> None:
     global _range
     if _range is None and _emit:
         _range = _backend.start(names.step(_step))
+        _backend.warm(names.step(_step + 1))  # registering at the boundary would leave a gap
 
 
 def _close() -> None:

@@ -1,0 +1,132 @@
+"""End to end: ``python -m nvtx_autotrace tests/scripts/cpu_train.py`` under a real nsys
+(NVTX + OS runtime, DataLoader workers forked), exported to SQLite and read back with
+plain SQL. One profiled run, shared by every assertion."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import re
+import sqlite3
+import sys
+from collections import Counter, defaultdict
+
+import pytest
+
+from conftest import ROOT, need
+from nvtx_trace import names
+
+pytestmark = [pytest.mark.nsys, pytest.mark.torch, pytest.mark.slow]
+
+SCRIPT = "tests/scripts/cpu_train.py"
+STEPS = 6
+LOADER = "cpu_train.py:64"  # the DataLoader(...) line in the script
+RANGES_SQL = """
+SELECT n.globalTid / 0x1000000 % 0x1000000 AS pid, n.globalTid % 0x1000000 AS tid, n.eventType,
+       COALESCE(s.value, n.text) AS name, n.start, n."end"
+FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+WHERE n.eventType IN (59, 60) ORDER BY n.start
+"""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """(rows, program stdout) of one profiled training run."""
+    from nvtx_trace import nsys as nsys_mod
+    from nvtx_trace.errors import NsysNotFoundError
+
+    need("PyTorch", importlib.util.find_spec("torch") is not None)
+    try:
+        found = nsys_mod.find_nsys()
+    except NsysNotFoundError:
+        found = None
+    need("Nsight Systems (nsys)", found is not None)
+    if found.year <= 2022:  # newer nvtx bindings are not recorded by the 2022.4 nsys
+        need("nvtx==0.2.11 (for nsys 2022.x)", _nvtx_version() == "0.2.11")
+    out = tmp_path_factory.mktemp("autotrace") / "cpu_train"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env.pop("NVTX_AUTOTRACE", None)
+    result = nsys_mod.profile(
+        found, [sys.executable, "-m", "nvtx_autotrace", SCRIPT, "--steps", str(STEPS), "--workers", "2"],
+        out, trace=["nvtx", "osrt"], extra=["-s", "none", "--cpuctxsw", "none", "--trace-fork-before-exec=true"],
+        env=env, cwd=ROOT, capture_output=True,
+    )
+    assert result.returncode == 0, result.log[-2000:]
+    db = nsys_mod.export_sqlite(found, result.require_report())
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute(RANGES_SQL).fetchall()
+    finally:
+        con.close()
+    return rows, result.log
+
+
+def _nvtx_version() -> str | None:
+    try:
+        return importlib.metadata.version("nvtx")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _main_pid(rows) -> int:
+    return Counter(r[0] for r in rows if r[3].startswith(names.STEP_PREFIX)).most_common(1)[0][0]
+
+
+def test_losses_under_nsys_match_a_plain_run(run):
+    sys.path.insert(0, str(ROOT / "tests" / "scripts"))
+    import cpu_train
+
+    _rows, log = run
+    traced = re.findall(r"^loss (\d+) (\S+)$", log, re.MULTILINE)
+    plain = cpu_train.train(steps=STEPS, workers=0)
+    assert [h for _i, h in traced] == [x.hex() for x in plain]
+
+
+def test_every_step_has_its_range_and_one_optimizer_step(run):
+    rows, _log = run
+    main = _main_pid(rows)
+    steps = {r[3]: r for r in rows if r[0] == main and names.STEP_RE.match(r[3]) and r[2] == 60}
+    opt = [r for r in rows if r[0] == main and r[3] == names.optimizer_step("SGD")]
+    assert len(opt) == STEPS
+    for k in range(STEPS):
+        s = steps[names.step(k)]
+        inside = [o for o in opt if s[4] <= o[4] and o[5] <= s[5]]
+        assert len(inside) == 1, f"step {k}"
+        assert s[5] >= inside[0][5]  # the step ends when its optimizer step does
+        if k:
+            assert s[4] == pytest.approx(steps[names.step(k - 1)][5], abs=200_000)  # back to back
+
+
+def test_batch_waits_are_on_the_training_thread(run):
+    rows, _log = run
+    main = _main_pid(rows)
+    waits = [r for r in rows if r[3] == names.loader_wait(LOADER)]
+    assert len(waits) >= STEPS and {r[0] for r in waits} == {main}
+
+
+def test_each_worker_fetches_under_its_own_pid(run):
+    rows, _log = run
+    main = _main_pid(rows)
+    fetches = defaultdict(set)
+    for r in rows:
+        if names.WORKER_FETCH_RE.match(r[3]):
+            fetches[r[0]].add(r[3])
+    assert main not in fetches
+    assert sorted(fetches.values(), key=sorted) == [{names.worker_fetch(LOADER, 0)}, {names.worker_fetch(LOADER, 1)}]
+    assert sum(1 for r in rows if names.WORKER_FETCH_RE.match(r[3])) == STEPS
+
+
+def test_module_forwards_backwards_and_zero_grad_are_named(run):
+    rows, _log = run
+    main = _main_pid(rows)
+    counts = Counter(r[3] for r in rows if r[0] == main)
+    for name in ("forward (TinyNet)", "forward stem (Linear)", "forward blocks (Sequential)",
+                 "forward blocks.0 (Block)", "forward blocks.1.fc2 (Linear)", "forward head (Linear)",
+                 names.BACKWARD, "backward (TinyNet)", "backward blocks.0.fc1 (Linear)",
+                 names.zero_grad("SGD")):
+        assert counts[name] == STEPS, name
+    forwards = [r for r in rows if r[0] == main and r[2] == 59 and r[3].startswith(names.FORWARD_PREFIX)]
+    root = next(r for r in forwards if r[3] == "forward (TinyNet)")
+    child = next(r for r in forwards if r[3] == "forward blocks.0.fc1 (Linear)")
+    assert root[4] <= child[4] and child[5] <= root[5]  # nested in time on one thread
