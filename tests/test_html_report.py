@@ -176,6 +176,99 @@ def test_cli_writes_the_html_and_refuses_to_overwrite(tmp_path):
     assert run().returncode != 0
 
 
+class DevTools:
+    """Just enough of the Chrome DevTools protocol, over --remote-debugging-pipe (fds 3/4, NUL-separated JSON):
+    no websocket package needed."""
+
+    def __init__(self, chromium: str, profile: Path):
+        r_in, self.w = os.pipe()
+        self.r, w_out = os.pipe()
+        a, b = os.dup(r_in), os.dup(w_out)
+
+        def fds():
+            os.dup2(a, 3), os.dup2(b, 4)
+            os.set_inheritable(3, True), os.set_inheritable(4, True)
+
+        self.proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1400,1000",
+                                      "--remote-debugging-pipe"], preexec_fn=fds, close_fds=False,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for fd in (r_in, w_out, a, b):
+            os.close(fd)
+        self.buf, self.id, self.session = b"", 0, None
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def call(self, method: str, **params):
+        self.id += 1
+        msg = {"id": self.id, "method": method, "params": params, **({"sessionId": self.session} if self.session else {})}
+        os.write(self.w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            while b"\0" in self.buf:
+                raw, self.buf = self.buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self.id:
+                    assert "error" not in reply, reply
+                    return reply["result"]
+            self.buf += os.read(self.r, 1 << 20)
+        raise TimeoutError(method)
+
+    def js(self, expr: str):
+        return self.call("Runtime.evaluate", expression=expr, returnByValue=True)["result"].get("value")
+
+    def mouse(self, kind: str, x: float, y: float, button: str = "none"):
+        self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button=button, clickCount=1 if button != "none" else 0)
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_hovering_a_gap_names_its_cause_and_dragging_zooms(flawed, chromium, tmp_path):
+    page = html_report.write(flawed, tmp_path / "r.html")
+    tools = DevTools(chromium, tmp_path / "profile")
+    try:
+        tools.call("Page.navigate", url=page.resolve().as_uri())
+        deadline = time.monotonic() + 60
+        while tools.js("document.documentElement.getAttribute('data-plots-rendered')") is None:
+            assert time.monotonic() < deadline, "the charts were never drawn"
+            time.sleep(0.05)
+        # Hover the first idle-gap bar of the GPU lane.
+        x, y = tools.js("""(function () {
+            var gd = document.getElementById('timeline');
+            var gaps = gd.data.filter(function (t) { return t.type === 'bar' && t.name.indexOf('idle') === 0; });
+            var area = gd.querySelector('.nsewdrag').getBoundingClientRect(), best = null, widest = 0;
+            Array.prototype.slice.call(gd.querySelectorAll('.barlayer .trace'), 0, gaps.length).forEach(function (t) {
+              t.querySelectorAll('.point path').forEach(function (p) {
+                var r = p.getBoundingClientRect();
+                if (r.left > area.left && r.right < area.right && r.width > widest) { widest = r.width; best = p; }
+              });
+            });
+            best.scrollIntoView({block: 'center'});
+            var r = best.getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; })()""")
+        tools.mouse("mouseMoved", x, y)
+        time.sleep(0.3)
+        hover = tools.js("document.querySelector('#timeline .hoverlayer').textContent")
+        assert "idle" in hover and "cause:" in hover, hover
+        assert any(label in hover for label in CAUSES.values()), hover
+        # Drag across the middle of the plot: the time axis zooms in.
+        before = tools.js("document.getElementById('timeline').layout.xaxis.range.slice()")
+        left, top, width, height = tools.js("""(function () {
+            var r = document.querySelector('#timeline .nsewdrag').getBoundingClientRect();
+            return [r.left, r.top, r.width, r.height]; })()""")
+        tools.mouse("mouseMoved", left + width * 0.4, top + height / 2)
+        tools.mouse("mousePressed", left + width * 0.4, top + height / 2, "left")
+        for f in (0.45, 0.5, 0.55):
+            tools.mouse("mouseMoved", left + width * f, top + height / 2, "left")
+        tools.mouse("mouseReleased", left + width * 0.55, top + height / 2, "left")
+        time.sleep(0.3)
+        after = tools.js("document.getElementById('timeline').layout.xaxis.range.slice()")
+        assert after[1] - after[0] < (before[1] - before[0]) / 3, (before, after)
+        assert tools.js("document.documentElement.getAttribute('data-errors')") is None
+    finally:
+        tools.close()
+
+
 # ---- escaping ------------------------------------------------------------------------------------
 
 def test_embedded_json_cannot_end_the_script_element():

@@ -33,6 +33,7 @@ DEFAULT_MAX_POINTS = 20_000
 MAX_DEPTH = 4  # NVTX nesting levels drawn per thread
 MAX_THREADS = 24  # NVTX thread lanes drawn
 LANE_PX = 26
+MAX_LABELLED_BARS = 400  # names inside bars: fitting text is the costliest part of drawing (4k bars: +5 s)
 
 BUSY_COLOR = "#2e7d32"
 CAUSE_COLORS = {
@@ -127,7 +128,7 @@ def _bars(name: str, lanes, start_ns, end_ns, t0: int, text, color, legend: bool
         "width": 0.8, "marker": {"color": color, "line": {"width": 0}},
         "hovertext": list(text), "hoverinfo": "text", "hoverlabel": {"namelength": 0},
     }
-    if label_inside is not None:
+    if label_inside is not None and len(start_ns) <= MAX_LABELLED_BARS:
         trace.update({"text": list(label_inside), "textposition": "inside", "insidetextanchor": "start",
                       "textfont": {"size": 10, "color": label_color}, "cliponaxis": True})
     else:
@@ -183,7 +184,7 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
         step_lane = len(labels)
         labels.append("steps")
         st = a.steps.table
-        step_cap = max(20, max_points // 10)
+        step_cap = max(20, min(max_points // 20, 1000))
         shown = _group_steps(st, step_cap)
         if len(shown) < len(st):
             notes.append(f"{len(st):,} steps drawn as {len(shown):,} groups of consecutive steps")
@@ -223,7 +224,10 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
 
 
 def _busy_traces(dev, s: np.ndarray, e: np.ndarray, lane: int, t0: int, first: bool) -> list[dict]:
-    """Busy blocks as one SVG path per shade level (5 levels of busy share): cheap for 10k+ blocks."""
+    """Busy blocks as one SVG path per shade level (5 levels of busy share): cheap for 10k+ blocks.
+
+    No hover: line vertices would win "closest" hover over the gap bars beside them.
+    """
     share = busy_share(dev.busy, s, e)
     level = np.clip(np.ceil(share * 5), 1, 5).astype(int)
     out = []
@@ -233,12 +237,9 @@ def _busy_traces(dev, s: np.ndarray, e: np.ndarray, lane: int, t0: int, first: b
             continue
         xs = np.empty(sel.size * 3, dtype=object)
         xs[0::3], xs[1::3], xs[2::3] = _sec(s[sel], t0), _sec(e[sel], t0), None
-        text = [f"GPU {dev.device_id} busy {p:.0%} of {ms(b - a)}" for a, b, p in zip(s[sel], e[sel], share[sel])]
-        ht = np.empty(sel.size * 3, dtype=object)
-        ht[0::3], ht[1::3], ht[2::3] = text, text, None
         out.append({"type": "scatter", "mode": "lines", "name": "GPU busy (shade: busy share of a block)",
                     "legendgroup": "busy", "showlegend": first and lv == 5, "x": xs.tolist(),
-                    "y": [lane, lane, None] * int(sel.size), "hovertext": ht.tolist(), "hoverinfo": "text",
+                    "y": [lane, lane, None] * int(sel.size), "hoverinfo": "skip",  # hover belongs to the gaps
                     "line": {"color": BUSY_COLOR, "width": LANE_PX * 0.62}, "opacity": 0.25 + 0.75 * lv / 5})
     return out
 
