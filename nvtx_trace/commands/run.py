@@ -62,9 +62,10 @@ def run(
         min_gap_ms=min_gap_ms)
     plan = runner.plan_run(opts)
     for note in plan.notes:
-        err.print(f"[yellow]warning:[/yellow] {note}")
-    err.print(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in {plan.out_dir}")
-    err.print(f"[dim]$ {shlex.join(plan.nsys_command())}[/dim]")
+        err.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)
+    err.print(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in {plan.out_dir}",
+              soft_wrap=True)
+    err.print(f"$ {shlex.join(plan.nsys_command())}", style="dim", soft_wrap=True, markup=False)
 
     status = err.status("Profiling…", spinner="dots")
     started = False

@@ -1,0 +1,347 @@
+"""`nvtx-trace run` end to end, under the real nsys on this machine (no mocks of nsys).
+
+Each real run costs 15-50 s on 2 cores (most of it nsys), so runs are module-scoped
+fixtures shared by the assertions about them: a default run of a training loop with a
+slow dataset, a crashing run, a capture-window run of a module that exits 3, an
+interrupted run and a torchrun run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, need
+from nvtx_trace import nsys as nsys_mod
+from nvtx_trace import runner
+from nvtx_trace.errors import NsysNotFoundError
+
+SCRIPTS = ROOT / "tests" / "scripts"
+SLOW = SCRIPTS / "slow_loader_train.py"
+FETCH = "dataloader.fetch %"
+WAIT = "dataloader.next %"
+
+
+@pytest.fixture(scope="module")
+def ready() -> nsys_mod.Nsys:
+    """nsys, torch and an nvtx release this nsys records; skip (fail under CI) otherwise."""
+    try:
+        found = nsys_mod.find_nsys()
+    except NsysNotFoundError:
+        found = None
+    need("Nsight Systems (nsys)", found is not None)
+    need("PyTorch", importlib.util.find_spec("torch") is not None)
+    need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
+    import importlib.metadata as md
+
+    problem = nsys_mod.nvtx_problem(md.version("nvtx"), found.version)
+    need(f"an nvtx release recorded by nsys {found.version} ({problem})", problem is None)
+    return found
+
+
+def cli(args: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", *args], cwd=cwd, text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=300, **kw)
+
+
+def sql(db: Path, query: str, *params) -> list[tuple]:
+    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return con.execute(query, params).fetchall()
+    finally:
+        con.close()
+
+
+def ranges_by_pid(db: Path, like: str) -> dict[int, int]:
+    """Count of NVTX ranges whose name matches ``like``, per process id (plain SQL on the export)."""
+    rows = sql(db, "SELECT (n.globalTid >> 24) & 16777215, count(*) FROM NVTX_EVENTS n "
+                   "LEFT JOIN StringIds s ON s.id = n.textId WHERE COALESCE(s.value, n.text) LIKE ? "
+                   "AND n.end IS NOT NULL GROUP BY 1", like)
+    return dict(rows)
+
+
+def step_ranges(db: Path) -> list[str]:
+    rows = sql(db, "SELECT COALESCE(s.value, n.text) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                   "WHERE COALESCE(s.value, n.text) LIKE 'step %' ORDER BY n.start")
+    return [r[0] for r in rows]
+
+
+# ---------------------------------------------------------------- the default run
+
+
+@pytest.fixture(scope="module")
+def slow_run(ready, tmp_path_factory):
+    """nvtx-trace run with the default options on a loop that waits for a slow dataset."""
+    work = tmp_path_factory.mktemp("slow")
+    t0 = time.monotonic()
+    proc = cli([str(SLOW), "--steps", "12"], cwd=work)
+    runs = list((work / runner.DEFAULT_OUT_ROOT).glob("slow_loader_train-*"))
+    return proc, runs, time.monotonic() - t0
+
+
+def test_run_writes_four_outputs_into_a_fresh_folder_named_from_the_script(slow_run):
+    proc, runs, _ = slow_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(runs) == 1, runs
+    names = sorted(p.name for p in runs[0].iterdir())
+    assert names == sorted(runner.OUTPUT_NAMES), names  # the .qdstrm is gone once imported
+    assert nsys_mod.is_sqlite(runs[0] / "report.sqlite")
+    for name in runner.OUTPUT_NAMES:
+        assert f"Wrote {runner.DEFAULT_OUT_ROOT}/{runs[0].name}/{name}" in proc.stderr
+    assert f"Next: open {runner.DEFAULT_OUT_ROOT}/{runs[0].name}/summary.html" in proc.stderr
+
+
+def test_run_passes_the_program_its_arguments_and_output(slow_run):
+    proc, _, _ = slow_run
+    assert "done" in proc.stdout.splitlines()
+    assert "step 11 loss" in proc.stderr and "step 12 loss" not in proc.stderr
+
+
+def test_run_traces_training_apis_without_cpu_sampling_and_follows_forked_workers(slow_run, ready):
+    proc, _, _ = slow_run
+    cmd = next(line for line in proc.stderr.splitlines() if line.startswith("$ "))
+    for option in ("-s none", "--cpuctxsw none", "--trace-fork-before-exec=true", "-m nvtx_autotrace"):
+        assert option in cmd, option
+    expected = ",".join(nsys_mod.pick_traces(ready, runner.TRAINING_TRACES))
+    assert f"-t {expected} " in cmd
+
+
+def test_findings_show_a_dataloader_stall_with_per_worker_fetch_timings(slow_run):
+    proc, runs, _ = slow_run
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    kinds = [f["kind"] for f in summary["findings"]]
+    assert kinds and kinds[0] == "dataloader_stall", kinds
+    assert "dataloader_stall" in proc.stdout
+    workers = summary["dataloader"]["workers"]
+    assert sorted(w["worker"] for w in workers) == [0, 1]
+    assert all(w["fetches"] > 0 and w["fetch_ns_median"] > 3_000_000 for w in workers), workers  # 4 x 4 ms
+
+
+def test_worker_fetch_counts_match_plain_sql_per_worker_pid(slow_run):
+    _, runs, _ = slow_run
+    db = runs[0] / "report.sqlite"
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    by_pid = ranges_by_pid(db, FETCH)
+    # 12 batches, each worker under its own pid (a worker's last range can be lost at shutdown)
+    assert len(by_pid) == 2 and 10 <= sum(by_pid.values()) <= 12, by_pid
+    assert {w["pid"]: w["fetches"] for w in summary["dataloader"]["workers"]} == by_pid
+    waits = ranges_by_pid(db, WAIT)
+    assert len(waits) == 1 and set(waits).isdisjoint(by_pid)  # waits in the training process only
+    assert summary["dataloader"]["loaders"][0]["waits"] == sum(waits.values())
+
+
+def test_report_is_analyzed_without_gpu_analyses(slow_run):
+    _, runs, _ = slow_run
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    assert {"gpu_idle", "layout_transpose", "pageable_h2d"} <= set(summary["skipped"])
+    html = (runs[0] / "summary.html").read_text()
+    assert "dataloader_stall" in html
+
+
+# ---------------------------------------------------------------- a program that fails
+
+
+@pytest.fixture(scope="module")
+def crashed_run(ready, tmp_path_factory):
+    work = tmp_path_factory.mktemp("crash")
+    proc = cli(["--out", "out", "--trace", "nvtx", str(SLOW), "--raise-at", "5"], cwd=work)
+    return proc, work / "out"
+
+
+def test_a_crashing_script_exit_code_is_ours_and_the_partial_report_is_analyzed(crashed_run):
+    proc, out = crashed_run
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "RuntimeError: deliberate failure at step 5" in proc.stderr
+    assert "Traceback" in proc.stderr and "nvtx_trace/" not in proc.stderr  # the program's, not ours
+    summary = json.loads((out / "summary.json").read_text())
+    steps = [s["step"] for s in summary["steps"]["table"]]
+    assert steps[:5] == [0, 1, 2, 3, 4], steps
+    assert step_ranges(out / "report.sqlite")[:5] == [f"step {i}" for i in range(5)]
+    assert "exited with status 1" in proc.stderr
+
+
+def test_out_folder_with_outputs_is_not_overwritten_without_force(crashed_run):
+    _, out = crashed_run
+    before = (out / "summary.json").stat().st_mtime_ns
+    proc = cli(["--out", str(out), str(SLOW)], cwd=out.parent)
+    assert proc.returncode == 2 and "--force" in proc.stderr and "Traceback" not in proc.stderr
+    assert (out / "summary.json").stat().st_mtime_ns == before
+
+
+# ---------------------------------------------------------------- capture window, -m, exit code 3
+
+
+@pytest.fixture(scope="module")
+def window_run(ready, tmp_path_factory):
+    """-m module run profiling steps 2-4 of 10; the program then exits with status 3."""
+    out = tmp_path_factory.mktemp("window") / "out"
+    proc = cli(["--out", str(out), "--trace", "nvtx", "--warmup-steps", "2", "--steps", "3",
+                "-m", "slow_loader_train", "--steps", "10", "--exit-code", "3"], cwd=SCRIPTS)
+    return proc, out
+
+
+def test_module_run_passes_the_exit_code_through(window_run):
+    proc, out = window_run
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "step 9 loss" in proc.stderr  # the program ran to its end after the window closed
+    assert (out / "summary.json").exists() and (out / "summary.html").exists()
+
+
+def test_capture_window_holds_exactly_the_asked_steps(window_run):
+    proc, out = window_run
+    assert "profiling steps 2-4 only" in " ".join(proc.stderr.split())
+    assert step_ranges(out / "report.sqlite") == ["step 2", "step 3", "step 4"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["step"] for s in summary["steps"]["table"]] == [2, 3, 4]
+    assert summary["steps"]["summary"]["warmup_steps"] == 0  # the window already skipped warm-up
+    waits = ranges_by_pid(out / "report.sqlite", WAIT)
+    assert sum(waits.values()) <= 4, waits  # batches of steps 2-4 (+ the one in flight at the edge)
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+
+@pytest.fixture(scope="module")
+def interrupted_run(ready, tmp_path_factory):
+    work = tmp_path_factory.mktemp("ctrlc")
+    child = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx",
+                              str(SLOW), "--steps", "3000"], cwd=work, text=True, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    seen = []
+    try:
+        for line in child.stderr:
+            seen.append(line)
+            if line.startswith("step 15 "):
+                break
+        else:
+            pytest.fail("the program never got to step 15: " + "".join(seen[-20:]))
+        os.killpg(child.pid, signal.SIGINT)  # what a terminal's Ctrl-C does to the foreground group
+        out, err = child.communicate(timeout=240)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    return child.returncode, out, "".join(seen) + err, work / "out"
+
+
+def test_ctrl_c_stops_the_program_and_still_finalizes_the_report(interrupted_run):
+    code, out, err, folder = interrupted_run
+    assert code == 130, err[-3000:]
+    assert "was interrupted" in err
+    assert sorted(p.name for p in folder.iterdir()) == sorted(runner.OUTPUT_NAMES)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["steps"]["summary"]["steps"] >= 15
+    assert "step 2999 loss" not in err
+
+
+# ---------------------------------------------------------------- torchrun
+
+
+@pytest.fixture(scope="module")
+def torchrun_run(ready, tmp_path_factory):
+    import shutil
+
+    need("torchrun", shutil.which("torchrun") is not None)
+    work = tmp_path_factory.mktemp("torchrun")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = cli(["--out", "out", "--trace", "nvtx", "--", "torchrun", "--nproc_per_node=2",
+                str(SCRIPTS / "ddp_train.py")], cwd=work, env=env)
+    return proc, work / "out"
+
+
+def test_torchrun_ranks_and_their_workers_get_autotrace_ranges(torchrun_run):
+    proc, out = torchrun_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    db = out / "report.sqlite"
+    steps = ranges_by_pid(db, "step %")
+    fetches = ranges_by_pid(db, FETCH)
+    assert len(steps) == 2 and all(n >= 6 for n in steps.values()), steps  # one training process per rank
+    # 6 batches per rank; a worker's last range is sometimes lost when the loader shuts it down
+    assert len(fetches) == 2 and all(4 <= n <= 6 for n in fetches.values()), fetches
+    assert set(fetches).isdisjoint(steps)
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["dataloader"]["workers"]) == 2
+
+
+# ---------------------------------------------------------------- no nsys
+
+
+def test_no_nsys_anywhere_is_one_line_with_the_install_hint(monkeypatch, capsys, tmp_path):
+    from nvtx_trace import cli as cli_mod
+
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("NSYS", raising=False)
+    monkeypatch.setattr(nsys_mod, "KNOWN_LOCATIONS", ())
+    monkeypatch.chdir(tmp_path)
+    code = cli_mod.main(["run", str(SLOW)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == NsysNotFoundError.exit_code != 0
+    assert len(err) == 1 and "nsight-systems" in err[0] and err[0].startswith("nvtx-trace: error:"), err
+    assert not (tmp_path / runner.DEFAULT_OUT_ROOT).exists()
+
+
+def test_nsys_pointing_nowhere_fails_cleanly_in_a_subprocess(tmp_path):
+    proc = cli(["--nsys", str(tmp_path / "no-nsys-here"), str(SLOW)], cwd=tmp_path)
+    assert proc.returncode == NsysNotFoundError.exit_code
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+# ---------------------------------------------------------------- planning (fast, real nsys --help only)
+
+
+def test_our_options_stop_at_the_script_and_its_exit_code_passes_through(ready, monkeypatch, tmp_path):
+    from nvtx_trace import cli as cli_mod
+
+    seen = {}
+
+    def fake_execute(plan, progress=None):  # the runner, not nsys: nsys is not run here
+        seen["plan"] = plan
+        return runner.RunResult(plan=plan, exit_code=7)
+
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    monkeypatch.chdir(tmp_path)
+    code = cli_mod.main(["run", "--warmup-steps", "1", "--steps", "2", str(SLOW), "--steps", "100", "-m", "x"])
+    plan = seen["plan"]
+    assert code == 7
+    assert plan.argv[-5:] == [str(SLOW), "--steps", "100", "-m", "x"]
+    assert plan.argv[1:3] == ["-m", "nvtx_autotrace"] and plan.env[runner.CAPTURE_ENV].startswith("1:2:")
+
+
+def test_plans_for_a_module_a_command_and_no_autotrace(ready, tmp_path):
+    mod = runner.plan_run(runner.RunOptions(target=["pkg.train", "--lr", "1"], module=True, out=tmp_path / "a"),
+                          nsys=ready)
+    assert mod.argv == [sys.executable, "-m", "nvtx_autotrace", "-m", "pkg.train", "--lr", "1"]
+    assert mod.out_dir == (tmp_path / "a").resolve() and mod.mode == "module"
+    cmd = runner.plan_run(runner.RunOptions(target=["torchrun", "--nproc_per_node=2", "t.py"],
+                                            out_root=tmp_path), nsys=ready, now=0)
+    assert cmd.mode == "command" and cmd.argv[0] == "torchrun"
+    assert cmd.out_dir.name.startswith("torchrun-t-") and cmd.site_dir is not None
+    assert cmd.env["PYTHONPATH"].split(os.pathsep)[0] == str(cmd.site_dir)
+    plain = runner.plan_run(runner.RunOptions(target=[str(SLOW)], autotrace=False, out=tmp_path / "b",
+                                              nsys_args=["--osrt-threshold=5000"]), nsys=ready)
+    assert plain.argv == [sys.executable, str(SLOW)] and plain.extra[-1] == "--osrt-threshold=5000"
+    import shutil
+
+    shutil.rmtree(cmd.site_dir)
+
+
+def test_generated_sitecustomize_installs_autotrace_with_torch_and_chains_to_the_old_one(tmp_path):
+    need("PyTorch", importlib.util.find_spec("torch") is not None)
+    site, old = tmp_path / "site", tmp_path / "old"
+    site.mkdir()
+    old.mkdir()
+    runner.write_sitecustomize(site)
+    (old / "sitecustomize.py").write_text("import os\nos.environ['OLD_SITECUSTOMIZE_RAN'] = '1'\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(old)]), NVTX_AUTOTRACE="1")
+    probe = ("import os, sys; a = 'nvtx_autotrace' in sys.modules; import torch; "
+             "print(os.environ.get('OLD_SITECUSTOMIZE_RAN'), a, 'nvtx_autotrace' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["1", "False", "True"], out.stderr[-2000:]
