@@ -151,15 +151,14 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
         result.skipped["dataloader_stall"] = ("no data-loader ranges (nvtx_autotrace's `dataloader.next [...]`, "
                                               "or user ranges matching --loader-pattern)")
     window = result.steps.steady_window() if result.steps else None
+    if window:
+        s = result.steps
+        first, last = int(s.steady["step"].iloc[0]), int(s.steady["step"].iloc[-1])
+        result.window = {"start_ns": window[0], "end_ns": window[1],
+                         "source": f"steady-state steps {first}-{last} ({s.warmup_steps} warm-up step(s) left out)"}
+    else:
+        result.window = {"start_ns": lo, "end_ns": hi, "source": "whole trace (no step ranges)"}
     if result.idle:
-        if window:
-            s = result.steps
-            first = int(s.steady["step"].iloc[0])
-            last = int(s.steady["step"].iloc[-1])
-            result.window = {"start_ns": window[0], "end_ns": window[1],
-                             "source": f"steady-state steps {first}-{last} ({s.warmup_steps} warm-up step(s) left out)"}
-        else:
-            result.window = {"start_ns": lo, "end_ns": hi, "source": "whole trace (no step ranges)"}
         w0, w1 = result.window["start_ns"], result.window["end_ns"]
         for dev in result.idle.devices:
             busy = int(iv.Coverage(dev.busy).measure(w0, w1))

@@ -72,7 +72,7 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
         if need > have:
             fixes.append(f"num_workers={need} (now {have}): a worker needs {ms(top['fetch_ns_median'])} per batch and "
                          f"a step computes in {ms(compute)}, so {have} worker(s) deliver a batch every "
-                         f"{ms(top['fetch_ns_median'] / have)}")
+                         f"{ms(top['fetch_ns_median'] / have)}; each worker needs a free CPU core")
         else:
             fixes.append(f"prefetch_factor=4 or more: {have} workers are enough on average "
                          f"({ms(top['fetch_ns_median'])} per batch each, step {ms(compute)}) but batches arrive in bursts")

@@ -69,8 +69,22 @@ def find_step_ranges(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str]:
             main = rows["gtid"].value_counts().idxmax()
             rows = rows[rows["gtid"] == main].sort_values("start_ns", ignore_index=True)
             rows = rows.assign(step=[int(index[str(n)].group(1)) for n in rows["name"]])
-            return rows, source
+            return _drop_steps_without_optimizer(rows, ranges), source
     return ranges.iloc[:0], ""
+
+
+def _drop_steps_without_optimizer(steps: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """nvtx_autotrace opens ``step N+1`` when step N's optimizer ends, so the last one runs until exit
+    (evaluation, teardown). A step with no ``optimizer.step`` inside, when others have one, is not training."""
+    cats = ranges["name"].cat.categories
+    is_opt = np.array([c.startswith(names.OPTIMIZER_STEP_PREFIX) for c in cats], dtype=bool)
+    opt = ranges[is_opt[ranges["name"].cat.codes.to_numpy()]] if len(cats) else ranges.iloc[:0]
+    if not len(opt):
+        return steps
+    ends = np.sort(opt["end_ns"].to_numpy())
+    has = np.searchsorted(ends, steps["end_ns"].to_numpy(), side="right") > \
+        np.searchsorted(ends, steps["start_ns"].to_numpy(), side="left")
+    return steps[has].reset_index(drop=True) if has.any() else steps
 
 
 def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set], loader_wait: iv.Set,
@@ -92,11 +106,11 @@ def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set], loader_w
 
 
 def detect_warmup(durations: np.ndarray) -> int:
-    """Leading steps much slower than the typical one; at least the first when there are 3 or more."""
+    """The first step, plus the steps right after it that are still much slower than the typical one."""
     n = len(durations)
     if n < 3:
         return 0
-    typical = np.median(durations[n // 2:]) if n >= 4 else np.median(durations[1:])
+    typical = np.median(durations[1:])
     k = 1
     while k < n // 2 and durations[k] > WARMUP_FACTOR * typical:
         k += 1
