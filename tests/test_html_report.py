@@ -368,7 +368,7 @@ def test_million_interval_report_stays_small_and_says_it_was_aggregated(tmp_path
     size = len(page.encode())
     print(f"\n1.2M busy intervals, {len(ranges):,} NVTX ranges: {size / 1e6:.2f} MB in {took:.1f} s")
     assert size < 10_000_000
-    assert "Aggregated to keep this page small and fast" in page and "--html-max-points" in page
+    assert "Aggregated to keep this page small" in page and "--html-max-points" in page
     drawn = re.search(r"1,200,000 busy intervals drawn as ([\d,]+) blocks", page)
     assert drawn and int(drawn.group(1).replace(",", "")) <= 10_000
     tl = timeline.build(a, ranges, threads)

@@ -59,8 +59,8 @@ def load_lanes(a) -> tuple[pd.DataFrame | None, dict[int, str]]:
         from nvtx_trace.analyzer.reader import Reader
 
         reader = Reader(Path(a.path))
-    except Exception:  # the report moved or is unreadable: the page still renders, without NVTX lanes
-        return None, {}
+    except Exception:  # the report moved or is unreadable: the page still renders, and says so
+        return None, {"error": f"NVTX lanes are not drawn: {Path(str(a.path)).name} could not be re-read"}
     try:
         trace = Trace(reader)
         ranges = trace.ranges
@@ -75,6 +75,8 @@ def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread
         ranges, thread_labels = load_lanes(a)
     d = json_report.to_dict(a)
     figures, notes = [], []
+    if ranges is None and thread_labels and "error" in thread_labels:
+        notes.append(thread_labels.pop("error"))
     tl = timeline.build(a, ranges, thread_labels or {}, max_points=max_points)
     if tl.figure["data"]:
         figures.append({"div": "timeline", "figure": tl.figure})
@@ -243,11 +245,12 @@ def _timeline_section(tl, notes: list[str], max_points: int) -> str:
            "to see why the GPU was idle, or an NVTX range to see its name. Colours of gaps and NVTX ranges "
            "match: an orange gap lies under an orange data-loading range. The view opens on the steady state "
            "(shaded) that the findings are measured over; double-click the chart to see the whole trace.</p>")
-    if notes:
-        out += ("<div class='note'><b>Aggregated to keep this page small and fast</b> "
+    if tl.notes:
+        out += ("<div class='note'><b>Aggregated to keep this page small, fast and readable</b> "
                 f"({tl.items:,} items drawn, budget {max_points:,}; raise it with "
                 f"<code>{MAX_POINTS_OPTION} N</code>). Numbers above and in the tables are exact.<ul>"
-                + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul></div>")
+                + "".join(f"<li>{esc(n)}</li>" for n in tl.notes) + "</ul></div>")
+    out += "".join(f"<div class='note'>{esc(n)}</div>" for n in notes if n not in tl.notes)
     return out + "<div id='timeline' class='plot'></div>"
 
 

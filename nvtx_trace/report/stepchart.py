@@ -19,7 +19,7 @@ PARTS = [  # column, legend, colour
     ("loader_ns", "GPU idle: waiting for data", "#ef6c00"),
     ("copy_ns", "GPU idle: host-side copies", "#6a1b9a"),
     ("sync_ns", "GPU idle: host syncs", "#c62828"),
-    ("other_ns", "GPU idle: other", "#9e9e9e"),
+    ("other_ns", "GPU idle: other causes, short gaps", "#9e9e9e"),
 ]
 MAX_BARS = 400
 

@@ -353,8 +353,7 @@ def _thin_lane(f: pd.DataFrame, k: int) -> pd.DataFrame:
 
 def _esc(text: str) -> str:
     """Plotly renders hover and bar text as a small HTML subset: user-controlled names must not be markup."""
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;"))
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # plotly does not decode &quot;
 
 
 def _layout(a, labels: list[str], t0: int, nvtx_first: int) -> dict:
@@ -379,8 +378,9 @@ def _layout(a, labels: list[str], t0: int, nvtx_first: int) -> dict:
         "xaxis": {"title": {"text": "seconds since the start of the trace"}, "ticksuffix": " s",
                   "zeroline": False, "showspikes": True, "spikemode": "across", "spikethickness": 1,
                   **({"range": xrange, "autorange": False} if xrange else {})},
-        "yaxis": {"tickmode": "array", "tickvals": list(range(len(labels))), "ticktext": [_esc(x) for x in labels],
+        "yaxis": {"tickmode": "array", "tickvals": list(range(len(labels))), "ticktext": [_esc(x if len(x) <= 60 else x[:28] + "…" + x[-28:]) for x in labels],
                   "range": [len(labels) - 0.5, -0.5], "fixedrange": True, "automargin": True, "zeroline": False,
+                  "ticklabelstandoff": 6,
                   "showgrid": False},
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
         "shapes": shapes,
