@@ -80,15 +80,18 @@ def figure(bd: pd.DataFrame) -> tuple[dict, str | None]:
     """Stacked bars, one per step (or per run of steps beyond MAX_BARS); returns (figure, note)."""
     note = None
     k = max(1, int(np.ceil(len(bd) / MAX_BARS)))
-    if k > 1:
+    if k > 1:  # warm-up steps keep their own bars: averaged in, one 8 s step would hide the rest
         n_steps = len(bd)
-        grp = np.arange(len(bd)) // k
+        warm = bd[bd["warmup"].astype(bool)]
+        rest = bd[~bd["warmup"].astype(bool)].reset_index(drop=True)
+        grp = np.arange(len(rest)) // k
         agg = {c: "mean" for c, _, _ in PARTS}
-        agg.update(step=("first"), duration_ns="mean", warmup="all")
-        last = bd.groupby(grp)["step"].last().to_numpy()
-        bd = bd.groupby(grp).agg(agg).reset_index(drop=True)
-        xlabels = [f"{f}-{la}" for f, la in zip(bd["step"], last)]
-        note = f"{n_steps:,} steps are drawn as {len(bd):,} bars, each the mean of {k} consecutive steps"
+        agg.update(step="first", duration_ns="mean", warmup="all")
+        last = rest.groupby(grp)["step"].last().to_numpy()
+        rest = rest.groupby(grp).agg(agg).reset_index(drop=True)
+        xlabels = [str(x) for x in warm["step"]] + [f"{f}-{la}" for f, la in zip(rest["step"], last)]
+        bd = pd.concat([warm[rest.columns], rest], ignore_index=True)
+        note = f"{n_steps:,} steps are drawn as {len(bd):,} bars, each the mean of up to {k} consecutive steps"
     else:
         xlabels = [str(x) for x in bd["step"]]
     data = []

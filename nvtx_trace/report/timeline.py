@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
+from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.analyzer.gpu_idle import CAUSES, category_masks
 
@@ -33,6 +34,7 @@ DEFAULT_MAX_POINTS = 20_000
 MAX_DEPTH = 4  # NVTX nesting levels drawn per thread
 MAX_THREADS = 24  # NVTX thread lanes drawn
 LANE_PX = 26
+UTIL_BINS = 1500  # utilization profile per GPU: shows busy share where blocks are sub-pixel
 MAX_LABELLED_BARS = 400  # names inside bars: fitting text is the costliest part of drawing (4k bars: +5 s)
 
 BUSY_COLOR = "#2e7d32"
@@ -154,28 +156,35 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
     gap_rows = []
     for dev in devices:
         lane = len(labels)
-        labels.append(f"GPU {dev.device_id} busy / idle")
+        labels.append(f"GPU {dev.device_id} utilization")
+        data.append(_utilization_trace(dev, lane, t0, UTIL_BINS))
+        lane = len(labels)
+        labels.append(f"GPU {dev.device_id} busy")
+        labels.append(f"GPU {dev.device_id} idle gaps (cause)")  # own lane: zoomed out, 1-px gaps would hide busy
         span = int(dev.busy[1][-1] - dev.busy[0][0]) if dev.busy[0].size else 0
         s, e, closed = cap_busy(dev.busy[0], dev.busy[1], busy_cap, min(span // (4 * busy_cap), a.min_gap_ns))
         if closed:
             notes.append(f"GPU {dev.device_id}: {dev.busy[0].size:,} busy intervals drawn as {s.size:,} blocks "
                          f"(idle holes up to {ms(closed)} closed); a block's shade is its busy share")
-        data += _busy_traces(dev, s, e, lane, t0, first=lane == 0)
+        data += _busy_traces(dev, s, e, lane, t0, first=not gap_rows and lane == 1)
         items += int(s.size)
         g = gaps_all[gaps_all["device_id"] == dev.device_id] if len(gaps_all) else gaps_all
         if len(g) > gap_cap:
             notes.append(f"GPU {dev.device_id}: the {gap_cap:,} longest of {len(g):,} idle gaps are highlighted")
             g = g.nlargest(gap_cap, "duration_ns")
         if len(g):
-            gap_rows.append(g.assign(lane=lane))
+            gap_rows.append(g.assign(lane=lane + 1))
     if gap_rows:
         gaps = pd.concat(gap_rows, ignore_index=True)
-        for cause, label in CAUSES.items():
+        # Smallest cause first, largest drawn last (on top): zoomed out, sub-pixel gaps overlap and the
+        # colour a user sees should be the cause that dominates; the legend still lists the largest first.
+        totals = gaps.groupby("cause")["duration_ns"].sum().sort_values()
+        for rank, (cause, _) in enumerate(totals.items()):
             g = gaps[gaps["cause"] == cause]
-            if not len(g):
-                continue
-            data.append(_bars(f"idle: {label}", g["lane"], g["start_ns"], g["end_ns"], t0, _gap_texts(g, t0),
-                              CAUSE_COLORS[cause], True, "gap:" + cause))
+            bars = _bars(f"idle: {CAUSES.get(cause, cause)}", g["lane"], g["start_ns"], g["end_ns"], t0,
+                         _gap_texts(g, t0), CAUSE_COLORS.get(cause, "#9e9e9e"), True, "gap:" + cause)
+            bars["legendrank"] = 1000 - rank
+            data.append(bars)
             items += len(g)
 
     # ---- steps lane and boundaries ----
@@ -223,6 +232,27 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
     return Timeline(figure=figure, notes=notes, items=items)
 
 
+def _utilization_trace(dev, lane: int, t0: int, bins: int) -> dict:
+    """Busy share per time bin as a step-shaped area inside the lane (full lane height = 100 %).
+
+    Zoomed out on a long run, every busy block is narrower than a pixel and
+    vanishes; this profile is what keeps a 19 %-busy GPU from looking idle.
+    """
+    lo, hi = int(dev.busy[0][0]), int(dev.busy[1][-1])
+    edges = np.linspace(lo, hi, bins + 1).astype(np.int64)
+    share = iv.Coverage(dev.busy).measure(edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
+    top = lane + 0.42 - 0.84 * share
+    x = np.repeat(_sec(edges, t0), 2)[1:-1]
+    y = np.repeat(np.round(top, 4), 2)
+    base = lane + 0.42
+    text = [f"GPU {dev.device_id} busy {p:.0%}<br>{(a - t0) / 1e9:.3f}-{(b - t0) / 1e9:.3f} s"
+            for a, b, p in zip(edges[:-1], edges[1:], share)]
+    return {"type": "scatter", "mode": "lines", "name": "GPU utilization", "showlegend": False,
+            "x": x.tolist() + [x[-1], x[0]], "y": y.tolist() + [base, base], "fill": "toself",
+            "fillcolor": "rgba(46,125,50,0.55)", "line": {"color": BUSY_COLOR, "width": 1},
+            "hovertext": list(np.repeat(text, 2)) + ["", ""], "hoverinfo": "text", "hoveron": "points"}
+
+
 def _busy_traces(dev, s: np.ndarray, e: np.ndarray, lane: int, t0: int, first: bool) -> list[dict]:
     """Busy blocks as one SVG path per shade level (5 levels of busy share): cheap for 10k+ blocks.
 
@@ -238,7 +268,7 @@ def _busy_traces(dev, s: np.ndarray, e: np.ndarray, lane: int, t0: int, first: b
         xs = np.empty(sel.size * 3, dtype=object)
         xs[0::3], xs[1::3], xs[2::3] = _sec(s[sel], t0), _sec(e[sel], t0), None
         out.append({"type": "scatter", "mode": "lines", "name": "GPU busy (shade: busy share of a block)",
-                    "legendgroup": "busy", "showlegend": first and lv == 5, "x": xs.tolist(),
+                    "legendgroup": "busy", "legendrank": 1, "showlegend": first and lv == 5, "x": xs.tolist(),
                     "y": [lane, lane, None] * int(sel.size), "hoverinfo": "skip",  # hover belongs to the gaps
                     "line": {"color": BUSY_COLOR, "width": LANE_PX * 0.62}, "opacity": 0.25 + 0.75 * lv / 5})
     return out
