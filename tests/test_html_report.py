@@ -24,15 +24,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import ROOT, need
+
 from nvtx_trace.analyzer import Analysis, analyze
 from nvtx_trace.analyzer.findings import Finding, ms, pct
-from nvtx_trace.analyzer.gpu_idle import CAUSES, DeviceIdle, IdleResult, summarize_causes
+from nvtx_trace.analyzer.gpu_idle import (
+    CAUSES,
+    DeviceIdle,
+    IdleResult,
+    summarize_causes,
+)
 from nvtx_trace.analyzer.steps import StepsResult
 from nvtx_trace.report import html as html_report
 from nvtx_trace.report import json as json_report
-from nvtx_trace.report import timeline
+from nvtx_trace.report import nvtx_lanes, timeline
 
 ARTIFACTS = Path(os.environ.get("NVTX_TRACE_ARTIFACTS", ROOT / "tests" / "artifacts"))
 EVIL = '</script><script>window.PWNED=1</script><!-- <img src=x onerror="window.PWNED=2"> &amp; \u2028'
@@ -56,12 +61,12 @@ def open_page(chromium: str, page: Path, tmp: Path, screenshot: Path | None = No
     """Load the page from file:// in a fresh profile; return (DOM after the scripts ran, console log lines)."""
     args = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=30000",
             "--window-size=1400,3000"]
-    out = subprocess.run(args + ["--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180)
+    out = subprocess.run(args + ["--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180, check=False)
     console = [line for line in out.stderr.splitlines() if ":CONSOLE" in line]
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(args + [f"--screenshot={screenshot}", page.resolve().as_uri()], capture_output=True,
-                       timeout=180, cwd=tmp)
+                       timeout=180, cwd=tmp, check=False)
         assert screenshot.exists() and screenshot.stat().st_size > 10_000, "no screenshot written"
         print(f"\nscreenshot: {screenshot}")
     return out.stdout, "\n".join(console)
@@ -167,9 +172,9 @@ def test_page_is_self_contained_and_carries_no_host_details(flawed, tmp_path):
 
 def test_cli_writes_the_html_and_refuses_to_overwrite(tmp_path):
     out = tmp_path / "r.html"
-    run = lambda *extra: subprocess.run(  # noqa: E731
+    run = lambda *extra: subprocess.run(
         ["nvtx-trace", "analyze", str(ROOT / "sample_reports" / "resnet_flawed_user.sqlite"), "--html", str(out),
-         *extra], capture_output=True, text=True, timeout=120)
+         *extra], capture_output=True, text=True, timeout=120, check=False)
     first = run()
     assert first.returncode == 0, first.stderr
     assert out.stat().st_size > 1_000_000 and f"Wrote {out}" in first.stderr.replace("\n", "")
@@ -190,7 +195,7 @@ class DevTools:
             os.set_inheritable(3, True), os.set_inheritable(4, True)
 
         self.proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1400,1000",
-                                      "--remote-debugging-pipe"], preexec_fn=fds, close_fds=False,
+                                      "--remote-debugging-pipe"], preexec_fn=fds, close_fds=False,  # noqa: PLW1509 (one thread)
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for fd in (r_in, w_out, a, b):
             os.close(fd)
@@ -331,7 +336,7 @@ def synthetic_analysis(n_busy: int, n_ranges: int, evil: bool = False, n_steps: 
     main = []
     for i in range(n_steps):
         s0, s1 = int(edges[i]), int(edges[i + 1])
-        main.append((s0, s1, 1, "step %d" % i))
+        main.append((s0, s1, 1, f"step {i}"))
         sub = np.linspace(s0, s1, per + 1).astype(np.int64)
         main += [(int(sub[j]) + 1, int(sub[j + 1]) - 1, 1, name if j % 2 else "dataloader.next [train.py:1]")
                  for j in range(per)]
@@ -351,7 +356,7 @@ def synthetic_analysis(n_busy: int, n_ranges: int, evil: bool = False, n_steps: 
                  min_gap_ns=1_000_000, trace_start_ns=0, trace_end_ns=t_end,
                  idle=IdleResult(devices=[dev], gaps=gaps, causes=summarize_causes(gaps)),
                  steps=StepsResult(table=steps, source="`step N` ranges", warmup_steps=1),
-                 window={"start_ns": w0, "end_ns": w1, "source": "steady-state steps 1-%d" % (n_steps - 1)},
+                 window={"start_ns": w0, "end_ns": w1, "source": f"steady-state steps 1-{n_steps - 1}"},
                  window_causes=summarize_causes(gaps, (w0, w1)), window_utilization={0: 0.6},
                  top_kernels=pd.DataFrame({"name": [EVIL if evil else "sgemm", "relu"], "count": [10, 5],
                                            "time_ns": [1_000_000, 20_000]}),
@@ -396,4 +401,4 @@ def test_busy_cap_closes_the_shortest_holes_first():
 def test_nesting_depth_of_push_pop_ranges():
     s = np.array([0, 1, 2, 5, 10])
     e = np.array([9, 4, 3, 8, 12])
-    assert timeline.nesting_depth(s, e).tolist() == [0, 1, 2, 1, 0]
+    assert nvtx_lanes.nesting_depth(s, e).tolist() == [0, 1, 2, 1, 0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html as _html
 import json as _json
+import sqlite3
 from pathlib import Path
 from string import Template
 
@@ -26,8 +27,9 @@ import pandas as pd
 
 from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import ms, pct, size
-from nvtx_trace.report import stepchart, timeline
+from nvtx_trace.errors import NvtxTraceError
 from nvtx_trace.report import json as json_report
+from nvtx_trace.report import stepchart, timeline
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html"
 MAX_POINTS_OPTION = "--html-max-points"
@@ -59,7 +61,7 @@ def load_lanes(a) -> tuple[pd.DataFrame | None, dict[int, str]]:
         from nvtx_trace.analyzer.reader import Reader
 
         reader = Reader(Path(a.path))
-    except Exception:  # the report moved or is unreadable: the page still renders, and says so
+    except (OSError, sqlite3.Error, NvtxTraceError):  # report moved or unreadable: the page renders and says so
         return None, {"error": f"NVTX lanes are not drawn: {Path(str(a.path)).name} could not be re-read"}
     try:
         trace = Trace(reader)
