@@ -15,6 +15,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
@@ -59,6 +60,7 @@ class Analysis:
     thread_names: dict[int, str] = field(default_factory=dict)
     top_kernels: pd.DataFrame | None = None
     window_utilization: dict[int, float] = field(default_factory=dict)  # device -> busy share of the window
+    module_ranges_per_step: float = 0.0  # nvtx_autotrace module ranges per steady step (their CPU cost shows)
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
@@ -158,6 +160,12 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
                          "source": f"steady-state steps {first}-{last} ({s.warmup_steps} warm-up step(s) left out)"}
     else:
         result.window = {"start_ns": lo, "end_ns": hi, "source": "whole trace (no step ranges)"}
+    if result.steps and len(ranges):
+        w0, w1 = result.window["start_ns"], result.window["end_ns"]
+        cats = ranges["name"].cat.categories
+        is_mod = np.array([bool(names.MODULE_RE.match(c)) for c in cats], dtype=bool)[ranges["name"].cat.codes.to_numpy()]
+        inside = is_mod & (ranges["start_ns"].to_numpy() >= w0) & (ranges["start_ns"].to_numpy() < w1)
+        result.module_ranges_per_step = float(inside.sum()) / max(1, len(result.steps.steady))
     if result.idle:
         w0, w1 = result.window["start_ns"], result.window["end_ns"]
         for dev in result.idle.devices:

@@ -16,12 +16,22 @@ from nvtx_trace import names
 from nvtx_trace.analyzer import intervals as iv
 
 
+def _fold(name: str) -> str:
+    """Names that differ only by a counter or a size fold into one label."""
+    if names.STEP_RE.match(name):
+        return "step N"
+    m = names.H2D_COPY_RE.match(name)
+    if m:
+        return f"copy.h2d ({m.group('kind')}, non_blocking={m.group('nb')})"
+    return name
+
+
 def range_labels(ranges: pd.DataFrame, idx: np.ndarray, none: str = "(no enclosing range)") -> np.ndarray:
     """Display names for attributed ranges; every ``step N`` folds into one ``step N`` label."""
     if not len(ranges) or not len(idx):
         return np.full(len(idx), none, dtype=object)
     labels = ranges["name"].astype(object).to_numpy()[np.maximum(idx, 0)]
-    labels = np.array(["step N" if names.STEP_RE.match(str(x)) else x for x in labels], dtype=object)
+    labels = np.array([_fold(str(x)) for x in labels], dtype=object)
     return np.where(idx >= 0, labels, none)
 
 

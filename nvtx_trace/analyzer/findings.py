@@ -17,6 +17,7 @@ THRESHOLDS = {
     "transpose_kernel_fraction": 0.01,  # 1 % of kernel time spent in layout transposes
     "pageable_min_bytes": 1 << 20,  # ignore a few tiny pageable copies (scalars, shapes)
     "min_impact_ns": 1_000_000,  # nothing under 1 ms total is worth a finding
+    "launch_bound_fraction": 0.20,  # idle in gaps shorter than --min-gap-ms covering 20 % of the window
 }
 
 
@@ -85,6 +86,9 @@ CAUSE_FIXES = {
     "forward": ("The CPU cannot launch forward kernels fast enough: try torch.compile, CUDA graphs, or a larger batch "
                 "so each launch does more work."),
     "other_range": "Move the work inside the named NVTX range off the critical path (another thread, fewer calls per step).",
+    "launch_bound": ("The GPU finishes each kernel before the CPU queues the next: capture the step in a CUDA graph "
+                     "(torch.compile(model, mode='reduce-overhead') or torch.cuda.graphs), use fused optimizers, "
+                     "or give each kernel more work (larger batch)."),
     "unattributed": ("The CPU is busy outside any NVTX range: run under nvtx_autotrace, or sample Python "
                      "(nsys profile --python-sampling=true) to see where."),
 }

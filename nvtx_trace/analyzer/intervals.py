@@ -107,12 +107,18 @@ class Coverage:
         return self._covered_until(hi) - self._covered_until(lo)
 
 
-def innermost(starts, ends, groups, q_time, q_group) -> np.ndarray:
-    """Index of the innermost interval of the same group containing each query time, or -1.
+SCAN_BACK = 64  # how many of the latest-started ranges to try before relying on nesting
 
-    Intervals of one group must nest (NVTX push/pop ranges on one thread do).
-    The innermost open range at time t is the last one opened at the nesting
-    depth that is current at t, so one searchsorted per depth level answers it.
+
+def innermost(starts, ends, groups, q_time, q_group) -> np.ndarray:
+    """Index of the latest-started interval of the same group containing each query time, or -1.
+
+    Two passes. First, try the last ``SCAN_BACK`` intervals that started before t,
+    newest first: this is exact for intervals that do not nest (start/end ranges,
+    such as nvtx_autotrace's backward-hook ranges, overlap at their edges). Then,
+    for queries still unanswered, rely on nesting (push/pop ranges on one thread
+    nest): the innermost open range at t is the last one opened at the nesting
+    depth current at t, so one searchsorted per depth level answers it.
     """
     starts = np.asarray(starts, np.int64)
     ends = np.asarray(ends, np.int64)
@@ -133,6 +139,12 @@ def innermost(starts, ends, groups, q_time, q_group) -> np.ndarray:
         # Depth of each range = ranges open just before it starts.
         depth = np.arange(s.size) - np.searchsorted(sorted_e, s, side="right")
         t = q_time[qsel]
+        found = _scan_back(s, e, t)
+        hit = found >= 0
+        out[qsel[hit]] = order[found[hit]]
+        qsel, t = qsel[~hit], t[~hit]
+        if not qsel.size:
+            continue
         open_at_t = np.searchsorted(sorted_s, t, side="right") - np.searchsorted(sorted_e, t, side="left")
         qd = open_at_t - 1  # depth of the innermost open range
         for d in np.unique(qd[qd >= 0]):
@@ -143,4 +155,21 @@ def innermost(starts, ends, groups, q_time, q_group) -> np.ndarray:
             cand = at_d[np.maximum(j, 0)]
             ok &= (s[cand] <= t[qi]) & (e[cand] >= t[qi])
             out[qsel[qi[ok]]] = order[cand[ok]]
+    return out
+
+
+def _scan_back(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each t, the highest index i (s sorted) among the last SCAN_BACK with s[i] <= t <= e[i], or -1."""
+    k = np.searchsorted(s, t, side="right") - 1
+    out = np.full(t.size, -1, dtype=np.int64)
+    todo = np.flatnonzero(k >= 0)
+    for step in range(SCAN_BACK):
+        if not todo.size:
+            break
+        i = k[todo] - step
+        valid = i >= 0
+        todo, i = todo[valid], i[valid]
+        hit = e[i] >= t[todo]
+        out[todo[hit]] = i[hit]
+        todo = todo[~hit]
     return out

@@ -64,8 +64,11 @@ def module_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
         return ranges
     cats = ranges["name"].cat.categories
     codes = ranges["name"].cat.codes.to_numpy()
+    # The whole-pass `backward` range counts too: it is what the fallback finds when
+    # per-module backward ranges are off.
     is_module = np.array([bool(names.MODULE_RE.match(c)) for c in cats], dtype=bool)[codes]
     if is_module.any():
+        is_module |= np.array([c == names.BACKWARD for c in cats], dtype=bool)[codes]
         return ranges[is_module].reset_index(drop=True)
     is_step = np.array([bool(names.STEP_RE.match(c)) for c in cats], dtype=bool)[codes]
     return ranges[~is_step].reset_index(drop=True)

@@ -69,7 +69,7 @@ class Trace:
     def thread_label(self, gtid: int) -> str:
         name = self.thread_names.get(int(gtid))
         pid, tid = int(pid_of(gtid)), int(tid_of(gtid))
-        proc = self.process_names.get(pid, "")
+        proc = self.process_names.get(pid, "").rsplit("/", 1)[-1]
         who = f"{proc}[{pid}]" if proc else f"pid {pid}"
         return f"{who} tid {tid}" + (f" ({name})" if name and name != proc else "")
 

@@ -20,6 +20,7 @@ def build_findings(a) -> list:
     out += _pageable(a)
     out += _sync(a, cause_ns.get("sync", 0), window_ns)
     out += _cpu_overhead(a, cause_ns, window_ns)
+    out += _launch_bound(a, window_ns)
     return sorted(out, key=lambda f: f.impact_ns, reverse=True)
 
 
@@ -183,3 +184,47 @@ def _cpu_overhead(a, cause_ns: dict, window_ns: int) -> list[Finding]:
             evidence={"cause": cause},
         ))
     return out
+
+
+def _launch_bound(a, window_ns: int) -> list[Finding]:
+    """Idle time too finely chopped for the gap analysis: many gaps shorter than --min-gap-ms."""
+    if not a.idle or not a.window:
+        return []
+    from nvtx_trace.analyzer import intervals as iv
+
+    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    out = []
+    for dev in a.idle.devices:
+        busy = int(iv.Coverage(dev.busy).measure(w0, w1))
+        g = a.idle.gaps
+        g = g[(g["device_id"] == dev.device_id) & (g["start_ns"] >= w0) & (g["start_ns"] < w1)]
+        short_idle = (w1 - w0) - busy - int(g["duration_ns"].sum())
+        holes = iv.holes(dev.busy, min_len=1)
+        inside = (holes[0] >= w0) & (holes[1] <= w1) & (holes[1] - holes[0] < a.min_gap_ns)
+        if short_idle < THRESHOLDS["min_impact_ns"] or short_idle < THRESHOLDS["launch_bound_fraction"] * window_ns:
+            continue
+        n_short = int(inside.sum())
+        out.append(Finding(
+            kind="cpu_overhead",
+            title=f"GPU {dev.device_id} is busy only {pct(busy / window_ns)} of {a.window['source']}; {ms(short_idle)} "
+                  f"({pct(short_idle / window_ns)}) is lost in {n_short} gaps shorter than {ms(a.min_gap_ns)} "
+                  f"(median {ms(float(np.median(holes[1][inside] - holes[0][inside])) if n_short else 0)}): "
+                  "kernel launches cannot keep up",
+            impact_ns=int(short_idle), fix=CAUSE_FIXES["launch_bound"] + _instrumentation_note(a),
+            threshold=f"gaps < {ms(a.min_gap_ns)} covering >= {pct(THRESHOLDS['launch_bound_fraction'])} of the window",
+            evidence={"device_id": dev.device_id, "busy_ns": busy, "short_gaps": n_short, "short_idle_ns": short_idle},
+        ))
+    return out
+
+
+AUTOTRACE_US_PER_MODULE_RANGE = 5  # measured on an H100 (docs/autotrace.md): ~4 µs forward, ~9 µs with backward hooks
+
+
+def _instrumentation_note(a) -> str:
+    """In a launch-bound loop the auto-instrumentation's own CPU time is part of the problem: say how much."""
+    n = a.module_ranges_per_step
+    if n < 1:
+        return ""
+    return (f" Note: this report carries {n:.0f} nvtx_autotrace module ranges per step, roughly "
+            f"{ms(n * AUTOTRACE_US_PER_MODULE_RANGE * 1000)} of added CPU time per step; re-run with "
+            "NVTX_AUTOTRACE_MODULE_DEPTH=1 (or NVTX_AUTOTRACE_BACKWARD_MODULES=0) to see the loop without most of it.")
