@@ -61,6 +61,7 @@ class RunOptions:
     force: bool = False  # reuse an --out folder that already holds outputs
     nsys: str | None = None  # --nsys
     min_gap_ms: float = 1.0
+    html_max_points: int = 20_000
     html: bool = True
 
 
@@ -364,7 +365,7 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
     except NvtxTraceError as exc:
         _fail(result, exc)
         return result
-    write_summaries(result, html=opts.html, progress=progress)
+    write_summaries(result, html=opts.html, progress=progress, max_points=opts.html_max_points)
     return result
 
 
@@ -373,7 +374,8 @@ def _fail(result: RunResult, exc: NvtxTraceError) -> None:
     result.error = result.error or exc
 
 
-def write_summaries(result: RunResult, html: bool = True, progress: Progress | None = None) -> None:
+def write_summaries(result: RunResult, html: bool = True, progress: Progress | None = None,
+                    max_points: int = 20_000) -> None:
     """summary.json always; summary.html when the HTML reporter is available."""
     from nvtx_trace.report import json as json_report
 
@@ -391,7 +393,7 @@ def write_summaries(result: RunResult, html: bool = True, progress: Progress | N
         progress("Writing the HTML summary…")
     out = result.plan.path("summary.html")
     try:
-        html_report.write(result.analysis, out)
+        html_report.write(result.analysis, out, max_points=max_points)
     except NvtxTraceError as exc:
         _fail(result, exc)
         return

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Re-capture the GPU sample reports (run on a CUDA machine with nsys >= 2023):
+# Re-capture the GPU sample reports (run from the project root on a CUDA machine with nsys >= 2023):
 #   NSYS=/path/to/nsys scripts/capture_gpu_samples.sh OUTDIR
-# Writes OUTDIR/resnet_{flawed,fixed}_user.{nsys-rep,sqlite}: the example
-# training loop with hand-written NVTX ranges, traced for CUDA, cuDNN, cuBLAS
-# and NVTX only (no CPU sampling, no context switches) to keep the files small.
-# Redact before committing: nvtx-trace redact OUTDIR/x.sqlite -o sample_reports/x.sqlite
+# Writes into OUTDIR, for the flawed and the fixed variant of examples/resnet_train.py:
+#   run_<variant>/      `nvtx-trace run` (nvtx_autotrace ranges): report.nsys-rep, report.sqlite, summary.*
+#   resnet_<variant>_user.{nsys-rep,sqlite}   plain nsys with the script's own hand-written ranges
+# Traced for CUDA, cuDNN, cuBLAS and NVTX only (no OS runtime, no CPU sampling) to keep files small.
+# Then, on any machine, redact before committing:
+#   nvtx-trace redact OUTDIR/run_flawed/report.sqlite -o sample_reports/resnet_flawed.sqlite
+#   nvtx-trace redact OUTDIR/resnet_flawed_user.sqlite -o sample_reports/resnet_flawed_user.sqlite   (same for fixed)
 set -euo pipefail
 out=${1:?usage: capture_gpu_samples.sh OUTDIR}
 nsys=${NSYS:-nsys}
 mkdir -p "$out"
 for variant in flawed fixed; do
+  python3 -m nvtx_trace.cli run --nsys "$nsys" -t cuda,nvtx,cudnn,cublas --out "$out/run_$variant" --force \
+      examples/resnet_train.py --variant "$variant" --steps 30
   name="$out/resnet_${variant}_user"
   "$nsys" profile -f true -o "$name" -t cuda,nvtx,cudnn,cublas -s none --cpuctxsw none \
       --trace-fork-before-exec=true \

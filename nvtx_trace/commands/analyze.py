@@ -29,6 +29,8 @@ def analyze(
     warmup_steps: Optional[int] = typer.Option(
         None, "--warmup-steps", help="Steps to leave out of the steady state (default: detected)."),
     nsys: Optional[str] = typer.Option(None, "--nsys", help="nsys to export a .nsys-rep with."),
+    html_max_points: int = typer.Option(
+        20_000, "--html-max-points", help="Drawing budget of the HTML timeline; bigger traces are aggregated."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),
 ) -> None:
     """Find why the GPU idles in an Nsight Systems report, and what to change.
@@ -41,6 +43,8 @@ def analyze(
     from nvtx_trace.report import json as json_report
     from nvtx_trace.report import text
 
+    if html_max_points < 100:
+        raise UsageError(f"--html-max-points must be at least 100 (got {html_max_points})")
     outputs = [Path(p) for p in (json_out, html_out) if p and str(p) != "-"]
     for out in outputs:
         check_output(out, force)
@@ -60,5 +64,5 @@ def analyze(
     if html_out:
         from nvtx_trace.report import html
 
-        html.write(result, html_out)
+        html.write(result, html_out, max_points=html_max_points)
         err.print(f"Wrote {html_out}")

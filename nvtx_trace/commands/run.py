@@ -40,6 +40,8 @@ def run(
         None, "--nsys-args", help='Extra nsys profile options, e.g. "--sample=process-tree".'),
     nsys: Optional[str] = typer.Option(None, "--nsys", help="nsys binary or install folder (default: $NSYS, PATH)."),
     min_gap_ms: float = typer.Option(1.0, "--min-gap-ms", help="Smallest GPU idle gap to report, in ms."),
+    html_max_points: int = typer.Option(
+        20_000, "--html-max-points", help="Drawing budget of summary.html; bigger traces are aggregated."),
 ) -> int:
     """Profile a training script under Nsight Systems with automatic NVTX ranges, then
     print why the GPU idles and write report.nsys-rep, report.sqlite, summary.json and
@@ -59,7 +61,7 @@ def run(
         warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode,
         trace=[t for t in trace.split(",") if t] if trace else None,
         nsys_args=shlex.split(nsys_args) if nsys_args else [], out=out, force=force, nsys=nsys,
-        min_gap_ms=min_gap_ms)
+        min_gap_ms=min_gap_ms, html_max_points=html_max_points)
     plan = runner.plan_run(opts)
     for note in plan.notes:
         err.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)
