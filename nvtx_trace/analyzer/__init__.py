@@ -24,8 +24,10 @@ from nvtx_trace.analyzer.dataloader import LoaderResult, analyze_loader
 from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.gpu_idle import IdleResult, analyze_idle, describe_gaps, summarize_causes
 from nvtx_trace.analyzer.layout import LayoutResult, analyze_layout
+from nvtx_trace.analyzer.layout import launch_filter as layout_launches
 from nvtx_trace.analyzer.model import Trace
 from nvtx_trace.analyzer.pageable import PageableResult, analyze_pageable
+from nvtx_trace.analyzer.pageable import launch_filter as pageable_launches
 from nvtx_trace.analyzer.reader import Reader
 from nvtx_trace.analyzer.rules import build_findings
 from nvtx_trace.analyzer.steps import StepsResult, analyze_steps
@@ -130,6 +132,10 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
         result.skipped["nvtx"] = _why_missing(trace, "NvtxEvents", "NVTX", "-t nvtx and run under nvtx_autotrace")
     result.loader = analyze_loader(ranges, loader_pattern)
     if trace.has_gpu_activity:
+        # Announce the kernel and copy launches first: one pass over the runtime table then serves all.
+        for table_key, where in (("kernel", layout_launches(trace)), ("memcpy", pageable_launches(trace))):
+            if where is not None and reader.has(f"CUPTI_ACTIVITY_KIND_{table_key.upper()}"):
+                trace.want_launches(table_key, where)
         result.idle = analyze_idle(trace, min_gap_ns, loader_pattern)
         result.layout = analyze_layout(trace)
         result.pageable = analyze_pageable(trace)

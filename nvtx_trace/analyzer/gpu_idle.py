@@ -21,7 +21,7 @@ import pandas as pd
 
 from nvtx_trace import names
 from nvtx_trace.analyzer import intervals as iv
-from nvtx_trace.analyzer.model import COPY_API_RE, SYNC_API_RE, Trace
+from nvtx_trace.analyzer.model import COPY_API_RE, SLOW_API_NS, SYNC_API_RE, Trace
 
 # Causes, in the order they claim gap time.
 CAUSES = {
@@ -36,7 +36,6 @@ CAUSES = {
     "unattributed": "CPU work outside any NVTX range",
 }
 SYNC_DRAIN_SLACK_NS = 50_000  # a gap starting this soon after a sync returned was caused by it
-SLOW_API_NS = 50_000  # CUDA calls at least this long are worth naming (cudaMalloc, module loads)
 OPTIMIZER_RE = re.compile(r"(?i)^optimizer|\boptim|zero_grad|\bsgd\b|\badam")
 FORWARD_RE = re.compile(r"(?i)^forward\b|\bforward$|\bfwd\b")
 BACKWARD_RE = re.compile(r"(?i)^backward\b|\bbackward$|\bbwd\b")

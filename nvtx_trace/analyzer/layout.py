@@ -43,15 +43,20 @@ def is_transpose(name: str) -> bool:
     return bool(TRANSPOSE_RE.search(name))
 
 
+def launch_filter(trace: Trace) -> str | None:
+    """SQL condition on the kernel table selecting layout transposes (None when there are none)."""
+    ids = [i for i, n in trace.kernel_name_ids().items() if is_transpose(n)]
+    return f"g.{trace.kernel_name_column} IN ({','.join(map(str, ids))}) AND g.start > 0" if ids else None
+
+
 def analyze_layout(trace: Trace) -> LayoutResult:
     per_name = trace.kernel_time_by_name()
     kernel_time = int(per_name["time_ns"].sum()) if len(per_name) else 0
-    ids = [i for i, n in trace.kernel_name_ids().items() if is_transpose(n)]
-    if not ids:
+    where = launch_filter(trace)
+    if where is None:
         return LayoutResult(0, 0, kernel_time, per_name.iloc[:0], pd.DataFrame(
             columns=["module", "phase", "count", "time_ns", "via_fallback"]))
-    col = trace.kernel_name_column
-    launches = trace.launches_of("kernel", f"g.{col} IN ({','.join(map(str, ids))}) AND g.start > 0")
+    launches = trace.launches_of("kernel", where)
     launches["duration_ns"] = launches["end_ns"] - launches["start_ns"]
     by_kernel = per_name[per_name["name"].map(is_transpose)].reset_index(drop=True)
     return LayoutResult(count=int(len(launches)), time_ns=int(launches["duration_ns"].sum()),

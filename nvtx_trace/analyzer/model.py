@@ -23,6 +23,9 @@ SYNC_API_RE = re.compile(
     r"|cuMemcpyDtoH(?!.*Async)|cuMemcpyHtoD(?!.*Async)|cudaMemset(?!.*Async)|cudaFree(?!Host|Async))(_v\d+)?$"
 )
 COPY_API_RE = re.compile(r"^(cudaMemcpy|cuMemcpy)")
+SLOW_API_NS = 50_000  # CUDA calls at least this long are worth naming (cudaMalloc, module loads)
+PRELOAD_FILTERS = (SYNC_API_RE, COPY_API_RE)  # the runtime calls the analyses ask for by name
+
 LAUNCH_API_RE = re.compile(r"^(cudaLaunch|cuLaunch|cudaGraphLaunch|cuGraphLaunch)")
 
 
@@ -48,6 +51,7 @@ class Trace:
         self.info = reader.info
         self.warnings: list[str] = []
         self._api_cache: dict[tuple, pd.DataFrame] = {}
+        self._launch_requests: list[tuple[str, str]] = []  # (table key, where) read with the runtime pass
 
     # ---- time and entities ---------------------------------------------------
     @cached_property
@@ -170,16 +174,48 @@ class Trace:
         ids = [i for (i,) in self.reader.conn.execute(f"SELECT DISTINCT nameId FROM {RUNTIME}")]
         return {i: api_base_name(n) for i, n in self.reader.strings(ids).items()}
 
+    def want_launches(self, table_key: str, where: str) -> None:
+        """Announce a later ``launches_of(table_key, where)`` so its CPU calls come with the one runtime pass."""
+        if "_runtime" in self.__dict__:
+            raise RuntimeError("want_launches() must come before the runtime table is read")
+        self._launch_requests.append((table_key, where))
+
+    @cached_property
+    def _runtime(self) -> pd.DataFrame:
+        """One scan of the runtime table (millions of rows in long runs) for everything the analyses use:
+        calls named by PRELOAD_FILTERS, calls of at least SLOW_API_NS, and the launches announced."""
+        ids = [i for i, n in self.api_names.items() if any(f.search(n) for f in PRELOAD_FILTERS)]
+        cond = [f"end - start >= {SLOW_API_NS}"]
+        if ids:
+            cond.append(f"nameId IN ({','.join(map(str, ids))})")
+        for table_key, where in self._launch_requests:
+            cond.append(f"correlationId IN (SELECT g.correlationId FROM {GPU_OP_TABLES[table_key]} g WHERE ({where}))")
+        return self._read_api_calls(" OR ".join(cond))
+
     def api_calls(self, name_filter: re.Pattern | None = None, min_duration_ns: int = 0) -> pd.DataFrame:
         """Runtime/driver API calls whose name matches, or that last at least ``min_duration_ns``.
 
-        Cached per filter: several analyses ask for the same calls, and each load scans the
-        whole runtime table (millions of rows in long runs). Callers get their own copy.
+        Served from the single runtime pass when it covers the request; callers get their own copy.
         """
-        key = (name_filter.pattern if name_filter is not None else None, int(min_duration_ns))
-        if key not in self._api_cache:
-            self._api_cache[key] = self._load_api_calls(name_filter, min_duration_ns)
-        return self._api_cache[key].copy()
+        cols = ["start_ns", "end_ns", "gtid", "corr", "name_id"]
+        if not self.reader.has(RUNTIME):
+            return pd.DataFrame({c: np.empty(0, np.int64) for c in cols}).assign(
+                pid=np.empty(0, np.int64), name=pd.Categorical([]))
+        covered = (name_filter is None or name_filter in PRELOAD_FILTERS) and \
+            (min_duration_ns == 0 or min_duration_ns >= SLOW_API_NS)
+        if not covered:
+            key = (name_filter.pattern if name_filter is not None else None, int(min_duration_ns))
+            if key not in self._api_cache:
+                self._api_cache[key] = self._load_api_calls(name_filter, min_duration_ns)
+            return self._api_cache[key].copy()
+        rt = self._runtime
+        keep = np.zeros(len(rt), dtype=bool)
+        if name_filter is not None:
+            ids = [i for i, n in self.api_names.items() if name_filter.search(n)]
+            keep |= rt["name_id"].isin(ids).to_numpy()
+        if min_duration_ns:
+            keep |= (rt["end_ns"] - rt["start_ns"]).to_numpy() >= min_duration_ns
+        return rt[keep].reset_index(drop=True)
 
     def _load_api_calls(self, name_filter: re.Pattern | None, min_duration_ns: int) -> pd.DataFrame:
         cols = ["start_ns", "end_ns", "gtid", "corr", "name_id"]
@@ -191,7 +227,9 @@ class Trace:
             cond.append(f"nameId IN ({','.join(map(str, ids))})")
         if min_duration_ns:
             cond.append(f"end - start >= {int(min_duration_ns)}")
-        where = " OR ".join(cond) or "0"
+        return self._read_api_calls(" OR ".join(cond) or "0")
+
+    def _read_api_calls(self, where: str) -> pd.DataFrame:
         data = self.reader.columns(
             {"start_ns": "start", "end_ns": "end", "gtid": "globalTid", "corr": "correlationId", "name_id": "nameId"},
             f"{RUNTIME} WHERE ({where})",
@@ -259,10 +297,18 @@ class Trace:
         if have_rt and len(df):
             # Join in pandas, not SQL: SQLite would build an automatic index over the whole runtime
             # table (millions of rows) for every call. Only calls whose correlationId is wanted are read.
-            calls = pd.DataFrame(self.reader.columns(
-                {"corr": "correlationId", "gpid": f"COALESCE(globalTid & {PID_MASK}, -1)", "api_start_ns": "start",
-                 "api_end_ns": "end", "api_gtid": "COALESCE(globalTid, 0)", "api_name_id": "nameId"},
-                f"{RUNTIME} WHERE correlationId IN (SELECT g.correlationId FROM {table} g WHERE ({where}))"))
+            if (table_key, where) in self._launch_requests:
+                rt = self._runtime
+                calls = pd.DataFrame({"corr": rt["corr"].to_numpy(), "gpid": rt["gtid"].to_numpy() & PID_MASK,
+                                      "api_start_ns": rt["start_ns"].to_numpy(), "api_end_ns": rt["end_ns"].to_numpy(),
+                                      "api_gtid": rt["gtid"].to_numpy(), "api_name_id": rt["name_id"].to_numpy()})
+                calls = calls[calls["corr"].isin(df["corr"].unique())]
+            else:
+                calls = pd.DataFrame(self.reader.columns(
+                    {"corr": "correlationId", "gpid": f"COALESCE(globalTid & {PID_MASK}, -1)",
+                     "api_start_ns": "start", "api_end_ns": "end", "api_gtid": "COALESCE(globalTid, 0)",
+                     "api_name_id": "nameId"},
+                    f"{RUNTIME} WHERE correlationId IN (SELECT g.correlationId FROM {table} g WHERE ({where}))"))
             calls = calls.astype({c: "Int64" for c in api_cols})  # nullable: unmatched ops keep exact integers
             df = df.merge(calls, on=["corr", "gpid"], how="left", sort=False)
             for c, v in api_cols.items():
