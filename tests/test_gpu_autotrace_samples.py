@@ -25,12 +25,31 @@ LAUNCHES = """
     WHERE s.value LIKE 'nchwToNhwc%' OR s.value LIKE 'nhwcToNchw%'"""
 
 
+def _open(name):
+    path = SAMPLES / name
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    return path, conn, analyze(path)
+
+
 @pytest.fixture(scope="module", params=["resnet_flawed.sqlite", "resnet_fixed.sqlite"])
 def report(request):
-    path = SAMPLES / request.param
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    yield path, conn, analyze(path)
-    conn.close()
+    opened = _open(request.param)
+    yield opened
+    opened[1].close()
+
+
+@pytest.fixture(scope="module")
+def flawed():
+    opened = _open("resnet_flawed.sqlite")
+    yield opened
+    opened[1].close()
+
+
+@pytest.fixture(scope="module")
+def fixed():
+    opened = _open("resnet_fixed.sqlite")
+    yield opened
+    opened[1].close()
 
 
 def test_transposes_are_attributed_to_the_same_modules_as_a_sql_containment_query(report):
@@ -59,10 +78,8 @@ def test_transposes_are_attributed_to_the_same_modules_as_a_sql_containment_quer
     assert sum(expected.values()) == result.layout.count
 
 
-def test_flawed_backward_transposes_land_in_module_backward_ranges_on_the_autograd_thread(report):
-    path, conn, result = report
-    if "flawed" not in path.name:
-        pytest.skip("the fixed run has (almost) no transposes")
+def test_flawed_backward_transposes_land_in_module_backward_ranges_on_the_autograd_thread(flawed):
+    path, conn, result = flawed
     (on_autograd,), = conn.execute(f"""
         WITH l AS ({LAUNCHES}) SELECT count(*) FROM l JOIN ThreadNames t ON t.globalTid = l.g
         JOIN StringIds tn ON tn.id = t.nameId WHERE tn.value LIKE 'pt_autograd%'""").fetchall()
@@ -88,10 +105,8 @@ def test_autotrace_copy_labels_agree_with_cuptis_memory_kind(report):
         assert names.H2D_COPY_RE.match(name).group("kind") == kind.lower(), (name, kind)
 
 
-def test_flawed_run_has_host_sync_ranges_around_blocking_cuda_calls(report):
-    path, conn, result = report
-    if "flawed" not in path.name:
-        pytest.skip("the fixed run does not call .item() per step")
+def test_flawed_run_has_host_sync_ranges_around_blocking_cuda_calls(flawed):
+    path, conn, result = flawed
     (n,), = conn.execute("""
         SELECT count(*) FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId AND s.value = 'sync item'
         WHERE EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds rn ON rn.id = r.nameId
@@ -101,10 +116,8 @@ def test_flawed_run_has_host_sync_ranges_around_blocking_cuda_calls(report):
     assert {"dataloader_stall", "pageable_h2d", "layout_transpose"} <= {f.kind for f in result.findings}
 
 
-def test_fixed_run_findings_differ_as_expected(report):
-    path, _, result = report
-    if "fixed" not in path.name:
-        pytest.skip("flawed")
+def test_fixed_run_findings_differ_as_expected(fixed):
+    path, _, result = fixed
     kinds = {f.kind for f in result.findings}
     assert not ({"dataloader_stall", "pageable_h2d", "layout_transpose"} & kinds)
     assert result.loader.loaders["workers"].max() >= 8  # worker fetch ranges under each worker pid

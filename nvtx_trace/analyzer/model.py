@@ -56,7 +56,12 @@ class Trace:
     # ---- time and entities ---------------------------------------------------
     @cached_property
     def bounds(self) -> tuple[int, int]:
-        return self.reader.time_bounds() or (0, 0)
+        """First and last timestamp of the data analyzed (GPU ops and NVTX ranges), from what is loaded
+        anyway: a separate min/max query would scan every table once more."""
+        parts = [(int(df["start_ns"].min()), int(df["end_ns"].max()))
+                 for df in ((self.gpu_ops if self.has_gpu_activity else None), self.ranges)
+                 if df is not None and len(df)]
+        return (min(p[0] for p in parts), max(p[1] for p in parts)) if parts else (0, 0)
 
     @cached_property
     def gpu_names(self) -> dict[int, str]:
@@ -153,7 +158,9 @@ class Trace:
         if df["open"].any():
             n_open = int(df["open"].sum())
             self.warnings.append(f"{n_open} NVTX range(s) never closed; they are treated as ending at the end of the trace")
-            df.loc[df["open"], "end_ns"] = self.bounds[1]
+            last = int(max(df["end_ns"].max(), df["start_ns"].max(),
+                           self.gpu_ops["end_ns"].max() if self.has_gpu_activity and len(self.gpu_ops) else 0))
+            df.loc[df["open"], "end_ns"] = last
         return df
 
     def _domain_names(self) -> dict[tuple[int, int], str]:

@@ -146,14 +146,3 @@ class Reader:
         if not self.has("PROCESSES"):
             return {}
         return {int(g): str(n or "") for g, n in self.conn.execute("SELECT globalPid, name FROM PROCESSES")}
-
-    def time_bounds(self) -> tuple[int, int] | None:
-        """First and last timestamp of the data the analyses use (the session clock)."""
-        parts = []
-        for table in [*GPU_OP_TABLES.values(), "NVTX_EVENTS", RUNTIME]:
-            if self.has(table):
-                parts.append(f"SELECT min(start) AS lo, max(COALESCE(end, start)) AS hi FROM {table} WHERE start > 0")
-        if not parts:
-            return None
-        lo, hi = self.conn.execute(f"SELECT min(lo), max(hi) FROM ({' UNION ALL '.join(parts)})").fetchone()
-        return None if lo is None else (int(lo), int(hi))
