@@ -9,8 +9,12 @@ need_apt=()
 command -v nsys >/dev/null 2>&1 || need_apt+=(nsight-systems nsight-systems-target)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
-  if ! grep -rqs "non-free" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    mirror=$(grep -rhoE 'https?://[^ ]*debian/?' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | grep -v security | head -1)
+  if ! grep -rqsE '^[[:space:]]*(Components:|deb[[:space:]]).*[[:space:]]non-free([[:space:]]|$)' \
+       /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    # The mirror this machine already uses for bookworm main (active lines only, not comments).
+    mirror=$( { grep -hE '^[[:space:]]*URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}';
+                grep -hE '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list 2>/dev/null | sed -E 's/\[[^]]*\]//' | awk '{print $2}'; } \
+              | grep -v security | head -1) || true
     cat > /etc/apt/sources.list.d/nvtx-trace-nonfree.sources <<SRC
 Types: deb
 URIs: ${mirror:-http://deb.debian.org/debian}
