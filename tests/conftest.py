@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,24 @@ def sample(request):
         return path
 
     return _get
+
+
+def ctrl_c_when(child: subprocess.Popen, marker: str, timeout: float) -> tuple[str, str]:
+    """Wait until the child's stderr shows a line starting with ``marker``, then press Ctrl-C the way
+    a terminal does (SIGINT to its process group); returns (stdout, stderr seen so far + the rest).
+
+    The child must run in its own session (``start_new_session=True``) with text pipes."""
+    seen = []
+    try:
+        for line in child.stderr:
+            seen.append(line)
+            if line.startswith(marker):
+                break
+        else:
+            pytest.fail(f"the program never printed {marker!r}: " + "".join(seen[-20:]))
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=timeout)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    return out, "".join(seen) + err

@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need
+from conftest import ctrl_c_when, need
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.errors import BadReportError, NsysFailedError, NsysNotFoundError
 
@@ -289,19 +288,7 @@ def test_ctrl_c_is_forwarded_once_and_the_report_is_kept(real_nsys, tmp_path):
     env = dict(os.environ, NSYS=str(real_nsys.path), PYTHONPATH=path)
     child = subprocess.Popen([sys.executable, "run.py"], cwd=tmp_path, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        seen = []
-        for err_line in child.stderr:  # the program's own stderr passes through nsys to us
-            seen.append(err_line)
-            if err_line.startswith("step 5"):
-                break
-        else:
-            pytest.fail("the program never got to step 5: " + "".join(seen[-10:]))
-        os.killpg(child.pid, signal.SIGINT)  # what a terminal's Ctrl-C does to the foreground group
-        out, _ = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            child.kill()
+    out, _ = ctrl_c_when(child, "step 5", timeout=120)
     line = next(ln for ln in out.splitlines() if ln.startswith("RESULT "))
     result = json.loads(line[len("RESULT "):])
     assert result["interrupted"] and result["rep"], result

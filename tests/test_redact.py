@@ -25,7 +25,7 @@ from nvtx_trace.errors import BadReportError, UsageError
 from nvtx_trace.redact import REDACTED, parse_environment, redact
 
 SECRET = f"hunter2-{secrets.token_hex(8)}"
-PROGRAM = f"""\
+PROGRAM = """\
 import os, sys
 import nvtx
 print("token", os.environ["NVTX_TRACE_TEST_SECRET"], sys.argv[1:])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import ROOT, ctrl_c_when, need
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace import runner
 from nvtx_trace.errors import NsysNotFoundError
@@ -216,20 +215,8 @@ def interrupted_run(ready, tmp_path_factory):
     child = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx",
                               str(SLOW), "--steps", "3000"], cwd=work, text=True, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    seen = []
-    try:
-        for line in child.stderr:
-            seen.append(line)
-            if line.startswith("step 15 "):
-                break
-        else:
-            pytest.fail("the program never got to step 15: " + "".join(seen[-20:]))
-        os.killpg(child.pid, signal.SIGINT)  # what a terminal's Ctrl-C does to the foreground group
-        out, err = child.communicate(timeout=240)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    return child.returncode, out, "".join(seen) + err, work / "out"
+    out, err = ctrl_c_when(child, "step 15 ", timeout=240)
+    return child.returncode, out, err, work / "out"
 
 
 def test_ctrl_c_stops_the_program_and_still_finalizes_the_report(interrupted_run):
