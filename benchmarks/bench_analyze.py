@@ -7,14 +7,11 @@ For each size (exports built by build_large_export.py, cached outside the repo) 
 each in a fresh child process under ``/usr/bin/time`` (wall, user+sys CPU, peak RSS):
 
 (a) ``nvtx-trace analyze --json OUT REPORT``: every analysis, default options;
-(b) the floor: Python's ``sqlite3`` ``fetchall()`` of the rows and columns the analyzer
-    needs, in two variants (see floor_queries / launch_queries):
-    "floor": its bulk columns: kernel/memcpy/memset start, end, deviceId, globalPid;
-             NVTX ranges' start, end, globalTid, textId, domainId; the runtime calls it
-             filters (sync and copy calls by nameId, or calls >= 50 us);
-    "floor+": the same plus what the other analyses read: every kernel's name id and
-             duration (time per kernel name), the transpose kernels and HtoD copies with the
-             runtime calls that launched them (same correlationId);
+(b) the floor: Python's ``sqlite3`` ``fetchall()`` of exactly the rows and columns the
+    analyzer reads, taken from its own plan (floor_queries): every row of the kernel, memcpy
+    and memset tables with the columns it keeps; NVTX range rows; the runtime calls of its one
+    filtered pass (sync and copy calls, calls >= 50 us, the launches of transpose kernels and
+    host-to-device copies). One thread, one query after another;
 (c) ``nsys analyze COPY``: every default rule of the installed nsys, on a throw-away copy
     (nsys may add tables to the file).
 
@@ -48,43 +45,26 @@ from build_large_export import DEFAULT_CACHE, DEFAULT_SOURCE, build, cached_expo
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 GPU_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"]
-SLOW_API_NS = 50_000  # same as gpu_idle.SLOW_API_NS (checked in main)
 
 
-def floor_queries(api_name_ids: list[int]) -> list[str]:
-    """The rows and columns the analyzer's bulk loads read (model.Trace.gpu_ops, .ranges, .api_calls)."""
-    q = [f"SELECT start, end, deviceId, globalPid FROM {t} WHERE start > 0 AND end >= start" for t in GPU_TABLES]
-    q.append("SELECT start, COALESCE(end, -1), globalTid, textId, domainId FROM NVTX_EVENTS "
-             "WHERE eventType IN (59, 60, 70, 71) AND start > 0")
-    ids = ",".join(map(str, api_name_ids)) or "NULL"
-    q.append(f"SELECT start, end, globalTid, correlationId, nameId FROM {RUNTIME} "
-             f"WHERE nameId IN ({ids}) OR end - start >= {SLOW_API_NS}")
-    return q
-
-
-def launch_queries(path: Path) -> list[str]:
-    """What layout and pageable read besides the bulk columns, as plain SELECTs."""
-    from nvtx_trace.analyzer.layout import is_transpose
-    from nvtx_trace.analyzer.model import Trace
-    from nvtx_trace.analyzer.pageable import MEMCPY_ENUM
-    from nvtx_trace.analyzer.reader import FALLBACK_MEMCPY_KINDS, Reader
+def floor_queries(path: Path) -> list[str]:
+    """The analyzer's reads as plain SELECTs: every column and row it loads, taken from its own plan."""
+    from nvtx_trace.analyzer import announce_launches
+    from nvtx_trace.analyzer.model import RUNTIME_COLUMNS, Trace
+    from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RANGE_EVENT_TYPES, Reader
 
     reader = Reader(path)
     try:
         trace = Trace(reader)
-        col = trace.kernel_name_column
-        ids = ",".join(str(i) for i, n in trace.kernel_name_ids().items() if is_transpose(n)) or "NULL"
-        htod = reader.enum_id(MEMCPY_ENUM, FALLBACK_MEMCPY_KINDS, "Host-to-Device", "HtoD", "CUDA_MEMCPY_KIND_HTOD")
+        announce_launches(trace)
+        q = [f"SELECT {', '.join(trace.gpu_table_columns(key).values())} FROM {table}"
+             for key, table in GPU_OP_TABLES.items() if reader.has(table)]
+        q.append("SELECT start, end, globalTid, textId, domainId FROM NVTX_EVENTS "
+                 f"WHERE eventType IN {RANGE_EVENT_TYPES} AND start > 0")
+        q.append(f"SELECT {', '.join(RUNTIME_COLUMNS.values())} FROM {RUNTIME} WHERE {trace.runtime_filter()}")
     finally:
         reader.close()
-    kern = f"FROM {GPU_TABLES[0]} WHERE {col} IN ({ids}) AND start > 0"
-    copy = f"FROM {GPU_TABLES[1]} WHERE copyKind = {htod} AND start > 0"
-    api = f"SELECT correlationId, globalTid, start, end, nameId FROM {RUNTIME} WHERE correlationId IN "
-    return [f"SELECT {col}, end - start FROM {GPU_TABLES[0]} WHERE start > 0",
-            f"SELECT start, end, deviceId, globalPid, correlationId, {col} {kern}",
-            f"{api}(SELECT correlationId {kern})",
-            f"SELECT start, end, deviceId, globalPid, correlationId, bytes, copyKind, srcKind, dstKind {copy}",
-            f"{api}(SELECT correlationId {copy})"]
+    return q
 
 
 FLOOR_CHILD = """
@@ -94,19 +74,6 @@ conn.execute("PRAGMA cache_size=-65536")
 held = [conn.execute(q).fetchall() for q in sys.argv[2:]]
 print(sum(map(len, held)))
 """
-
-
-def api_name_ids(path: Path) -> list[int]:
-    """Runtime nameIds the analyzer filters on (sync and copy calls), resolved with its own regexes."""
-    import sqlite3
-
-    from nvtx_trace.analyzer.model import COPY_API_RE, SYNC_API_RE, api_base_name
-
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-    rows = conn.execute(f"SELECT id, value FROM StringIds WHERE id IN (SELECT DISTINCT nameId FROM {RUNTIME})")
-    ids = [i for i, n in rows if SYNC_API_RE.search(api_base_name(n)) or COPY_API_RE.search(api_base_name(n))]
-    conn.close()
-    return sorted(ids)
 
 
 def timed(argv: list[str], timeout: float) -> dict:
@@ -235,21 +202,19 @@ def ratio(a: float, b: float) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| kernels | file | analyzer wall / CPU / RSS | floor wall / CPU / RSS | floor+ wall / CPU / RSS "
-            "| nsys analyze wall / CPU / RSS | analyzer/floor wall (CPU) | analyzer/floor+ wall (CPU) "
-            "| nsys/analyzer wall (CPU) |")
-    out = [head, "|" + "---|" * 9]
+    head = ("| kernels | file | analyzer wall / CPU / RSS | floor wall / CPU / RSS "
+            "| nsys analyze wall / CPU / RSS | analyzer/floor wall (CPU) | nsys/analyzer wall (CPU) |")
+    out = [head, "|" + "---|" * 7]
     for r in rows:
-        a, f, f2, n = r["analyzer"], r["floor"], r["floor+"], r["nsys"]
+        a, f, n = r["analyzer"], r["floor"], r["nsys"]
         cell = lambda x: f"{fmt(x['wall_s'], ' s')} / {fmt(x['cpu_s'], ' s')} / {fmt(x['rss_mb'], ' MB')}"  # noqa: E731
-        out.append(f"| {r['kernels']:,} | {r['bytes'] / 2**20:,.0f} MiB | {cell(a)} | {cell(f)} | {cell(f2)} "
+        out.append(f"| {r['kernels']:,} | {r['bytes'] / 2**20:,.0f} MiB | {cell(a)} | {cell(f)} "
                    f"| {cell(n)} | {ratio(a['wall_s'], f['wall_s'])} ({ratio(a['cpu_s'], f['cpu_s'])}) "
-                   f"| {ratio(a['wall_s'], f2['wall_s'])} ({ratio(a['cpu_s'], f2['cpu_s'])}) "
                    f"| {ratio(n['wall_s'], a['wall_s'])} ({ratio(n['cpu_s'], a['cpu_s'])}) |")
     if len(rows) >= 2:
         ks = [r["kernels"] for r in rows]
         exps = []
-        for tool in ("analyzer", "floor", "floor+", "nsys"):
+        for tool in ("analyzer", "floor", "nsys"):
             e = [exponent(ks, [r[tool][m] for r in rows]) for m in ("wall_s", "cpu_s", "rss_mb")]
             exps.append(f"{tool}: time^{e[0]:.2f} (CPU^{e[1]:.2f}), RSS^{e[2]:.2f}")
         out.append("")
@@ -268,9 +233,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--json", type=Path, help="also write the raw measurements here")
     args = ap.parse_args(argv)
-    from nvtx_trace.analyzer.gpu_idle import SLOW_API_NS as analyzer_slow_api
-
-    assert analyzer_slow_api == SLOW_API_NS, "keep FLOOR_QUERIES in step with the analyzer"
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
           f"load average {os.getloadavg()[0]:.2f} at start; python {platform.python_version()}", flush=True)
     rows = []
@@ -279,17 +241,15 @@ def main(argv: list[str] | None = None) -> int:
         for k in sorted(args.kernels):
             path, meta = cached_export(k, args.source, args.cache)
             warm(path)
-            queries = floor_queries(api_name_ids(path))
-            more = launch_queries(path)
+            queries = floor_queries(path)
             row = {"kernels": meta["kernels"], "copies": meta["copies"], "bytes": meta["bytes"], "path": str(path)}
             out = tmp / "analysis.json"
             row["analyzer"] = best([run_analyzer(path, out, args.timeout) for _ in range(args.repeat)])
             row["floor"] = best([run_floor(path, queries, args.timeout) for _ in range(args.repeat)])
-            row["floor+"] = best([run_floor(path, queries + more, args.timeout) for _ in range(args.repeat)])
             row["nsys"] = ({"ok": False, "wall_s": float("nan"), "cpu_s": float("nan"), "rss_mb": float("nan"),
                             "note": "skipped"} if args.no_nsys else
                            best([run_nsys(path, args.timeout) for _ in range(args.repeat)]))
-            for tool in ("analyzer", "floor", "floor+", "nsys"):
+            for tool in ("analyzer", "floor", "nsys"):
                 r = row[tool]
                 print(f"  {meta['kernels']:>11,} kernels  {tool:8s} wall {fmt(r['wall_s'], ' s'):>9} "
                       f"CPU {fmt(r['cpu_s'], ' s'):>9} RSS {fmt(r['rss_mb'], ' MB'):>10}"
@@ -305,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  check vs {name}: {verdict} " + ", ".join(
                             f"{key} {got[key]:,}" + ("" if got[key] == want[key] else f" (expected {want[key]:,})")
                             for key in CHECK_KEYS), flush=True)
-            for tool in ("analyzer", "floor", "floor+", "nsys"):
+            for tool in ("analyzer", "floor", "nsys"):
                 for key in ("stdout", "stderr"):
                     row[tool].pop(key, None)
             rows.append(row)

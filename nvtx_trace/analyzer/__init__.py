@@ -120,6 +120,8 @@ def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
 
 def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps: int | None) -> Analysis:
     trace = Trace(reader)
+    announce_launches(trace)
+    trace.start_runtime_read()  # runs while this thread reads the GPU tables
     lo, hi = trace.bounds
     result = Analysis(path=reader.info.path, nsys_version=reader.info.nsys_version,
                       schema_version=reader.info.schema_version, min_gap_ns=min_gap_ns,
@@ -132,10 +134,6 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
         result.skipped["nvtx"] = _why_missing(trace, "NvtxEvents", "NVTX", "-t nvtx and run under nvtx_autotrace")
     result.loader = analyze_loader(ranges, loader_pattern)
     if trace.has_gpu_activity:
-        # Announce the kernel and copy launches first: one pass over the runtime table then serves all.
-        for table_key, where in (("kernel", layout_launches(trace)), ("memcpy", pageable_launches(trace))):
-            if where is not None and reader.has(f"CUPTI_ACTIVITY_KIND_{table_key.upper()}"):
-                trace.want_launches(table_key, where)
         result.idle = analyze_idle(trace, min_gap_ns, loader_pattern)
         result.layout = analyze_layout(trace)
         result.pageable = analyze_pageable(trace)
@@ -182,6 +180,14 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
     result.findings = build_findings(result)
     result.warnings = trace.warnings
     return result
+
+
+def announce_launches(trace: Trace) -> None:
+    """The GPU ops whose launching CPU calls the analyses need (layout transposes, host-to-device copies):
+    announced before anything is read, so one runtime pass serves every analysis."""
+    for request in (layout_launches(trace), pageable_launches(trace)):
+        if request is not None:
+            trace.want_launches(*request)
 
 
 def _why_missing(trace: Trace, capture_type: str, what: str, how: str) -> str:

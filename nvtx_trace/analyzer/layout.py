@@ -25,6 +25,8 @@ TRANSPOSE_RE = re.compile(
     r"|convert_?(nchw|nhwc)_?(to|2)_?(nchw|nhwc))"
 )
 
+TRANSPOSE_HINTS = ("%nchw%", "%nhwc%", "%nc_hw%")  # every match of TRANSPOSE_RE contains one of these
+
 
 @dataclass
 class LayoutResult:
@@ -43,23 +45,25 @@ def is_transpose(name: str) -> bool:
     return bool(TRANSPOSE_RE.search(name))
 
 
-def launch_filter(trace: Trace) -> str | None:
-    """SQL condition on the kernel table selecting layout transposes (None when there are none)."""
-    ids = [i for i, n in trace.kernel_name_ids().items() if is_transpose(n)]
-    return f"g.{trace.kernel_name_column} IN ({','.join(map(str, ids))}) AND g.start > 0" if ids else None
+def launch_filter(trace: Trace) -> tuple[str, str, list[int]] | None:
+    """Layout transposes as a launch request (table, column, name ids); None when no string names one.
+
+    Taken from the string table, not the kernel table, so the runtime pass can start before the kernels are read.
+    """
+    ids = trace.reader.string_ids(TRANSPOSE_HINTS, TRANSPOSE_RE)
+    return ("kernel", "name_id", ids) if ids else None
 
 
 def analyze_layout(trace: Trace) -> LayoutResult:
     per_name = trace.kernel_time_by_name()
     kernel_time = int(per_name["time_ns"].sum()) if len(per_name) else 0
-    where = launch_filter(trace)
-    if where is None:
+    request = launch_filter(trace)
+    if request is None:
         return LayoutResult(0, 0, kernel_time, per_name.iloc[:0], pd.DataFrame(
             columns=["module", "phase", "count", "time_ns", "via_fallback"]))
-    launches = trace.launches_of("kernel", where)
-    launches["duration_ns"] = launches["end_ns"] - launches["start_ns"]
+    launches = trace.launches_of(*request)
     by_kernel = per_name[per_name["name"].map(is_transpose)].reset_index(drop=True)
-    return LayoutResult(count=int(len(launches)), time_ns=int(launches["duration_ns"].sum()),
+    return LayoutResult(count=int(len(launches)), time_ns=int((launches["end_ns"] - launches["start_ns"]).sum()),
                         kernel_time_ns=kernel_time, by_kernel=by_kernel, by_module=_by_module(trace, launches))
 
 
@@ -81,22 +85,32 @@ def module_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
 
 def _by_module(trace: Trace, launches: pd.DataFrame) -> pd.DataFrame:
     mods = module_ranges(trace.ranges)
-    has_api = launches["api_start_ns"].to_numpy() >= 0
-    idx, fallback = attribute(np.where(has_api, launches["api_start_ns"], launches["start_ns"]),
-                              launches["api_gtid"].to_numpy(), launches["pid"].to_numpy(), mods)
-    # Work on the few distinct ranges and threads, not on each of (millions of) launches.
+    api_start = launches["api_start_ns"].to_numpy()
+    api_gtid = launches["api_gtid"].to_numpy()
+    idx, fallback = attribute(np.where(api_start >= 0, api_start, launches["start_ns"].to_numpy()), api_gtid,
+                              launches["pid"].to_numpy(), mods)
+    # Group by small integer codes (range, phase): millions of launches, a few hundred groups.
     range_keys, range_inv = np.unique(idx, return_inverse=True)
     range_names = mods["name"].astype(object).to_numpy() if len(mods) else np.array([], dtype=object)
-    keys_module = np.array([str(range_names[k]) if k >= 0 else "(no enclosing range)" for k in range_keys], dtype=object)
-    keys_label = np.array([_module_label(m) for m in keys_module], dtype=object)
+    keys_module = [str(range_names[k]) if k >= 0 else "(no enclosing range)" for k in range_keys]
     keys_backward = np.array([m.startswith("backward") for m in keys_module], dtype=bool)
-    gtids, gtid_inv = np.unique(launches["api_gtid"].to_numpy(), return_inverse=True)
+    gtids, gtid_inv = np.unique(api_gtid, return_inverse=True)
     autograd = np.array(["autograd" in trace.thread_names.get(int(g), "") for g in gtids], dtype=bool)
-    phase = np.where(autograd[gtid_inv] | keys_backward[range_inv], "backward", "forward")
-    df = pd.DataFrame({"module": keys_label[range_inv], "phase": phase,
-                       "duration_ns": launches["duration_ns"].to_numpy(), "via_fallback": fallback})
-    out = (df.groupby(["module", "phase"], as_index=False)
-           .agg(count=("duration_ns", "size"), time_ns=("duration_ns", "sum"), via_fallback=("via_fallback", "sum")))
+    backward = autograd[gtid_inv] | keys_backward[range_inv]
+    group = range_inv * 2 + backward
+    size = 2 * len(range_keys)
+    count = np.bincount(group, minlength=size)
+    present = np.flatnonzero(count)
+    duration = (launches["end_ns"] - launches["start_ns"]).to_numpy()
+    df = pd.DataFrame({
+        "module": [_module_label(keys_module[g // 2]) for g in present],
+        "phase": ["backward" if g % 2 else "forward" for g in present],
+        "count": count[present].astype(np.int64),
+        "time_ns": np.rint(np.bincount(group, weights=duration, minlength=size)[present]).astype(np.int64),
+        "via_fallback": np.bincount(group, weights=fallback, minlength=size)[present].astype(np.int64),
+    })
+    # Ranges with the same label (one module called many times) fold into one row.
+    out = df.groupby(["module", "phase"], as_index=False).sum()
     return out.sort_values("time_ns", ascending=False, ignore_index=True)
 
 

@@ -45,22 +45,24 @@ class PageableResult:
         return self.pinned_bytes / self.pinned_time_ns if self.pinned_time_ns else 0.0
 
 
-def launch_filter(trace: Trace) -> str | None:
-    """SQL condition on the memcpy table selecting host-to-device copies."""
+def launch_filter(trace: Trace) -> tuple[str, str, list[int]] | None:
+    """Host-to-device copies as a launch request (table, column, copy kinds); None when the kind is unknown."""
     htod = trace.reader.enum_id(MEMCPY_ENUM, FALLBACK_MEMCPY_KINDS, "Host-to-Device", "HtoD", "CUDA_MEMCPY_KIND_HTOD")
-    return None if htod is None else f"g.copyKind = {htod} AND g.start > 0"
+    if htod is None or not trace.reader.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
+        return None
+    return ("memcpy", "copy_kind", [htod])
 
 
 def analyze_pageable(trace: Trace) -> PageableResult | None:
     r = trace.reader
     if not r.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
         return None
-    where = launch_filter(trace)
+    request = launch_filter(trace)
     pageable = r.enum_id(MEMKIND_ENUM, FALLBACK_MEM_KINDS, "Pageable", "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE")
     pinned = r.enum_id(MEMKIND_ENUM, FALLBACK_MEM_KINDS, "Pinned", "CUDA_MEMOPR_MEMORY_KIND_PINNED")
-    if where is None or pageable is None:
+    if request is None or pageable is None:
         return None
-    copies = trace.launches_of("memcpy", where)
+    copies = trace.launches_of(*request)
     copies["duration_ns"] = copies["end_ns"] - copies["start_ns"]
     page = copies[copies["src_kind"] == pageable].reset_index(drop=True)
     pin = copies[copies["src_kind"] == pinned]

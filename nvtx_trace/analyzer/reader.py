@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nvtx_trace.errors import BadReportError
 from nvtx_trace.export_file import open_export
 
 RANGE_EVENT_TYPES = (59, 60, 70, 71)  # push/pop, start/end, and their NVTXT imports
@@ -24,7 +25,6 @@ GPU_OP_TABLES = {
     "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
 }
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
-PID_MASK = ~0xFFFFFF  # globalTid -> globalPid
 
 # Used only when an export has no ENUM_* tables (pre-2022 schemas).
 FALLBACK_MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 10: "PtoP"}
@@ -88,17 +88,35 @@ class Reader:
 
     # ---- bulk columns -------------------------------------------------------
     def columns(self, select: dict[str, str], source: str, params=()) -> dict[str, np.ndarray]:
-        """Integer columns of ``SELECT <exprs> FROM <source>`` as int64 arrays, row-aligned.
+        """Integer columns of ``SELECT <exprs> FROM <source>`` as int64 arrays, row-aligned; NULL reads as -1.
 
-        Every expression must yield an integer (wrap nullable ones in COALESCE).
+        group_concat skips NULLs, so every expression is wrapped in IFNULL: one NULL would
+        otherwise shift a column against the others.
         """
-        inner = ", ".join(f"{expr} AS c{i}" for i, expr in enumerate(select.values()))
+        inner = ", ".join(f"IFNULL({expr}, -1) AS c{i}" for i, expr in enumerate(select.values()))
         outer = ", ".join(f"group_concat(c{i})" for i in range(len(select)))
-        row = self.conn.execute(f"SELECT {outer} FROM (SELECT {inner} FROM {source})", params).fetchone()
-        return {
-            key: (np.fromstring(text, dtype=np.int64, sep=",") if text else np.empty(0, np.int64))
-            for key, text in zip(select, row)
-        }
+        texts = list(self.conn.execute(f"SELECT {outer} FROM (SELECT {inner} FROM {source})", params).fetchone())
+        out = {}
+        for i, key in enumerate(select):  # parse and free one text at a time: they are the memory peak
+            out[key] = np.fromstring(texts[i], dtype=np.int64, sep=",") if texts[i] else np.empty(0, np.int64)
+            texts[i] = None
+        if len({len(v) for v in out.values()}) > 1:  # a non-integer value (text, real) in a column
+            raise BadReportError(f"{self.info.path}: non-integer values in {source.split()[0]} "
+                                 f"({', '.join(select.values())}); export the report again with nsys")
+        return out
+
+    def table_columns(self, select: dict[str, str], table: str, chunk_rows: int = 1_000_000) -> dict[str, np.ndarray]:
+        """``columns`` over a whole table, read in rowid slices so the text never holds more than
+        ``chunk_rows`` rows (a 5M-kernel table is ~400 MB of text in one piece)."""
+        last = self.conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
+        if last is None:
+            return {key: np.empty(0, np.int64) for key in select}
+        parts = [self.columns(select, f"{table} WHERE rowid >= ? AND rowid < ?", (lo, lo + chunk_rows))
+                 for lo in range(0, int(last) + 1, chunk_rows)]
+        out = {}
+        for key in select:
+            out[key] = np.concatenate([p.pop(key) for p in parts])
+        return out
 
     def strings(self, ids) -> dict[int, str]:
         """StringIds values for the given ids, cached (names are looked up many times)."""
@@ -109,6 +127,13 @@ class Reader:
             q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(chunk))})"
             self._strings.update(self.conn.execute(q, chunk).fetchall())
         return {int(i): self._strings.get(int(i), f"<string {int(i)}>") for i in ids}
+
+    def string_ids(self, like_any: tuple[str, ...], pattern) -> list[int]:
+        """Ids of the strings matching ``pattern``; ``like_any`` (SQL LIKE, one must match) narrows the
+        scan first so the regex runs on a handful of strings, not on every kernel and range name."""
+        where = " OR ".join("value LIKE ?" for _ in like_any)
+        rows = self.conn.execute(f"SELECT id, value FROM StringIds WHERE {where}", like_any).fetchall()
+        return sorted(int(i) for i, v in rows if pattern.search(v))
 
     # ---- enums ---------------------------------------------------------------
     def enum(self, table: str, fallback: dict[int, str]) -> dict[int, str]:
