@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from nvtx_trace import nsys as nsys_mod
+from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.errors import NsysFailedError, NvtxTraceError, UsageError
 
 Progress = Callable[[str], None]
@@ -192,6 +193,7 @@ def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
         raise UsageError("--steps must be >= 1 and --warmup-steps >= 0")
     if opts.capture_mode not in CAPTURE_MODES:
         raise UsageError(f"--capture-mode must be one of {', '.join(CAPTURE_MODES)}")
+    check_analysis_options(opts.min_gap_ms)
     if opts.steps is not None and not opts.autotrace:
         raise UsageError("--warmup-steps/--steps count steps with nvtx_autotrace; drop --no-autotrace")
     mode = classify(opts.target, opts.module)

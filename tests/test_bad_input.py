@@ -98,6 +98,36 @@ def test_unknown_option_is_a_usage_error_without_traceback():
     assert "Traceback" not in proc.stderr and "No such option" in proc.stderr
 
 
+@pytest.mark.parametrize("option, needle", [
+    (["--min-gap-ms", "nan"], "--min-gap-ms must be a number >= 0"),
+    (["--min-gap-ms", "inf"], "--min-gap-ms must be a number >= 0"),
+    (["--min-gap-ms", "-1"], "--min-gap-ms must be a number >= 0"),
+    (["--loader-pattern", "("], "not a valid regular expression"),
+    (["--warmup-steps", "-2"], "--warmup-steps must be >= 0"),
+])
+def test_impossible_option_values_are_usage_errors(option, needle):
+    proc = run_cli("analyze", SAMPLE, *option)
+    assert_one_clear_line(proc, needle)
+    assert proc.returncode == 2
+
+
+def test_run_checks_the_analysis_options_before_profiling(tmp_path):
+    proc = run_cli("run", "--out", tmp_path / "out", "--min-gap-ms", "-0.5", ROOT / "tests" / "scripts" / "cpu_train.py")
+    assert_one_clear_line(proc, "--min-gap-ms must be a number >= 0")
+    assert not (tmp_path / "out").exists()
+
+
+def test_json_and_html_cannot_share_a_path_or_replace_the_input(tmp_path):
+    out = tmp_path / "both"
+    assert_one_clear_line(run_cli("analyze", SAMPLE, "--json", out, "--html", out), "different paths")
+    copy = tmp_path / "report.sqlite"
+    shutil.copyfile(SAMPLE, copy)
+    before = digest(copy)
+    assert_one_clear_line(run_cli("analyze", copy, "--json", copy, "--force"), "is the input report")
+    assert_one_clear_line(run_cli("analyze", copy, "--json", copy), "is the input report")
+    assert digest(copy) == before and not out.exists()
+
+
 def test_refuses_to_overwrite_an_output_without_force(tmp_path):
     out = tmp_path / "out.json"
     out.write_text("keep me")

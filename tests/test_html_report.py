@@ -356,7 +356,7 @@ def synthetic_analysis(n_busy: int, n_ranges: int, evil: bool = False, n_steps: 
     a = Analysis(path=Path("synthetic.sqlite"), nsys_version="2025.3.2", schema_version="3.20.3",
                  min_gap_ns=1_000_000, trace_start_ns=0, trace_end_ns=t_end,
                  idle=IdleResult(devices=[dev], gaps=gaps, causes=summarize_causes(gaps)),
-                 steps=StepsResult(table=steps, source="`step N` ranges", warmup_steps=1),
+                 steps=StepsResult(table=steps, source="`step N` ranges", warmup_steps=1, pid=1),
                  window={"start_ns": w0, "end_ns": w1, "source": f"steady-state steps 1-{n_steps - 1}"},
                  window_causes=summarize_causes(gaps, (w0, w1)), window_utilization={0: 0.6},
                  top_kernels=pd.DataFrame({"name": [EVIL if evil else "sgemm", "relu"], "count": [10, 5],

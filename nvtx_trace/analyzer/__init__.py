@@ -19,13 +19,14 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
+from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.dataloader import LoaderResult, analyze_loader
 from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.gpu_idle import IdleResult, analyze_idle, describe_gaps, summarize_causes
 from nvtx_trace.analyzer.layout import LayoutResult, analyze_layout
 from nvtx_trace.analyzer.layout import launch_filter as layout_launches
-from nvtx_trace.analyzer.model import Trace
+from nvtx_trace.analyzer.model import Trace, name_mask
 from nvtx_trace.analyzer.pageable import PageableResult, analyze_pageable
 from nvtx_trace.analyzer.pageable import launch_filter as pageable_launches
 from nvtx_trace.analyzer.reader import Reader
@@ -99,13 +100,12 @@ class Analysis:
 def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
             warmup_steps: int | None = None, nsys: str | None = None) -> Analysis:
     """Load a report (.sqlite, or .nsys-rep/.qdrep exported on the fly) and run every analysis it allows."""
+    check_analysis_options(min_gap_ms, loader_pattern, warmup_steps)
     path = Path(path)
     if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
         from nvtx_trace.nsys import ensure_sqlite, find_nsys
 
         path = ensure_sqlite(path, nsys=find_nsys(nsys) if nsys else None)
-    if min_gap_ms < 0:
-        raise BadReportError(f"--min-gap-ms must be >= 0 (got {min_gap_ms})")
     try:
         reader = Reader(path)
         try:
@@ -129,9 +129,11 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
     ranges = trace.ranges
     if not len(ranges) and not trace.has_gpu_activity:
         raise BadReportError(f"{reader.info.path}: holds no GPU activity and no NVTX ranges, so there is nothing to "
-                             "analyze; capture with: nsys profile -t cuda,nvtx (nvtx-trace run does this)")
+                             "analyze" + "".join(f" ({w})" for w in trace.warnings)
+                             + "; capture with: nsys profile -t cuda,nvtx (nvtx-trace run does this)")
     if not len(ranges):
-        result.skipped["nvtx"] = _why_missing(trace, "NvtxEvents", "NVTX", "-t nvtx and run under nvtx_autotrace")
+        result.skipped["nvtx"] = _why_missing(trace, "NvtxEvents", "NVTX", "NVTX ranges",
+                                              "-t nvtx and run under nvtx_autotrace")
     result.loader = analyze_loader(ranges, loader_pattern)
     if trace.has_gpu_activity:
         result.idle = analyze_idle(trace, min_gap_ns, loader_pattern)
@@ -139,25 +141,33 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
         result.pageable = analyze_pageable(trace)
         result.top_kernels = trace.kernel_time_by_name().head(50)
     else:
-        why = _why_missing(trace, "Cuda", "CUDA", "-t cuda on a machine with a GPU")
+        why = _why_missing(trace, "Cuda", "CUDA", "GPU activity (kernels, memory copies or memsets with valid times)",
+                           "-t cuda on a machine with a GPU")
         for name in ("gpu_idle", "layout_transpose", "pageable_h2d"):
             result.skipped[name] = why
     result.sync = analyze_sync(trace) if reader.has("CUPTI_ACTIVITY_KIND_RUNTIME") else None
     if result.sync is None:
-        result.skipped.setdefault("sync", _why_missing(trace, "Cuda", "CUDA API", "-t cuda"))
+        result.skipped.setdefault("sync", _why_missing(trace, "Cuda", "CUDA", "CUDA API calls", "-t cuda"))
+        if result.idle:
+            trace.warnings.append("the report has GPU activity but no CUDA API calls: host syncs, blocking copies "
+                                  "and which module launched a kernel cannot be measured")
     busy_by_pid: dict[int, iv.Set] = {}
     for dev in result.idle.devices if result.idle else []:
         for pid in dev.pids:
             busy_by_pid[pid] = iv.merge(busy_by_pid.get(pid, iv.empty()), dev.busy)
-    result.steps = analyze_steps(ranges, busy_by_pid, result.loader.wait_set if result.loader else iv.empty(),
-                                 result.sync.wait_set if result.sync else iv.empty(), warmup_steps)
+    result.steps = analyze_steps(ranges, busy_by_pid if result.idle else None,
+                                 result.loader.waits if result.loader else None,
+                                 result.sync.calls if result.sync else None, warmup_steps)
     if result.steps is None:
         result.skipped["steps"] = "no step ranges (`step N` from nvtx_autotrace, or user ranges like `step 3`)"
     if result.loader is None:
         result.skipped["dataloader_stall"] = ("no data-loader ranges (nvtx_autotrace's `dataloader.next [...]`, "
                                               "or user ranges matching --loader-pattern)")
     window = result.steps.steady_window() if result.steps else None
-    if window:
+    if result.steps and not window:
+        result.window = {"start_ns": lo, "end_ns": hi,
+                         "source": f"whole trace (all {len(result.steps.table)} steps counted as warm-up)"}
+    elif window:
         s = result.steps
         first, last = int(s.steady["step"].iloc[0]), int(s.steady["step"].iloc[-1])
         result.window = {"start_ns": window[0], "end_ns": window[1],
@@ -166,9 +176,8 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
         result.window = {"start_ns": lo, "end_ns": hi, "source": "whole trace (no step ranges)"}
     if result.steps and len(ranges):
         w0, w1 = result.window["start_ns"], result.window["end_ns"]
-        cats = ranges["name"].cat.categories
-        is_mod = np.array([bool(names.MODULE_RE.match(c)) for c in cats], dtype=bool)[ranges["name"].cat.codes.to_numpy()]
-        inside = is_mod & (ranges["start_ns"].to_numpy() >= w0) & (ranges["start_ns"].to_numpy() < w1)
+        inside = name_mask(ranges["name"], names.MODULE_RE.match) & (ranges["start_ns"].to_numpy() >= w0) & (ranges["start_ns"].to_numpy() < w1) \
+            & (ranges["pid"].to_numpy() == result.steps.pid)
         result.module_ranges_per_step = float(inside.sum()) / max(1, len(result.steps.steady))
     if result.idle:
         w0, w1 = result.window["start_ns"], result.window["end_ns"]
@@ -190,10 +199,10 @@ def announce_launches(trace: Trace) -> None:
             trace.want_launches(*request)
 
 
-def _why_missing(trace: Trace, capture_type: str, what: str, how: str) -> str:
+def _why_missing(trace: Trace, capture_type: str, what: str, events: str, how: str) -> str:
     types = trace.info.capture_event_types
     if types is not None and capture_type not in types:
         return f"{what} was not traced in this report (capture with {how})"
     if types is not None:
-        return f"{what} was traced but the report holds no {what} events"
-    return f"the report holds no {what} events (traced without {what}, or nothing ran; capture with {how})"
+        return f"{what} was traced but the report holds no {events}"
+    return f"the report holds no {events} (traced without {what}, or nothing ran; capture with {how})"

@@ -15,6 +15,7 @@ import pandas as pd
 from nvtx_trace import names
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.gpu_idle import loader_wait_mask
+from nvtx_trace.analyzer.model import name_mask
 
 
 @dataclass
@@ -33,10 +34,8 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
     if not len(ranges):
         return None
     wait_rows = ranges[loader_wait_mask(ranges["name"], user_pattern)]
-    cats = ranges["name"].cat.categories
-    fetch_match = {c: names.WORKER_FETCH_RE.match(c) for c in cats}
-    fetch_hit = np.array([bool(m) for m in fetch_match.values()], dtype=bool)
-    fetch_rows = ranges[fetch_hit[ranges["name"].cat.codes.to_numpy()]] if len(cats) else ranges.iloc[:0]
+    fetch_match = {c: names.WORKER_FETCH_RE.match(c) for c in ranges["name"].cat.categories}
+    fetch_rows = ranges[name_mask(ranges["name"], fetch_match.get)]
     if not len(wait_rows) and not len(fetch_rows):
         return None
 
@@ -80,7 +79,9 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
     loaders = pd.DataFrame(rows)
     restarts = {}
     for loader, f in fetches.groupby("loader"):
-        extra = f["pid"].nunique() - f["worker"].nunique()
+        # Each training process (DDP rank) has its own workers: one set per process that waits on this loader.
+        sets = max(1, waits.loc[waits["loader"] == loader, "pid"].nunique())
+        extra = f["pid"].nunique() - sets * f["worker"].nunique()
         if extra > 0:
             restarts[str(loader)] = int(extra)
     return LoaderResult(waits=waits, loaders=loaders, workers=workers, restarts=restarts)

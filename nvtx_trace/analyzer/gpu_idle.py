@@ -21,7 +21,7 @@ import pandas as pd
 
 from nvtx_trace import names
 from nvtx_trace.analyzer import intervals as iv
-from nvtx_trace.analyzer.model import COPY_API_RE, SLOW_API_NS, SYNC_API_RE, Trace
+from nvtx_trace.analyzer.model import COPY_API_RE, SLOW_API_NS, SYNC_API_RE, Trace, name_mask
 
 # Causes, in the order they claim gap time.
 CAUSES = {
@@ -72,19 +72,13 @@ class IdleResult:
 def loader_wait_mask(range_names: pd.Series, user_pattern: str) -> np.ndarray:
     """Ranges that mean "waiting for the next batch": auto ``dataloader.next [..]`` or a user name."""
     user = re.compile(user_pattern)
-    cats = range_names.cat.categories
-    hit = np.array([bool(names.LOADER_WAIT_RE.match(c) or user.search(c)) for c in cats], dtype=bool)
-    return hit[range_names.cat.codes.to_numpy()] if len(cats) else np.zeros(len(range_names), bool)
+    return name_mask(range_names, lambda c: names.LOADER_WAIT_RE.match(c) or user.search(c))
 
 
 def category_masks(range_names: pd.Series, user_loader_pattern: str) -> dict[str, np.ndarray]:
     """Which NVTX ranges count for which cause (step ranges are containers, never a cause)."""
-    cats = list(range_names.cat.categories)
-    codes = range_names.cat.codes.to_numpy()
-
     def by(pred) -> np.ndarray:
-        hit = np.array([bool(pred(c)) for c in cats], dtype=bool)
-        return hit[codes] if cats else np.zeros(len(codes), bool)
+        return name_mask(range_names, pred)
 
     is_step = by(lambda c: names.STEP_RE.match(c))
     loader = loader_wait_mask(range_names, user_loader_pattern)
@@ -175,10 +169,15 @@ def _split_gaps(device_id: int, gaps: iv.Set, cause_sets: dict[str, iv.Set]) -> 
     return frame
 
 
+def gaps_in(gaps: pd.DataFrame, window: tuple[int, int]) -> pd.DataFrame:
+    """The gaps that start inside the window: a gap belongs to the step in which the GPU ran dry."""
+    return gaps[(gaps["start_ns"] >= window[0]) & (gaps["start_ns"] < window[1])]
+
+
 def summarize_causes(gaps: pd.DataFrame, window: tuple[int, int] | None = None) -> pd.DataFrame:
     """Idle time per cause over the gaps that start inside ``window`` (all gaps when None)."""
     if window is not None:
-        gaps = gaps[(gaps["start_ns"] >= window[0]) & (gaps["start_ns"] < window[1])]
+        gaps = gaps_in(gaps, window)
     rows = []
     for device_id, dev in gaps.groupby("device_id", sort=True):
         dev_total = int(dev["duration_ns"].sum())
@@ -198,7 +197,7 @@ def describe_gaps(trace: Trace, idle: IdleResult, window: tuple[int, int], top: 
     slow CUDA API calls overlapping the gap.
     """
     frames = []
-    gaps = idle.gaps[(idle.gaps["start_ns"] >= window[0]) & (idle.gaps["start_ns"] < window[1])]
+    gaps = gaps_in(idle.gaps, window)
     slow_api = trace.api_calls(None, min_duration_ns=SLOW_API_NS)
     for dev in idle.devices:
         largest = gaps[gaps["device_id"] == dev.device_id].nlargest(top, "duration_ns")

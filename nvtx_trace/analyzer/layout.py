@@ -15,7 +15,7 @@ import pandas as pd
 
 from nvtx_trace import names
 from nvtx_trace.analyzer.attribution import attribute
-from nvtx_trace.analyzer.model import Trace
+from nvtx_trace.analyzer.model import Trace, name_mask
 
 # Transpose kernels seen in cuDNN, PyTorch and TensorRT names; deliberately not the
 # NHWC convolution kernels themselves (``..._nhwckrsc_nhwc_...``).
@@ -71,16 +71,13 @@ def module_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     """nvtx_autotrace's module ranges when present, else every non-step range (user ranges)."""
     if not len(ranges):
         return ranges
-    cats = ranges["name"].cat.categories
-    codes = ranges["name"].cat.codes.to_numpy()
     # The whole-pass `backward` range counts too: it is what the fallback finds when
     # per-module backward ranges are off.
-    is_module = np.array([bool(names.MODULE_RE.match(c)) for c in cats], dtype=bool)[codes]
+    is_module = name_mask(ranges["name"], names.MODULE_RE.match)
     if is_module.any():
-        is_module |= np.array([c == names.BACKWARD for c in cats], dtype=bool)[codes]
+        is_module |= name_mask(ranges["name"], lambda c: c == names.BACKWARD)
         return ranges[is_module].reset_index(drop=True)
-    is_step = np.array([bool(names.STEP_RE.match(c)) for c in cats], dtype=bool)[codes]
-    return ranges[~is_step].reset_index(drop=True)
+    return ranges[~name_mask(ranges["name"], names.STEP_RE.match)].reset_index(drop=True)
 
 
 def _by_module(trace: Trace, launches: pd.DataFrame) -> pd.DataFrame:

@@ -19,7 +19,7 @@ GPU_OP_KINDS = list(GPU_OP_TABLES)  # code = index: 0 kernel, 1 memcpy, 2 memset
 
 # CUDA runtime/driver calls that block the calling CPU thread until the GPU catches up.
 SYNC_API_RE = re.compile(
-    r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize|cudaStreamQuery|cudaEventQuery"
+    r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cudaEventSynchronize"
     r"|cuCtxSynchronize|cuStreamSynchronize|cuEventSynchronize|cudaMemcpy(?!.*Async)|cudaMemcpy2D(?!.*Async)"
     r"|cuMemcpyDtoH(?!.*Async)|cuMemcpyHtoD(?!.*Async)|cudaMemset(?!.*Async)|cudaFree(?!Host|Async))(_v\d+)?$"
 )
@@ -37,6 +37,15 @@ def pid_of(gtid: np.ndarray) -> np.ndarray:
 
 def tid_of(gtid: np.ndarray) -> np.ndarray:
     return np.asarray(gtid, dtype=np.int64) & 0xFFFFFF
+
+
+def name_mask(range_names: pd.Series, pred) -> np.ndarray:
+    """Which rows of a categorical name column satisfy ``pred``: evaluated once per distinct name, not per row."""
+    cats = range_names.cat.categories
+    if not len(cats):
+        return np.zeros(len(range_names), dtype=bool)
+    hit = np.array([bool(pred(c)) for c in cats] + [False], dtype=bool)  # code -1 (missing) indexes the False
+    return hit[range_names.cat.codes.to_numpy()]
 
 
 def api_base_name(name: str) -> str:

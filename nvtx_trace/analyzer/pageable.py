@@ -24,7 +24,7 @@ MEMKIND_ENUM = "ENUM_CUDA_MEM_KIND"
 
 @dataclass
 class PageableResult:
-    """Whole-trace totals; ``in_loop`` repeats them for copies made inside step ranges only."""
+    """Totals over ``copies``; ``within()`` narrows them to the copies made inside training steps."""
 
     count: int
     bytes: int
@@ -34,7 +34,7 @@ class PageableResult:
     pinned_bytes: int
     pinned_time_ns: int
     by_source: pd.DataFrame  # range, api, count, bytes, time_ns, api_ns
-    copies: pd.DataFrame = None  # one row per pageable copy: start_ns, end_ns, bytes, duration_ns, api_ns
+    copies: pd.DataFrame = None  # one row per pageable copy: start_ns, end_ns, bytes, duration_ns, api_ns, range, api
 
     @property
     def bandwidth_gbps(self) -> float:
@@ -66,13 +66,17 @@ def analyze_pageable(trace: Trace) -> PageableResult | None:
     copies["duration_ns"] = copies["end_ns"] - copies["start_ns"]
     page = copies[copies["src_kind"] == pageable].reset_index(drop=True)
     pin = copies[copies["src_kind"] == pinned]
-    api_ns = np.where(page["api_start_ns"] >= 0, page["api_end_ns"] - page["api_start_ns"], 0)
-    return PageableResult(
-        count=int(len(page)), bytes=int(page["bytes"].sum()), time_ns=int(page["duration_ns"].sum()),
-        api_ns=int(api_ns.sum()), pinned_count=int(len(pin)), pinned_bytes=int(pin["bytes"].sum()),
-        pinned_time_ns=int(pin["duration_ns"].sum()), by_source=_by_source(trace, page, api_ns),
-        copies=page.assign(api_ns=api_ns)[["start_ns", "end_ns", "bytes", "duration_ns", "api_ns"]],
-    )
+    page["api_ns"] = np.where(page["api_start_ns"] >= 0, page["api_end_ns"] - page["api_start_ns"], 0)
+    page["range"], page["api"] = _sources(trace, page)
+    page = page[["start_ns", "end_ns", "bytes", "duration_ns", "api_ns", "range", "api"]]
+    return replace(_totals(page, None), pinned_count=int(len(pin)), pinned_bytes=int(pin["bytes"].sum()),
+                   pinned_time_ns=int(pin["duration_ns"].sum()))
+
+
+def _totals(page: pd.DataFrame, like: PageableResult | None) -> PageableResult:
+    base = like or PageableResult(0, 0, 0, 0, 0, 0, 0, pd.DataFrame())
+    return replace(base, count=int(len(page)), bytes=int(page["bytes"].sum()), time_ns=int(page["duration_ns"].sum()),
+                   api_ns=int(page["api_ns"].sum()), by_source=_by_source(page), copies=page)
 
 
 def within(result: PageableResult, windows: list[tuple[int, int]]) -> PageableResult:
@@ -84,24 +88,24 @@ def within(result: PageableResult, windows: list[tuple[int, int]]) -> PageableRe
     hi = np.array([w[1] for w in windows])
     i = np.searchsorted(lo, c["start_ns"].to_numpy(), side="right") - 1
     inside = (i >= 0) & (c["start_ns"].to_numpy() < hi[np.maximum(i, 0)])
-    sel = c[inside]
-    return replace(result, count=int(len(sel)), bytes=int(sel["bytes"].sum()), time_ns=int(sel["duration_ns"].sum()),
-                   api_ns=int(sel["api_ns"].sum()), copies=sel)
+    return _totals(c[inside].reset_index(drop=True), result)
 
 
-def _by_source(trace: Trace, page: pd.DataFrame, api_ns: np.ndarray) -> pd.DataFrame:
+def _sources(trace: Trace, page: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """For each copy: the NVTX range it was issued from (through its CUDA call) and that call's name."""
+    if not len(page):
+        return np.empty(0, dtype=object), np.empty(0, dtype=object)
+    has_api = page["api_start_ns"].to_numpy() >= 0
+    idx, _ = attribute(np.where(has_api, page["api_start_ns"], page["start_ns"]), page["api_gtid"].to_numpy(),
+                       page["pid"].to_numpy(), trace.ranges)
+    api = [trace.api_names.get(int(i), "(no CUDA call recorded)") for i in page["api_name_id"]]
+    return range_labels(trace.ranges, idx), np.array(api, dtype=object)
+
+
+def _by_source(page: pd.DataFrame) -> pd.DataFrame:
     cols = ["range", "api", "count", "bytes", "time_ns", "api_ns"]
     if not len(page):
         return pd.DataFrame(columns=cols)
-    ranges = trace.ranges
-    has_api = page["api_start_ns"].to_numpy() >= 0
-    idx, _ = attribute(np.where(has_api, page["api_start_ns"], page["start_ns"]), page["api_gtid"].to_numpy(),
-                       page["pid"].to_numpy(), ranges)
-    labels = range_labels(ranges, idx)
-    api_names = page["api_name_id"].map(lambda i: trace.api_names.get(int(i), "(no CUDA call recorded)"))
-    df = pd.DataFrame({"range": labels, "api": api_names,
-                       "bytes": page["bytes"].to_numpy(), "time_ns": page["duration_ns"].to_numpy(),
-                       "api_ns": api_ns})
-    out = df.groupby(["range", "api"], as_index=False).agg(
-        count=("bytes", "size"), bytes=("bytes", "sum"), time_ns=("time_ns", "sum"), api_ns=("api_ns", "sum"))
+    out = page.groupby(["range", "api"], as_index=False).agg(
+        count=("bytes", "size"), bytes=("bytes", "sum"), time_ns=("duration_ns", "sum"), api_ns=("api_ns", "sum"))
     return out[cols].sort_values("time_ns", ascending=False, ignore_index=True)

@@ -4,32 +4,40 @@ from __future__ import annotations
 
 import numpy as np
 
+from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.dataloader import workers_needed
-from nvtx_trace.analyzer.pageable import within
 from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct, size
+from nvtx_trace.analyzer.gpu_idle import gaps_in
+from nvtx_trace.analyzer.pageable import within
 
 
 def build_findings(a) -> list:
     out: list[Finding] = []
     window_ns = max(1, a.window.get("end_ns", 0) - a.window.get("start_ns", 0)) if a.window else 1
     causes = a.window_causes
+    # Idle time is summed over GPUs, so shares are of GPU time: the window times the number of GPUs.
     cause_ns = causes.groupby("cause")["idle_ns"].sum().to_dict() if causes is not None and len(causes) else {}
-    out += _gpu_idle(a, cause_ns, window_ns)
-    out += _dataloader(a, cause_ns.get("dataloader", 0), window_ns)
+    gpu_ns = window_ns * max(1, len(a.idle.devices) if a.idle else 1)
+    out += _gpu_idle(a, cause_ns, gpu_ns)
+    out += _dataloader(a, cause_ns.get("dataloader", 0), gpu_ns if a.idle else window_ns)
     out += _layout(a)
     out += _pageable(a)
-    out += _sync(a, cause_ns.get("sync", 0), window_ns)
-    out += _cpu_overhead(a, cause_ns, window_ns)
+    out += _sync(a, cause_ns.get("sync", 0), gpu_ns)
+    out += _cpu_overhead(a, cause_ns, gpu_ns)
     out += _launch_bound(a, window_ns)
     return sorted(out, key=lambda f: f.impact_ns, reverse=True)
+
+
+def _of_window(a, share: float) -> str:
+    """"37 % of the window", or of the GPUs' time in it when there are several."""
+    n = len(a.idle.devices) if a.idle else 1
+    return f"{pct(share)} of the window" + (f" across {n} GPUs" if n > 1 else "")
 
 
 def _gpu_idle(a, cause_ns: dict, window_ns: int) -> list[Finding]:
     if not a.idle:
         return []
-    gaps = a.idle.gaps
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
-    in_window = gaps[(gaps["start_ns"] >= w0) & (gaps["start_ns"] < w1)]
+    in_window = gaps_in(a.idle.gaps, (a.window["start_ns"], a.window["end_ns"]))
     idle = int(in_window["duration_ns"].sum())
     if idle < THRESHOLDS["min_impact_ns"] or idle < THRESHOLDS["gpu_idle_fraction"] * window_ns:
         return []
@@ -37,12 +45,13 @@ def _gpu_idle(a, cause_ns: dict, window_ns: int) -> list[Finding]:
     labels = dict(zip(a.window_causes["cause"], a.window_causes["label"]))
     top, top_ns = ranked[0]
     parts = ", ".join(f"{labels[c]}: {pct(ns / idle)}" for c, ns in ranked[:3] if ns)
-    devs = ", ".join(f"GPU {d.device_id} {pct(d.utilization)} busy" for d in a.idle.devices)
+    devs = ", ".join(f"GPU {d} {pct(u)} busy" for d, u in a.window_utilization.items())
     fix = {"dataloader": "Feed the GPU faster: see the data-loader finding for the numbers."}.get(top, CAUSE_FIXES.get(top, ""))
     return [Finding(
         kind="gpu_idle",
-        title=f"GPU idle {ms(idle)} ({pct(idle / window_ns)} of {a.window['source']}) in gaps >= {ms(a.min_gap_ns)}; "
-              f"{parts}",
+        title=f"GPU idle {ms(idle)} ({pct(idle / window_ns)} of {a.window['source']}"
+              + (f", summed over {len(a.idle.devices)} GPUs" if len(a.idle.devices) > 1 else "")
+              + f") in gaps >= {ms(a.min_gap_ns)}; {parts}",
         impact_ns=idle,
         fix=fix,
         threshold=f"gaps >= {ms(a.min_gap_ns)} covering >= {pct(THRESHOLDS['gpu_idle_fraction'])} of the window",
@@ -87,7 +96,7 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
     for loader, extra in a.loader.restarts.items():
         fixes.append(f"persistent_workers=True ({loader}: workers were re-created {extra} time(s))")
     title = (f"Training waits {ms(cost)} for data "
-             + (f"while the GPU idles ({pct(cost / window_ns)} of the window)" if a.idle else
+             + (f"while the GPU idles ({_of_window(a, cost / window_ns)})" if a.idle else
                 f"({pct(cost / window_ns)} of the window)")
              + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over {int(top['waits'])} batches")
     return [Finding(
@@ -100,10 +109,10 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
 
 
 def _wait_in_window(a) -> int:
-    from nvtx_trace.analyzer import intervals as iv
-
     w = a.loader.wait_set
     if a.steps and a.steps.steady_window():
+        mine = a.loader.waits[a.loader.waits["pid"] == a.steps.pid]
+        w = iv.union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())
         lo, hi = a.steps.steady_window()
         return int(iv.Coverage(w).measure(lo, hi))
     return iv.total(w)
@@ -178,7 +187,7 @@ def _cpu_overhead(a, cause_ns: dict, window_ns: int) -> list[Finding]:
         label = dict(zip(a.window_causes["cause"], a.window_causes["label"]))[cause]
         out.append(Finding(
             kind="cuda_api" if cause == "cuda_api" else "cpu_overhead",
-            title=f"GPU idle {ms(ns)} ({pct(ns / window_ns)} of the window): {label}",
+            title=f"GPU idle {ms(ns)} ({_of_window(a, ns / window_ns)}): {label}",
             impact_ns=int(ns), fix=CAUSE_FIXES[cause],
             threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
             evidence={"cause": cause},
@@ -190,17 +199,14 @@ def _launch_bound(a, window_ns: int) -> list[Finding]:
     """Idle time too finely chopped for the gap analysis: many gaps shorter than --min-gap-ms."""
     if not a.idle or not a.window:
         return []
-    from nvtx_trace.analyzer import intervals as iv
-
     w0, w1 = a.window["start_ns"], a.window["end_ns"]
     out = []
     for dev in a.idle.devices:
-        busy = int(iv.Coverage(dev.busy).measure(w0, w1))
-        g = a.idle.gaps
-        g = g[(g["device_id"] == dev.device_id) & (g["start_ns"] >= w0) & (g["start_ns"] < w1)]
-        short_idle = (w1 - w0) - busy - int(g["duration_ns"].sum())
-        holes = iv.holes(dev.busy, min_len=1)
-        inside = (holes[0] >= w0) & (holes[1] <= w1) & (holes[1] - holes[0] < a.min_gap_ns)
+        busy = int(round(a.window_utilization.get(dev.device_id, 0.0) * window_ns))
+        # Idle stretches shorter than --min-gap-ms (by full length), clipped to the window.
+        h0, h1 = iv.holes(dev.busy, min_len=1)
+        inside = (h1 - h0 < a.min_gap_ns) & (h1 > w0) & (h0 < w1)
+        short_idle = int((np.minimum(h1[inside], w1) - np.maximum(h0[inside], w0)).sum())
         if short_idle < THRESHOLDS["min_impact_ns"] or short_idle < THRESHOLDS["launch_bound_fraction"] * window_ns:
             continue
         n_short = int(inside.sum())
@@ -208,7 +214,7 @@ def _launch_bound(a, window_ns: int) -> list[Finding]:
             kind="cpu_overhead",
             title=f"GPU {dev.device_id} is busy only {pct(busy / window_ns)} of {a.window['source']}; {ms(short_idle)} "
                   f"({pct(short_idle / window_ns)}) is lost in {n_short} gaps shorter than {ms(a.min_gap_ns)} "
-                  f"(median {ms(float(np.median(holes[1][inside] - holes[0][inside])) if n_short else 0)}): "
+                  f"(median {ms(float(np.median(h1[inside] - h0[inside])) if n_short else 0)}): "
                   "kernel launches cannot keep up",
             impact_ns=int(short_idle), fix=CAUSE_FIXES["launch_bound"] + _instrumentation_note(a),
             threshold=f"gaps < {ms(a.min_gap_ns)} covering >= {pct(THRESHOLDS['launch_bound_fraction'])} of the window",

@@ -15,6 +15,7 @@ import pandas as pd
 
 from nvtx_trace import names
 from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer.model import name_mask
 
 WARMUP_FACTOR = 1.5  # a leading step slower than this x the median of the rest is warm-up
 
@@ -24,6 +25,8 @@ class StepsResult:
     table: pd.DataFrame  # step, start_ns, end_ns, duration_ns, gpu_busy_ns, loader_wait_ns, sync_wait_ns, warmup
     source: str  # which ranges defined the steps
     warmup_steps: int
+    pid: int  # the training process whose steps these are
+    measured: tuple[str, ...] = ("gpu_busy", "loader_wait", "sync_wait")  # the rest is unknown, not zero
 
     @property
     def steady(self) -> pd.DataFrame:
@@ -46,9 +49,8 @@ class StepsResult:
             "step_ns_mean": int(d.mean()),
             "step_ns_p90": int(np.percentile(d, 90)),
             "step_ns_std": int(d.std()),
-            "gpu_busy_fraction": float(s["gpu_busy_ns"].sum() / d.sum()) if d.sum() else 0.0,
-            "loader_wait_fraction": float(s["loader_wait_ns"].sum() / d.sum()) if d.sum() else 0.0,
-            "sync_wait_fraction": float(s["sync_wait_ns"].sum() / d.sum()) if d.sum() else 0.0,
+            **{f"{what}_fraction": (float(s[f"{what}_ns"].sum() / d.sum()) if d.sum() else 0.0)
+               if what in self.measured else None for what in ("gpu_busy", "loader_wait", "sync_wait")},
         }
 
 
@@ -76,9 +78,7 @@ def find_step_ranges(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 def _drop_steps_without_optimizer(steps: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """nvtx_autotrace opens ``step N+1`` when step N's optimizer ends, so the last one runs until exit
     (evaluation, teardown). A step with no ``optimizer.step`` inside, when others have one, is not training."""
-    cats = ranges["name"].cat.categories
-    is_opt = np.array([c.startswith(names.OPTIMIZER_STEP_PREFIX) for c in cats], dtype=bool)
-    opt = ranges[is_opt[ranges["name"].cat.codes.to_numpy()]] if len(cats) else ranges.iloc[:0]
+    opt = ranges[name_mask(ranges["name"], lambda c: c.startswith(names.OPTIMIZER_STEP_PREFIX))]
     if not len(opt):
         return steps
     ends = np.sort(opt["end_ns"].to_numpy())
@@ -87,22 +87,36 @@ def _drop_steps_without_optimizer(steps: pd.DataFrame, ranges: pd.DataFrame) -> 
     return steps[has].reset_index(drop=True) if has.any() else steps
 
 
-def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set], loader_wait: iv.Set,
-                  sync_wait: iv.Set, warmup_steps: int | None = None) -> StepsResult | None:
+def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, loader_waits: pd.DataFrame | None,
+                  sync_calls: pd.DataFrame | None, warmup_steps: int | None = None) -> StepsResult | None:
+    """Per-step GPU busy time and waits, all of the training process (one rank of a DDP job).
+
+    None for an input means it was not captured: its fraction is reported as unknown, not as zero.
+    """
     steps, source = find_step_ranges(ranges)
     if not len(steps):
         return None
     start = steps["start_ns"].to_numpy()
     end = steps["end_ns"].to_numpy()
     pid = int(steps["pid"].iloc[0])
+    loader_wait, sync_wait = (_busy_of(df, pid) for df in (loader_waits, sync_calls))
     table = pd.DataFrame({"step": steps["step"].to_numpy(), "start_ns": start, "end_ns": end,
                           "duration_ns": end - start})
-    table["gpu_busy_ns"] = iv.Coverage(busy_by_pid.get(pid, iv.empty())).measure(start, end)
+    table["gpu_busy_ns"] = iv.Coverage((busy_by_pid or {}).get(pid, iv.empty())).measure(start, end)
     table["loader_wait_ns"] = iv.Coverage(loader_wait).measure(start, end)
     table["sync_wait_ns"] = iv.Coverage(sync_wait).measure(start, end)
     n_warm = detect_warmup(table["duration_ns"].to_numpy()) if warmup_steps is None else min(warmup_steps, len(table))
     table["warmup"] = np.arange(len(table)) < n_warm
-    return StepsResult(table=table, source=source, warmup_steps=n_warm)
+    measured = tuple(what for what, given in (("gpu_busy", busy_by_pid), ("loader_wait", loader_waits),
+                                              ("sync_wait", sync_calls)) if given is not None)
+    return StepsResult(table=table, source=source, warmup_steps=n_warm, pid=pid, measured=measured)
+
+
+def _busy_of(intervals: pd.DataFrame | None, pid: int) -> iv.Set:
+    if intervals is None or not len(intervals):
+        return iv.empty()
+    mine = intervals[intervals["pid"] == pid]
+    return iv.union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())
 
 
 def detect_warmup(durations: np.ndarray) -> int:

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.errors import UsageError
 
 
@@ -45,11 +46,14 @@ def analyze(
 
     if html_max_points < 100:
         raise UsageError(f"--html-max-points must be at least 100 (got {html_max_points})")
+    check_analysis_options(min_gap_ms, loader_pattern, warmup_steps)
     outputs = [Path(p) for p in (json_out, html_out) if p and str(p) != "-"]
+    if len(outputs) == 2 and outputs[0].resolve() == outputs[1].resolve():
+        raise UsageError(f"--json and --html both name {outputs[0]}; give them different paths")
     for out in outputs:
-        check_output(out, force)
         if out.resolve() == report.resolve():
             raise UsageError(f"{out} is the input report; choose another output path")
+        check_output(out, force)
     err = Console(stderr=True)
     with err.status("Analyzing…", spinner="dots"):
         result = run_analysis(report, min_gap_ms=min_gap_ms, loader_pattern=loader_pattern,

@@ -119,6 +119,10 @@ def _plotly_js() -> str:
     return get_plotlyjs().replace("</script", "<\\/script")  # inert today; a future bundle must not end the tag
 
 
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else pct(x)
+
+
 def num(value, text: str, key: str) -> str:
     """A headline number: shown formatted, with the JSON value it came from alongside for checking."""
     raw = "" if value is None else _json.dumps(value)
@@ -149,9 +153,9 @@ def _headline(d: dict) -> str:
             f"<div>p90 {num(s['step_ns_p90'], ms(s['step_ns_p90']), 'steps.summary.step_ns_p90')} over "
             f"{num(s['steady_steps'], str(s['steady_steps']), 'steps.summary.steady_steps')} steps "
             f"({num(s['warmup_steps'], str(s['warmup_steps']), 'steps.summary.warmup_steps')} warm-up left out)</div>"
-            f"<div>GPU busy {num(s['gpu_busy_fraction'], pct(s['gpu_busy_fraction']), 'steps.summary.gpu_busy_fraction')}"
+            f"<div>GPU busy {num(s['gpu_busy_fraction'], _pct(s['gpu_busy_fraction']), 'steps.summary.gpu_busy_fraction')}"
             f", waiting for data "
-            f"{num(s['loader_wait_fraction'], pct(s['loader_wait_fraction']), 'steps.summary.loader_wait_fraction')}"
+            f"{num(s['loader_wait_fraction'], _pct(s['loader_wait_fraction']), 'steps.summary.loader_wait_fraction')}"
             f" of step time</div></div>")
     causes = (d.get("idle_causes") or {}).get("window") or []
     if causes:

@@ -9,6 +9,10 @@ from rich.table import Table
 from nvtx_trace.analyzer.findings import ms, pct
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else pct(x)
+
+
 def render(a, console: Console) -> None:
     console.print(f"[bold]nvtx-trace[/bold] {a.path}  (nsys {a.nsys_version or '?'}, export schema "
                   f"{a.schema_version or '?'})")
@@ -26,16 +30,19 @@ def render(a, console: Console) -> None:
         if s:
             console.print(
                 f"Steps ({a.steps.source}): {s['steps']} ({s['warmup_steps']} warm-up left out); steady state "
-                f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}; GPU busy {pct(s['gpu_busy_fraction'])}, "
-                f"waiting for data {pct(s['loader_wait_fraction'])}, in host syncs {pct(s['sync_wait_fraction'])} "
-                f"of step time")
+                f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}; GPU busy {_pct(s['gpu_busy_fraction'])}, "
+                f"waiting for data {_pct(s['loader_wait_fraction'])}, in host syncs {_pct(s['sync_wait_fraction'])} "
+                "of step time" + (" (-: not captured)" if None in s.values() else ""))
     if a.window_causes is not None and len(a.window_causes):
         t = Table(title=f"Why the GPU idles ({a.window.get('source', '')})", title_justify="left", show_edge=False)
+        several = a.window_causes["device_id"].nunique() > 1
+        if several:
+            t.add_column("GPU", justify="right")
         t.add_column("cause")
         t.add_column("idle", justify="right")
         t.add_column("share", justify="right")
         for r in a.window_causes.itertuples():
-            t.add_row(r.label, ms(r.idle_ns), pct(r.share))
+            t.add_row(*([str(r.device_id)] if several else []), r.label, ms(r.idle_ns), pct(r.share))
         console.print(t)
     if a.gap_activity is not None and len(a.gap_activity):
         t = Table(title="Largest gaps: what the CPU was doing", title_justify="left", show_edge=False)

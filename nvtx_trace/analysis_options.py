@@ -1,0 +1,23 @@
+"""Checks of the analysis options, shared by ``analyze`` and ``run`` (which checks before profiling,
+not after minutes of it). Kept free of pandas so ``run`` stays quick to start."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from nvtx_trace.errors import UsageError
+
+
+def check_analysis_options(min_gap_ms: float = 1.0, loader_pattern: str | None = None,
+                           warmup_steps: int | None = None) -> None:
+    if not math.isfinite(min_gap_ms) or min_gap_ms < 0:
+        raise UsageError(f"--min-gap-ms must be a number >= 0 (got {min_gap_ms}); example: --min-gap-ms 0.5")
+    if loader_pattern is not None:
+        try:
+            re.compile(loader_pattern)
+        except re.error as exc:
+            raise UsageError(f"--loader-pattern {loader_pattern!r} is not a valid regular expression ({exc}); "
+                             "example: --loader-pattern '^data'") from None
+    if warmup_steps is not None and warmup_steps < 0:
+        raise UsageError(f"--warmup-steps must be >= 0 (got {warmup_steps})")

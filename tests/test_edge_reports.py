@@ -1,0 +1,101 @@
+"""Reports that stretch the analyzer: NULLs in nullable columns, GPU rows with invalid times,
+several GPUs, a two-rank job. Each is a real H100 export (nvtx-trace run, autotrace) changed by
+a few SQL statements that say what they test; expected figures come from SQL on the changed file."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+import pytest
+
+from conftest import SAMPLES
+from nvtx_trace.analyzer import analyze
+from test_analyzer_gpu_reports import sql, sql_union_busy
+
+SOURCE = SAMPLES / "resnet_flawed.sqlite"
+RANK2_PID = 4242  # the second rank's pid in the two-rank build
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+
+def changed(tmp_path, name: str, *statements: str):
+    path = tmp_path / f"{name}.sqlite"
+    shutil.copyfile(SOURCE, path)
+    conn = sqlite3.connect(path)
+    try:
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def base():
+    return analyze(SOURCE)
+
+
+def test_nulls_in_nullable_columns_keep_every_column_aligned(tmp_path, base):
+    path = changed(tmp_path, "nulls",
+                   f"UPDATE {KERNEL} SET globalPid = NULL WHERE rowid % 100 = 7",
+                   "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET srcKind = NULL WHERE rowid % 10 = 3",
+                   "UPDATE NVTX_EVENTS SET globalTid = NULL WHERE rowid % 50 = 3",
+                   "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL WHERE rowid % 50 = 3")
+    got = analyze(path)
+    # Kernel times are untouched, so the busy time is too (a shifted column would change it).
+    assert got.idle.devices[0].busy_ns == base.idle.devices[0].busy_ns == sql_union_busy(path, 0)["busy"]
+    # A copy whose source kind is unknown is neither pageable nor pinned.
+    (pageable,), = sql(path, """SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+                               JOIN ENUM_CUDA_MEMCPY_OPER o ON o.id = m.copyKind
+                               JOIN ENUM_CUDA_MEM_KIND k ON k.id = m.srcKind
+                               WHERE o.name LIKE '%HTOD' AND k.name LIKE '%PAGEABLE' AND m.start > 0""")
+    assert got.pageable.count == pageable < base.pageable.count
+
+
+def test_gpu_rows_without_valid_times_are_left_out_and_counted(tmp_path):
+    path = changed(tmp_path, "negative", f"UPDATE {KERNEL} SET start = -start, end = -end WHERE rowid % 10 = 1")
+    got = analyze(path)
+    (bad,), = sql(path, f"SELECT count(*) FROM {KERNEL} WHERE start <= 0")
+    assert bad > 0
+    assert f"{bad} kernel row(s) without a valid start/end were left out" in got.warnings
+    assert got.idle.devices[0].busy_ns == sql_union_busy(path, 0)["busy"]
+    (kernel_ns,), = sql(path, f"SELECT sum(end - start) FROM {KERNEL} WHERE start > 0 AND end >= start")
+    assert got.layout.kernel_time_ns == kernel_ns
+
+
+def test_a_second_rank_on_a_second_gpu(tmp_path, base):
+    """Rank 2 repeats rank 1's NVTX ranges (its own worker included) and kernels on GPU 1."""
+    shift = f"(({RANK2_PID} - (globalTid >> 24 & 0xFFFFFF)) << 24)"
+    path = changed(
+        tmp_path, "two_ranks",
+        f"INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS",  # the copies get their new thread ids below
+        f"UPDATE NVTX_EVENTS SET globalTid = globalTid + {shift} WHERE rowid > (SELECT max(rowid) / 2 FROM NVTX_EVENTS)",
+        f"CREATE TEMP TABLE k AS SELECT * FROM {KERNEL}",
+        f"UPDATE temp.k SET deviceId = 1, globalPid = (globalPid & ~(0xFFFFFF << 24)) | ({RANK2_PID} << 24)",
+        f"INSERT INTO {KERNEL} SELECT * FROM temp.k",
+    )
+    got = analyze(path)
+    assert [d.device_id for d in got.idle.devices] == [0, 1]
+    # Two ranks with one worker each is not a worker restart.
+    assert got.loader.restarts == {} == base.loader.restarts
+    assert not any("persistent_workers" in f.fix for f in got.findings)
+    # Idle time is summed over both GPUs, so its share is of both GPUs' time, never over 100 %.
+    idle = next(f for f in got.findings if f.kind == "gpu_idle")
+    window_ns = got.window["end_ns"] - got.window["start_ns"]
+    assert "summed over 2 GPUs" in idle.title
+    assert f"({round(100 * idle.impact_ns / (2 * window_ns))} % of" in idle.title
+    # Per-step figures belong to one training process, as on the single-rank report.
+    assert got.module_ranges_per_step == base.module_ranges_per_step
+    assert got.steps.summary()["loader_wait_fraction"] == base.steps.summary()["loader_wait_fraction"]
+
+
+def test_fractions_that_were_not_captured_are_unknown_not_zero(tmp_path):
+    path = changed(tmp_path, "no_runtime", "DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    got = analyze(path)
+    summary = got.steps.summary()
+    assert summary["sync_wait_fraction"] is None and summary["gpu_busy_fraction"] > 0
+    assert any("no CUDA API calls" in w for w in got.warnings)
+    cpu = analyze(SAMPLES / "cpu_slow_loader.sqlite").steps.summary()
+    assert cpu["gpu_busy_fraction"] is None and cpu["sync_wait_fraction"] is None
+    assert cpu["loader_wait_fraction"] > 0
