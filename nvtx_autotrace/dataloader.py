@@ -56,9 +56,25 @@ class WorkerInit:
         nvtx_autotrace.install(**self.options)
         _worker = (self.label, worker_id)
         steps.configure(active=False, emit=False)  # steps belong to the training process
+        if _backend.injection_present():
+            _let_the_profiler_drain_at_exit()
         if self.user_fn is not None:
             return self.user_fn(worker_id)
         return None
+
+
+# Workers end with os._exit, which skips the exit hooks where a profiler's injection would flush its
+# buffer: under nsys 2022.4 a worker's last fetch range was lost in 3 of 9 runs with no pause, 1 of 6
+# with 20 ms, 0 of 5 with 100 ms, 0 of 8 with 200 ms (tests/scripts/cpu_train.py, 2 workers). Only when a
+# profiler is attached; it delays the end of each epoch by that much.
+WORKER_EXIT_PAUSE_S = 0.2
+
+
+def _let_the_profiler_drain_at_exit() -> None:
+    import multiprocessing.util
+    import time
+
+    multiprocessing.util.Finalize(None, time.sleep, args=(WORKER_EXIT_PAUSE_S,), exitpriority=100)
 
 
 def install(options_for_workers: dict) -> None:
