@@ -2,6 +2,7 @@
 
     python examples/resnet_train.py --variant flawed   # NCHW + fp16 autocast, pageable batches, 1 slow worker, .item() every step
     python examples/resnet_train.py --variant fixed    # channels_last, pin_memory + non_blocking, enough workers
+    torchrun --nproc_per_node=2 examples/resnet_train.py   # DistributedDataParallel, one GPU per rank
 
 It needs no torchvision and no data set: images are synthetic and each sample
 costs ``--sample-ms`` of CPU time, like JPEG decoding would. The sample reports
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
 class BasicBlock(nn.Module):
@@ -102,16 +104,26 @@ def main(argv=None) -> int:
     fixed = args.variant == "fixed"
     device = torch.device(args.device)
     cuda = device.type == "cuda"
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun
+    if world > 1:
+        import torch.distributed as dist
+
+        if cuda:
+            device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if cuda else "gloo")
     workers = args.workers if args.workers is not None else (10 if fixed else 1)
     torch.manual_seed(0)
     if cuda:
         torch.backends.cudnn.benchmark = True
 
-    data = SlowImages(args.steps * args.batch_size, args.image_size, 100, args.sample_ms)
+    data = SlowImages(args.steps * args.batch_size * world, args.image_size, 100, args.sample_ms)
+    sampler = DistributedSampler(data, shuffle=True) if world > 1 else None
     loader = DataLoader(
         data,
         batch_size=args.batch_size,
-        shuffle=True,
+        shuffle=sampler is None,
+        sampler=sampler,
         num_workers=workers,
         pin_memory=fixed and cuda,
         persistent_workers=fixed and workers > 0,
@@ -120,6 +132,8 @@ def main(argv=None) -> int:
     model = ResNet18(width=args.width).to(device)
     fmt = torch.channels_last if fixed else torch.contiguous_format
     model = model.to(memory_format=fmt)
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     scaler = torch.amp.GradScaler(device.type, enabled=cuda)
     amp = torch.autocast(device.type, dtype=torch.float16 if cuda else torch.bfloat16)
@@ -153,8 +167,11 @@ def main(argv=None) -> int:
     last = float(losses[-1])
     steady = sorted(b - a for a, b in list(zip(marks, marks[1:]))[min(5, args.steps - 1):])
     median = steady[len(steady) // 2] * 1000 if steady else float("nan")
-    print(f"{args.variant}: {args.steps} steps in {dt:.2f} s, steady-state median {median:.2f} ms/step "
+    rank = f"rank {os.environ.get('RANK', '0')}/{world} " if world > 1 else ""
+    print(f"{rank}{args.variant}: {args.steps} steps in {dt:.2f} s, steady-state median {median:.2f} ms/step "
           f"(steps >= 5, host clock), last loss {last:.4f}")
+    if world > 1:
+        dist.destroy_process_group()
     return 0
 
 
