@@ -4,10 +4,12 @@
 # Writes into OUTDIR, for the flawed and the fixed variant of examples/resnet_train.py:
 #   run_<variant>/      `nvtx-trace run` (nvtx_autotrace ranges): report.nsys-rep, report.sqlite, summary.*
 #   resnet_<variant>_user.{nsys-rep,sqlite}   plain nsys with the script's own hand-written ranges
+#   run_ddp_flawed/     the flawed variant as a 2-rank DistributedDataParallel job (needs 2 GPUs; skipped with 1)
 # Traced for CUDA, cuDNN, cuBLAS and NVTX only (no OS runtime, no CPU sampling) to keep files small.
 # Then, on any machine, redact before committing:
 #   nvtx-trace redact OUTDIR/run_flawed/report.sqlite -o sample_reports/resnet_flawed.sqlite
 #   nvtx-trace redact OUTDIR/resnet_flawed_user.sqlite -o sample_reports/resnet_flawed_user.sqlite   (same for fixed)
+#   nvtx-trace redact OUTDIR/run_ddp_flawed/report.sqlite -o sample_reports/resnet_ddp_flawed.sqlite
 set -euo pipefail
 out=${1:?usage: capture_gpu_samples.sh OUTDIR}
 nsys=${NSYS:-nsys}
@@ -21,4 +23,8 @@ for variant in flawed fixed; do
       python3 examples/resnet_train.py --variant "$variant" --steps 30 --user-ranges
   "$nsys" export --type sqlite -f true -o "$name.sqlite" "$name.nsys-rep"
 done
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  python3 -m nvtx_trace.cli run --nsys "$nsys" -t cuda,nvtx,cudnn,cublas --out "$out/run_ddp_flawed" --force \
+      -- torchrun --nproc_per_node=2 examples/resnet_train.py --variant flawed --steps 30
+fi
 ls -la "$out"

@@ -77,8 +77,10 @@ def find_step_ranges(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 def _drop_steps_without_optimizer(steps: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
     """nvtx_autotrace opens ``step N+1`` when step N's optimizer ends, so the last one runs until exit
-    (evaluation, teardown). A step with no ``optimizer.step`` inside, when others have one, is not training."""
-    opt = ranges[name_mask(ranges["name"], lambda c: c.startswith(names.OPTIMIZER_STEP_PREFIX))]
+    (evaluation, teardown). A step with no ``optimizer.step`` of its own process inside, when others have
+    one, is not training."""
+    opt = ranges[name_mask(ranges["name"], lambda c: c.startswith(names.OPTIMIZER_STEP_PREFIX))
+                 & (ranges["pid"].to_numpy() == steps["pid"].iloc[0])]  # not another rank's
     if not len(opt):
         return steps
     ends = np.sort(opt["end_ns"].to_numpy())

@@ -1,0 +1,73 @@
+"""The two-rank DistributedDataParallel sample (2 H200s, nvtx-trace run -- torchrun): per-GPU
+figures, per-rank steps and loader advice, checked against NVIDIA's gpu-starv rule and plain SQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import SAMPLES
+from nvtx_trace import names
+from nvtx_trace.analyzer import analyze
+from test_analyzer_gpu_reports import nsys_csv, sql, sql_union_busy
+
+PATH = SAMPLES / "resnet_ddp_flawed.sqlite"
+RANGE_NAMES = """SELECT n.globalTid >> 24 & 0xFFFFFF AS pid, s.value AS name, n.start, n.end
+                 FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId WHERE n.eventType IN (59, 60)"""
+
+
+@pytest.fixture(scope="module")
+def ddp():
+    return analyze(PATH)
+
+
+def test_each_gpu_is_measured_on_its_own(ddp):
+    assert [d.device_id for d in ddp.idle.devices] == [0, 1]
+    for dev in ddp.idle.devices:
+        want = sql_union_busy(PATH, dev.device_id)
+        assert (dev.busy_ns, dev.span_ns, dev.gap_count, dev.gap_idle_ns) == \
+            (want["busy"], want["span"], want["gap_count"], want["gap_ns"])
+        (pids,), = sql(PATH, "SELECT group_concat(DISTINCT globalPid >> 24 & 0xFFFFFF) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                             "WHERE deviceId = ?", dev.device_id)
+        assert dev.pids == sorted(int(p) for p in pids.split(","))
+    assert ddp.idle.devices[0].pids != ddp.idle.devices[1].pids  # one rank per GPU
+
+
+def test_gaps_of_both_gpus_match_nsys_gpu_starvation_rule(ddp, nsys_path, tmp_path):
+    starv = nsys_csv(nsys_path, tmp_path, PATH, "analyze", "-r", "gpu-starv:gap=1:rows=100000")
+    theirs = set(zip(starv["Device ID"], starv["Start (ns)"], starv["Duration (ns)"]))
+    g = ddp.idle.gaps
+    ours = {(d, s, n) for d, s, n in zip(g["device_id"], g["start_ns"], g["duration_ns"]) if n > 1_000_000}
+    assert ours == theirs
+    assert {d for d, _, _ in theirs} == {0, 1}
+
+
+def test_steps_belong_to_one_rank_and_stop_at_its_last_optimizer_step(ddp):
+    rows = sql(PATH, RANGE_NAMES)
+    pid = ddp.steps.pid
+    step_ranges = [r for r in rows if r[0] == pid and names.STEP_RE.match(r[1])]
+    optimizer = [r for r in rows if r[0] == pid and r[1].startswith(names.OPTIMIZER_STEP_PREFIX)]
+    # autotrace opens one more step after the last optimizer step (teardown); the other rank's
+    # optimizer steps, a few µs apart, must not keep it in.
+    assert len(step_ranges) == len(optimizer) + 1 == 31
+    assert len(ddp.steps.table) == len(optimizer) == 30
+    assert ddp.steps.table["duration_ns"].iloc[-1] < 1e9  # the 2.5 s teardown step is gone
+
+
+def test_two_ranks_with_one_worker_each_are_not_worker_restarts(ddp):
+    rows = sql(PATH, RANGE_NAMES)
+    worker_pids = {r[0] for r in rows if names.WORKER_FETCH_RE.match(r[1])}
+    rank_pids = {r[0] for r in rows if names.LOADER_WAIT_RE.match(r[1])}
+    assert len(worker_pids) == len(rank_pids) == 2
+    assert ddp.loader.restarts == {}
+    loader = ddp.loader.loaders.iloc[0]
+    assert int(loader["waits"]) == sum(1 for r in rows if names.LOADER_WAIT_RE.match(r[1]))
+    stall = next(f for f in ddp.findings if f.kind == "dataloader_stall")
+    assert "persistent_workers" not in stall.fix and "num_workers=" in stall.fix
+
+
+def test_idle_share_is_of_both_gpus_time(ddp):
+    idle = next(f for f in ddp.findings if f.kind == "gpu_idle")
+    window_ns = ddp.window["end_ns"] - ddp.window["start_ns"]
+    share = idle.impact_ns / (2 * window_ns)
+    assert 0 < share <= 1
+    assert f"({round(100 * share)} % of" in idle.title and "summed over 2 GPUs" in idle.title
