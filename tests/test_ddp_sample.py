@@ -71,3 +71,12 @@ def test_idle_share_is_of_both_gpus_time(ddp):
     share = idle.impact_ns / (2 * window_ns)
     assert 0 < share <= 1
     assert f"({round(100 * share)} % of" in idle.title and "summed over 2 GPUs" in idle.title
+
+
+def test_the_step_chart_uses_the_gpu_of_the_rank_whose_steps_it_shows(ddp):
+    from nvtx_trace.report import stepchart
+
+    gaps = stepchart._gaps_of_step_device(ddp)
+    (device,) = [d.device_id for d in ddp.idle.devices if ddp.steps.pid in d.pids]
+    assert set(gaps["device_id"]) == {device}
+    assert len(stepchart.breakdown(ddp)) == len(ddp.steps.table)

@@ -99,3 +99,45 @@ def test_fractions_that_were_not_captured_are_unknown_not_zero(tmp_path):
     cpu = analyze(SAMPLES / "cpu_slow_loader.sqlite").steps.summary()
     assert cpu["gpu_busy_fraction"] is None and cpu["sync_wait_fraction"] is None
     assert cpu["loader_wait_fraction"] > 0
+
+
+@pytest.mark.parametrize("name, statements", [
+    ("no_kernel_table", [f"DROP TABLE {KERNEL}"]),
+    ("no_kernel_names", [f"ALTER TABLE {KERNEL} DROP COLUMN {c}" for c in ("shortName", "demangledName", "mangledName")]),
+    ("no_kernel_correlation", [f"ALTER TABLE {KERNEL} DROP COLUMN correlationId"]),
+    ("no_runtime_correlation", ["ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME DROP COLUMN correlationId"]),
+    ("no_copy_kind", ["ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY DROP COLUMN copyKind"]),
+    ("no_source_kind", ["ALTER TABLE CUPTI_ACTIVITY_KIND_MEMCPY DROP COLUMN srcKind"]),
+])
+def test_missing_tables_and_columns_narrow_the_analysis(tmp_path, base, name, statements):
+    got = analyze(changed(tmp_path, name, *statements))
+    assert got.idle is not None and got.sync is not None
+    assert got.sync.count == base.sync.count  # syncs need neither kernels nor correlation ids
+    if name in ("no_kernel_table", "no_kernel_names"):
+        assert got.layout.count == 0 and not len(got.top_kernels)
+    if name in ("no_kernel_correlation", "no_runtime_correlation"):
+        # transposes are still counted; with no CPU call to follow, modules come from the fallback only
+        mods = got.layout.by_module
+        assert got.layout.count == base.layout.count == mods["count"].sum()
+        named = mods[mods["module"] != "(no enclosing range)"]
+        assert len(named) and (named["via_fallback"] == named["count"]).all()
+    if name in ("no_copy_kind", "no_source_kind"):
+        assert got.pageable is None and "pageable_h2d" in got.skipped
+
+
+def test_a_non_integer_value_is_a_bad_report_not_a_crash(tmp_path):
+    from nvtx_trace.errors import BadReportError
+
+    path = changed(tmp_path, "real", f"UPDATE {KERNEL} SET deviceId = 0.5 WHERE rowid = 10")
+    with pytest.raises(BadReportError, match="non-integer values in CUPTI_ACTIVITY_KIND_KERNEL"):
+        analyze(path)
+
+
+def test_a_cpu_only_report_has_no_step_breakdown_and_null_gpu_columns():
+    from nvtx_trace.report import json as json_report
+    from nvtx_trace.report import stepchart
+
+    a = analyze(SAMPLES / "cpu_slow_loader.sqlite")
+    assert stepchart.breakdown(a) is None
+    rows = __import__("json").loads(json_report.render(a))["steps"]["table"]
+    assert all(r["gpu_busy_ns"] is None and r["sync_wait_ns"] is None and r["loader_wait_ns"] >= 0 for r in rows)

@@ -15,7 +15,6 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
@@ -122,6 +121,14 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
     trace = Trace(reader)
     announce_launches(trace)
     trace.start_runtime_read()  # runs while this thread reads the GPU tables
+    try:
+        return _run_analyses(trace, reader, min_gap_ns, loader_pattern, warmup_steps)
+    finally:
+        trace.close()
+
+
+def _run_analyses(trace: Trace, reader: Reader, min_gap_ns: int, loader_pattern: str,
+                  warmup_steps: int | None) -> Analysis:
     lo, hi = trace.bounds
     result = Analysis(path=reader.info.path, nsys_version=reader.info.nsys_version,
                       schema_version=reader.info.schema_version, min_gap_ns=min_gap_ns,
@@ -139,6 +146,9 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
         result.idle = analyze_idle(trace, min_gap_ns, loader_pattern)
         result.layout = analyze_layout(trace)
         result.pageable = analyze_pageable(trace)
+        if result.pageable is None:
+            result.skipped["pageable_h2d"] = ("no host-to-device copy records with a source memory kind (the memcpy "
+                                              "table, or its copyKind/srcKind column, is missing)")
         result.top_kernels = trace.kernel_time_by_name().head(50)
     else:
         why = _why_missing(trace, "Cuda", "CUDA", "GPU activity (kernels, memory copies or memsets with valid times)",
@@ -178,7 +188,8 @@ def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps:
         w0, w1 = result.window["start_ns"], result.window["end_ns"]
         inside = name_mask(ranges["name"], names.MODULE_RE.match) & (ranges["start_ns"].to_numpy() >= w0) & (ranges["start_ns"].to_numpy() < w1) \
             & (ranges["pid"].to_numpy() == result.steps.pid)
-        result.module_ranges_per_step = float(inside.sum()) / max(1, len(result.steps.steady))
+        steady = len(result.steps.steady)
+        result.module_ranges_per_step = float(inside.sum()) / steady if steady else 0.0
     if result.idle:
         w0, w1 = result.window["start_ns"], result.window["end_ns"]
         for dev in result.idle.devices:

@@ -50,6 +50,8 @@ def launch_filter(trace: Trace) -> tuple[str, str, list[int]] | None:
 
     Taken from the string table, not the kernel table, so the runtime pass can start before the kernels are read.
     """
+    if trace.kernel_name_column is None:
+        return None
     ids = trace.reader.string_ids(TRANSPOSE_HINTS, TRANSPOSE_RE)
     return ("kernel", "name_id", ids) if ids else None
 

@@ -7,7 +7,8 @@ Names stay as pandas categoricals so millions of rows cost one int each.
 from __future__ import annotations
 
 import re
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from concurrent.futures import Future
 from functools import cached_property
 
 import numpy as np
@@ -63,7 +64,8 @@ class Trace:
         self._launch_requests: list[tuple[str, str, tuple]] = []  # read with the runtime pass
         self._runtime_read: Future | None = None
         self._launch_rows: dict[tuple, dict[str, np.ndarray]] = {}  # filled while the GPU tables are read
-        self._kernel_times: pd.DataFrame | None = None
+        self._kernel_times = _time_by_id(np.empty(0, np.int64), np.empty(0, np.int64))  # no kernel table: none
+        self._runtime_reader: Reader | None = None  # the second connection, while its scan runs
 
     # ---- time and entities ---------------------------------------------------
     @cached_property
@@ -238,22 +240,35 @@ class Trace:
         """Scan the runtime table on a second connection while this thread reads the GPU tables.
 
         The two scans are most of the time spent on a long run's export, and SQLite releases the GIL
-        while it scans, so on two cores they overlap. Call after every want_launches().
+        while it scans, so on two cores they overlap. Call after every want_launches(); close() stops it.
         """
         if self._runtime_read is not None or not self.reader.has(RUNTIME):
             return
-        where = self.runtime_filter()
-        own = Reader(self.info.path)
+        sql = f"{RUNTIME} WHERE {self.runtime_filter()}"
+        columns = {k: c if self.reader.has(RUNTIME, c) else "NULL" for k, c in RUNTIME_COLUMNS.items()}
+        own = self._runtime_reader = Reader(self.info.path)
+        future: Future = Future()
 
-        def read() -> dict[str, np.ndarray]:
+        def read() -> None:
             try:
-                return own.columns(RUNTIME_COLUMNS, f"{RUNTIME} WHERE {where}")
+                future.set_result(own.columns(columns, sql))
+            except BaseException as exc:  # handed to whoever waits for the result
+                future.set_exception(exc)
             finally:
                 own.close()
 
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvtx-trace-runtime")
-        self._runtime_read = pool.submit(read)
-        pool.shutdown(wait=False)
+        # A daemon thread: an analysis that fails early must not wait for this scan at exit.
+        threading.Thread(target=read, name="nvtx-trace-runtime", daemon=True).start()
+        self._runtime_read = future
+
+    def close(self) -> None:
+        """Stop a runtime scan nobody will read (the analysis failed or was interrupted)."""
+        own = self._runtime_reader
+        if own is not None and self._runtime_read is not None and not self._runtime_read.done():
+            try:
+                own.conn.interrupt()
+            except Exception:  # already closed by its thread
+                pass
 
     def runtime_filter(self) -> str:
         """SQL condition of the one runtime pass: calls named by PRELOAD_FILTERS, calls of at least SLOW_API_NS, and the launches announced."""
@@ -262,9 +277,10 @@ class Trace:
         if ids:
             cond.append(f"nameId IN ({','.join(map(str, ids))})")
         for table_key, column, op_ids in self._launch_requests:
-            if self.reader.has(GPU_OP_TABLES[table_key]):
+            table_columns = self.gpu_table_columns(table_key) if self.reader.has(GPU_OP_TABLES[table_key]) else {}
+            sql_column = table_columns.get(column, "NULL")
+            if "NULL" not in (sql_column, table_columns.get("corr", "NULL")) and self.reader.has(RUNTIME, "correlationId"):
                 # The subquery costs one more scan of the GPU table; a temp table of the wanted ids costs more.
-                sql_column = self.gpu_table_columns(table_key)[column]
                 cond.append(f"correlationId IN (SELECT g.correlationId FROM {GPU_OP_TABLES[table_key]} g "
                             f"WHERE g.{sql_column} IN ({','.join(map(str, op_ids))}))")
         return " OR ".join(cond)
@@ -277,7 +293,11 @@ class Trace:
                 pid=np.empty(0, np.int64), name=pd.Categorical([]))
         self.start_runtime_read()
         df = pd.DataFrame(self._runtime_read.result())
+        self._runtime_reader = None
         df["pid"] = pid_of(df["gtid"].to_numpy())
+        unknown = set(np.unique(df["name_id"]).tolist()) - set(self.api_names)
+        if unknown:  # a call whose name does not start with "cu": resolve it all the same
+            self.api_names.update({i: api_base_name(n) for i, n in self.reader.strings(unknown).items()})
         df["name"] = pd.Categorical(df["name_id"].map(self.api_names))
         return df
 
@@ -295,11 +315,6 @@ class Trace:
         return rt[keep].reset_index(drop=True)
 
     # ---- kernels ------------------------------------------------------------------
-    def kernel_name_ids(self) -> dict[int, str]:
-        """Distinct kernel names (short names where the export has them), by string id."""
-        ids = self._kernel_time_by_id["name_id"]
-        return self.reader.strings(ids.tolist()) if len(ids) else {}
-
     @property
     def _kernel_time_by_id(self) -> pd.DataFrame:
         """Count and GPU time per kernel name id, summed while the kernel table was read."""

@@ -48,15 +48,13 @@ class PageableResult:
 def launch_filter(trace: Trace) -> tuple[str, str, list[int]] | None:
     """Host-to-device copies as a launch request (table, column, copy kinds); None when the kind is unknown."""
     htod = trace.reader.enum_id(MEMCPY_ENUM, FALLBACK_MEMCPY_KINDS, "Host-to-Device", "HtoD", "CUDA_MEMCPY_KIND_HTOD")
-    if htod is None or not trace.reader.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
+    if htod is None or not all(trace.reader.has("CUPTI_ACTIVITY_KIND_MEMCPY", c) for c in ("copyKind", "srcKind")):
         return None
     return ("memcpy", "copy_kind", [htod])
 
 
 def analyze_pageable(trace: Trace) -> PageableResult | None:
     r = trace.reader
-    if not r.has("CUPTI_ACTIVITY_KIND_MEMCPY"):
-        return None
     request = launch_filter(trace)
     pageable = r.enum_id(MEMKIND_ENUM, FALLBACK_MEM_KINDS, "Pageable", "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE")
     pinned = r.enum_id(MEMKIND_ENUM, FALLBACK_MEM_KINDS, "Pinned", "CUDA_MEMOPR_MEMORY_KIND_PINNED")

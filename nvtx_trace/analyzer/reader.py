@@ -83,9 +83,6 @@ class Reader:
             self._columns[table] = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
         return column in self._columns[table]
 
-    def nonempty(self, table: str) -> bool:
-        return self.has(table) and self.conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None
-
     # ---- bulk columns -------------------------------------------------------
     def columns(self, select: dict[str, str], source: str, params=()) -> dict[str, np.ndarray]:
         """Integer columns of ``SELECT <exprs> FROM <source>`` as int64 arrays, row-aligned; NULL reads as -1.
@@ -97,10 +94,13 @@ class Reader:
         outer = ", ".join(f"group_concat(c{i})" for i in range(len(select)))
         texts = list(self.conn.execute(f"SELECT {outer} FROM (SELECT {inner} FROM {source})", params).fetchone())
         out = {}
-        for i, key in enumerate(select):  # parse and free one text at a time: they are the memory peak
-            out[key] = np.fromstring(texts[i], dtype=np.int64, sep=",") if texts[i] else np.empty(0, np.int64)
-            texts[i] = None
-        if len({len(v) for v in out.values()}) > 1:  # a non-integer value (text, real) in a column
+        try:
+            for i, key in enumerate(select):  # parse and free one text at a time: they are the memory peak
+                out[key] = np.fromstring(texts[i], dtype=np.int64, sep=",") if texts[i] else np.empty(0, np.int64)
+                texts[i] = None
+        except ValueError:
+            out = {}
+        if len({len(v) for v in out.values()}) != 1:  # a non-integer value (text, real) in a column
             raise BadReportError(f"{self.info.path}: non-integer values in {source.split()[0]} "
                                  f"({', '.join(select.values())}); export the report again with nsys")
         return out
@@ -108,11 +108,11 @@ class Reader:
     def table_columns(self, select: dict[str, str], table: str, chunk_rows: int = 1_000_000) -> dict[str, np.ndarray]:
         """``columns`` over a whole table, read in rowid slices so the text never holds more than
         ``chunk_rows`` rows (a 5M-kernel table is ~400 MB of text in one piece)."""
-        last = self.conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
-        if last is None:
+        first, last = self.conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+        if first is None:
             return {key: np.empty(0, np.int64) for key in select}
         parts = [self.columns(select, f"{table} WHERE rowid >= ? AND rowid < ?", (lo, lo + chunk_rows))
-                 for lo in range(0, int(last) + 1, chunk_rows)]
+                 for lo in range(int(first), int(last) + 1, chunk_rows)]
         out = {}
         for key in select:
             out[key] = np.concatenate([p.pop(key) for p in parts])

@@ -95,10 +95,14 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
         fixes.append("pin_memory=True (pageable host-to-device copies were found)")
     for loader, extra in a.loader.restarts.items():
         fixes.append(f"persistent_workers=True ({loader}: workers were re-created {extra} time(s))")
-    title = (f"Training waits {ms(cost)} for data "
-             + (f"while the GPU idles ({_of_window(a, cost / window_ns)})" if a.idle else
-                f"({pct(cost / window_ns)} of the window)")
-             + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over {int(top['waits'])} batches")
+    n_gpus = len(a.idle.devices) if a.idle else 1
+    if not a.idle:
+        head = f"Training waits {ms(cost)} for data ({pct(cost / window_ns)} of the window)"
+    elif n_gpus == 1:
+        head = f"Training waits {ms(cost)} for data while the GPU idles ({_of_window(a, cost / window_ns)})"
+    else:  # GPU time summed over the GPUs, not one process's wait
+        head = f"The {n_gpus} GPUs idle {ms(cost)} in all waiting for data ({_of_window(a, cost / window_ns)})"
+    title = head + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over {int(top['waits'])} batches"
     return [Finding(
         kind="dataloader_stall", title=title, impact_ns=int(cost),
         fix="DataLoader(" + "; ".join(fixes) + ")" if fixes else "Speed up the dataset's __getitem__ / collate.",
@@ -110,7 +114,7 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
 
 def _wait_in_window(a) -> int:
     w = a.loader.wait_set
-    if a.steps and a.steps.steady_window():
+    if a.steps:  # the training process the steps belong to (one rank of a DDP job)
         mine = a.loader.waits[a.loader.waits["pid"] == a.steps.pid]
         w = iv.union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())
         lo, hi = a.steps.steady_window()

@@ -43,7 +43,11 @@ def to_dict(a) -> dict:
         } for d in a.idle.devices]
         out["idle_causes"] = {"window": a.window_causes, "whole_trace": a.idle.causes}
     if a.steps:
-        out["steps"] = {"source": a.steps.source, "summary": a.steps.summary(), "table": a.steps.table}
+        table = a.steps.table.astype(object)
+        for what in ("gpu_busy", "loader_wait", "sync_wait"):
+            if what not in a.steps.measured:  # not captured: unknown, not zero
+                table[f"{what}_ns"] = None
+        out["steps"] = {"source": a.steps.source, "summary": a.steps.summary(), "table": table}
     if a.loader:
         out["dataloader"] = {"loaders": a.loader.loaders, "workers": a.loader.workers,
                              "worker_restarts": a.loader.restarts}

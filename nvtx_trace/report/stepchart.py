@@ -26,8 +26,8 @@ MAX_BARS = 400
 
 def breakdown(a) -> pd.DataFrame | None:
     """step, warmup, duration_ns and one column per part of PARTS (ns); None without steps."""
-    if a.steps is None or not len(a.steps.table):
-        return None
+    if a.steps is None or not len(a.steps.table) or "gpu_busy" not in a.steps.measured:
+        return None  # without GPU data there is nothing to break a step into
     st = a.steps.table.sort_values("start_ns", ignore_index=True)
     s, e = st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64)
     out = pd.DataFrame({"step": st["step"].to_numpy(), "warmup": st["warmup"].to_numpy(),
@@ -63,12 +63,8 @@ def _gaps_of_step_device(a):
     """Gaps of the GPU the training thread drives (the device whose processes include the steps' pid)."""
     if a.idle is None or not len(a.idle.gaps) or not a.idle.devices:
         return None
-    dev = a.idle.devices[0]
-    pid = None
-    if "pid" in a.steps.table.columns and len(a.steps.table):
-        pid = int(a.steps.table["pid"].iloc[0])
     for d in a.idle.devices:
-        if pid is not None and pid in d.pids:
+        if a.steps.pid in d.pids:
             dev = d
             break
     else:
