@@ -26,6 +26,17 @@ def need(what: str, present: bool) -> None:
     pytest.skip(f"{what} is not installed")
 
 
+def installed_nsys():
+    """The nsys nvtx-trace would use (nvtx_trace.nsys.find_nsys); skip, or fail under CI, without one."""
+    from nvtx_trace import nsys as nsys_mod
+    from nvtx_trace.errors import NsysNotFoundError
+
+    try:
+        return nsys_mod.find_nsys()
+    except NsysNotFoundError:
+        need("Nsight Systems (nsys)", False)
+
+
 @pytest.fixture
 def nsys_path() -> str:
     path = os.environ.get("NSYS") or shutil.which("nsys")

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import ROOT, installed_nsys, need
 from nvtx_trace import names
 
 pytestmark = [pytest.mark.nsys, pytest.mark.torch, pytest.mark.slow]
@@ -34,14 +34,9 @@ WHERE n.eventType IN (59, 60) ORDER BY n.start
 def run(tmp_path_factory):
     """(rows, program stdout) of one profiled training run."""
     from nvtx_trace import nsys as nsys_mod
-    from nvtx_trace.errors import NsysNotFoundError
 
     need("PyTorch", importlib.util.find_spec("torch") is not None)
-    try:
-        found = nsys_mod.find_nsys()
-    except NsysNotFoundError:
-        found = None
-    need("Nsight Systems (nsys)", found is not None)
+    found = installed_nsys()
     if found.year <= 2022:  # newer nvtx bindings are not recorded by the 2022.4 nsys
         need("nvtx==0.2.11 (for nsys 2022.x)", _nvtx_version() == "0.2.11")
     out = tmp_path_factory.mktemp("autotrace") / "cpu_train"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ctrl_c_when, need
+from conftest import ctrl_c_when, installed_nsys, need
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.errors import BadReportError, NsysFailedError, NsysNotFoundError
 
@@ -52,11 +52,7 @@ def no_nsys_anywhere(monkeypatch):
 
 @pytest.fixture(scope="module")
 def real_nsys() -> nsys_mod.Nsys:
-    try:
-        found = nsys_mod.find_nsys()
-    except NsysNotFoundError:
-        found = None
-    need("Nsight Systems (nsys)", found is not None)
+    found = installed_nsys()
     return found
 
 

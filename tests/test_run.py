@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ctrl_c_when, need
+from conftest import ROOT, ctrl_c_when, installed_nsys, need
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace import runner
 from nvtx_trace.errors import NsysNotFoundError
@@ -33,11 +33,7 @@ WAIT = "dataloader.next %"
 @pytest.fixture(scope="module")
 def ready() -> nsys_mod.Nsys:
     """nsys, torch and an nvtx release this nsys records; skip (fail under CI) otherwise."""
-    try:
-        found = nsys_mod.find_nsys()
-    except NsysNotFoundError:
-        found = None
-    need("Nsight Systems (nsys)", found is not None)
+    found = installed_nsys()
     need("PyTorch", importlib.util.find_spec("torch") is not None)
     need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
     import importlib.metadata as md

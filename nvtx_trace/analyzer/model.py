@@ -128,9 +128,8 @@ class Trace:
             if request[0] == key:
                 keep = np.isin(cols[request[1]], request[2])
                 self._launch_rows[request] = {c: v[keep] for c, v in cols.items()}
-        if key == "kernel":
-            self._kernel_times = _time_by_id(cols["name_id"], cols["end_ns"] - cols["start_ns"]) \
-                if self.kernel_name_column else _time_by_id(np.empty(0, np.int64), np.empty(0, np.int64))
+        if key == "kernel" and self.kernel_name_column:
+            self._kernel_times = _time_by_id(cols["name_id"], cols["end_ns"] - cols["start_ns"])
         return {c: cols[c] for c in ("start_ns", "end_ns", "device_id", "gpid")}
 
     @cached_property

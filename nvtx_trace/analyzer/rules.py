@@ -9,6 +9,7 @@ from nvtx_trace.analyzer.dataloader import workers_needed
 from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct, size
 from nvtx_trace.analyzer.gpu_idle import gaps_in
 from nvtx_trace.analyzer.pageable import within
+from nvtx_trace.analyzer.steps import union_of_process
 
 
 def build_findings(a) -> list:
@@ -113,13 +114,12 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
 
 
 def _wait_in_window(a) -> int:
-    w = a.loader.wait_set
-    if a.steps:  # the training process the steps belong to (one rank of a DDP job)
-        mine = a.loader.waits[a.loader.waits["pid"] == a.steps.pid]
-        w = iv.union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())
-        lo, hi = a.steps.steady_window()
-        return int(iv.Coverage(w).measure(lo, hi))
-    return iv.total(w)
+    if not a.steps:
+        return iv.total(a.loader.wait_set)
+    # the training process the steps belong to (one rank of a DDP job), over its steady window
+    w = union_of_process(a.loader.waits, a.steps.pid)
+    window = a.steps.steady_window()
+    return int(iv.Coverage(w).measure(*window)) if window else iv.total(w)
 
 
 def _layout(a) -> list[Finding]:

@@ -101,7 +101,7 @@ def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, l
     start = steps["start_ns"].to_numpy()
     end = steps["end_ns"].to_numpy()
     pid = int(steps["pid"].iloc[0])
-    loader_wait, sync_wait = (_busy_of(df, pid) for df in (loader_waits, sync_calls))
+    loader_wait, sync_wait = (union_of_process(df, pid) for df in (loader_waits, sync_calls))
     table = pd.DataFrame({"step": steps["step"].to_numpy(), "start_ns": start, "end_ns": end,
                           "duration_ns": end - start})
     table["gpu_busy_ns"] = iv.Coverage((busy_by_pid or {}).get(pid, iv.empty())).measure(start, end)
@@ -114,7 +114,8 @@ def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, l
     return StepsResult(table=table, source=source, warmup_steps=n_warm, pid=pid, measured=measured)
 
 
-def _busy_of(intervals: pd.DataFrame | None, pid: int) -> iv.Set:
+def union_of_process(intervals: pd.DataFrame | None, pid: int) -> iv.Set:
+    """Union of one process's intervals (a DDP rank's waits, not every rank's)."""
     if intervals is None or not len(intervals):
         return iv.empty()
     mine = intervals[intervals["pid"] == pid]
