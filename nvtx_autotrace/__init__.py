@@ -57,13 +57,18 @@ def _install(opts: Options, ranges: bool) -> None:
         steps.configure(active=True, emit=False)
         optim.install(emit_ranges=False)
         return
-    from nvtx_autotrace import autograd, copies, dataloader, modules, syncs
+    from nvtx_autotrace import autograd, budget, copies, dataloader, modules, syncs
 
     steps.configure(active=True, emit=opts.steps)
     optim.install(emit_ranges=opts.optimizer)
     autograd.install(emit_backward=True)
-    if opts.modules:
+    if opts.modules and opts.module_depth is None:
+        budget.install(opts.budget_pct, opts.backward_modules)
+    elif opts.modules:
         modules.install(opts.module_depth, opts.backward_modules)
+        _registry.on_undo(steps.on_step_boundary_once(1, lambda: budget.emit({
+            "method": f"global module hooks, depth {opts.module_depth} (set by hand)",
+            "forward_depth": opts.module_depth, "backward_depth": opts.module_depth if opts.backward_modules else -1})))
     if opts.dataloader:
         dataloader.install(_worker_options(opts))
     copies.install(copies=opts.copies, syncs=opts.syncs)

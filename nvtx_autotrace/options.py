@@ -16,7 +16,8 @@ ENV_PREFIX = "NVTX_AUTOTRACE"
 @dataclass(frozen=True)
 class Options:
     enabled: str = "auto"  # NVTX_AUTOTRACE: auto (only under a profiler) | 1 (always) | 0 (never)
-    module_depth: int = -1  # NVTX_AUTOTRACE_MODULE_DEPTH: deepest module path emitted; -1 = all, 0 = roots only
+    module_depth: int | None = None  # NVTX_AUTOTRACE_MODULE_DEPTH: auto (None: budgeted) | N (deepest path) | -1 (all)
+    budget_pct: float = 1.0  # NVTX_AUTOTRACE_BUDGET_PCT: module ranges' cost allowed, % of a plain step (auto depth)
     modules: bool = True  # NVTX_AUTOTRACE_MODULES: module forward ranges
     backward_modules: bool = True  # NVTX_AUTOTRACE_BACKWARD_MODULES: per-module backward ranges
     dataloader: bool = True  # NVTX_AUTOTRACE_DATALOADER: batch waits and worker fetches
@@ -43,7 +44,7 @@ class Options:
         out = {}
         for name, value in asdict(self).items():
             key = ENV_PREFIX if name == "enabled" else f"{ENV_PREFIX}_{name.upper()}"
-            out[key] = str(int(value)) if isinstance(value, bool) else str(value)
+            out[key] = str(int(value)) if isinstance(value, bool) else "auto" if value is None else str(value)
         return out
 
 
@@ -62,10 +63,23 @@ def _parse(name: str, value, where: str):
             return "auto"
         raise ValueError(f"{where}={value!r}: expected auto, 1 or 0")
     if name == "module_depth":
+        if value is None or str(value).strip().lower() == "auto":
+            return None
         try:
-            return int(value)
+            depth = int(value)
         except (TypeError, ValueError):
-            raise ValueError(f"{where}={value!r}: expected an integer (-1 = no limit)") from None
+            raise ValueError(f"{where}={value!r}: expected auto or an integer (-1 = no limit)") from None
+        if depth < -1:
+            raise ValueError(f"{where}={value!r}: expected auto, -1 (no limit) or a depth >= 0")
+        return depth
+    if name == "budget_pct":
+        try:
+            pct = float(value)
+        except (TypeError, ValueError):
+            pct = float("nan")
+        if not 0 < pct <= 100:
+            raise ValueError(f"{where}={value!r}: expected a percentage of the step time, > 0 and <= 100")
+        return pct
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()

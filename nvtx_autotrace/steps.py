@@ -55,6 +55,17 @@ def on_step_boundary(fn: Callable[[int], None]) -> Callable[[], None]:
     return remove
 
 
+def on_step_boundary_once(n: int, fn: Callable[[], None]) -> Callable[[], None]:
+    """Call ``fn()`` once, when step ``n`` begins. Returns a function that unregisters it."""
+    def once(m: int) -> None:
+        if m == n:
+            remove()
+            fn()
+
+    remove = on_step_boundary(once)
+    return remove
+
+
 def configure(active: bool, emit: bool) -> None:
     global _active, _emit
     _active, _emit = active, emit
@@ -111,6 +122,11 @@ def is_lead(optimizer) -> bool:
         _lead = weakref.ref(optimizer)
         return True
     return lead is optimizer
+
+
+def lead_optimizer():
+    """The optimizer whose steps count, or None (no step yet, or it was freed)."""
+    return _lead() if _lead is not None else None
 
 
 def reset(step: int = 0) -> None:

@@ -20,6 +20,8 @@ prefix, so the analyzer can tell it from a user's own ranges by name alone.
 | host-to-device copy            | ``copy.h2d 602112 B pageable non_blocking=0``  | training thread             |
 | pin_memory()                   | ``pin_memory 602112 B``                        | any                         |
 | host sync                      | ``sync item``, ``sync cuda.synchronize``       | training thread             |
+| the instrumentation's own cost | ``nvtx_autotrace.instrumentation {json}``      | training thread (once)      |
+| its cost calibration           | ``nvtx_autotrace.calibration``                 | training thread (once)      |
 
 The loader label in brackets is the creation site (``file:line``) of the
 DataLoader, or the ``nvtx_name`` attribute a user set on it.
@@ -40,6 +42,8 @@ ZERO_GRAD_PREFIX = "optimizer.zero_grad "
 H2D_COPY_PREFIX = "copy.h2d "
 PIN_MEMORY_PREFIX = "pin_memory "
 SYNC_PREFIX = "sync "
+INSTRUMENTATION_PREFIX = "nvtx_autotrace.instrumentation "
+CALIBRATION = "nvtx_autotrace.calibration"
 
 
 def step(index: int) -> str:
@@ -86,6 +90,13 @@ def sync(what: str) -> str:
     return f"sync {what}"
 
 
+def instrumentation(record: dict) -> str:
+    """One range whose name carries what the instrumentation measured about its own cost (JSON)."""
+    import json
+
+    return INSTRUMENTATION_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True)
+
+
 # ---- reading side ---------------------------------------------------------
 
 STEP_RE = re.compile(r"^(?:step|iteration|iter|train_step|batch)[ _#:]*(\d+)$", re.IGNORECASE)
@@ -108,5 +119,5 @@ def is_auto_range(name: str) -> bool:
         or name == BACKWARD
         or name.startswith((LOADER_WAIT_PREFIX, WORKER_FETCH_PREFIX, FORWARD_PREFIX, BACKWARD_PREFIX,
                             OPTIMIZER_STEP_PREFIX, ZERO_GRAD_PREFIX, H2D_COPY_PREFIX, PIN_MEMORY_PREFIX,
-                            SYNC_PREFIX))
+                            SYNC_PREFIX, INSTRUMENTATION_PREFIX, CALIBRATION))
     )

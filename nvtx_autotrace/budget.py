@@ -1,0 +1,224 @@
+"""Which modules get ranges: as many as fit in a budget of the step time (default 1 %).
+
+Every module range costs CPU time on the training thread, and a forward range
+that also marks its backward costs several times more (two autograd pre-hooks,
+run by the autograd engine; benchmarks/range_costs.py). A 12-layer transformer
+calls about 150 modules per micro-batch: ranging all of them made GPT-2 training
+25-29 % slower. So the depth of module ranges is chosen per program, at run time:
+
+* step 0 (warm-up, compilation): no module ranges at all;
+* at its end, the models are found: top-level modules holding the lead
+  optimizer's parameters (one scan of the garbage collector's objects);
+* steps 1-2: each module's calls are counted (a dict lookup a call), and the
+  step time without module ranges is measured;
+* then the per-range costs are measured in this very process, under the
+  attached profiler (``calibrate``), and the deepest backward depth, then the
+  deepest forward depth, whose calls x costs fit in ``budget_pct`` of that step
+  time are chosen. Module ranges start with step 3.
+
+What was measured and chosen is written into the trace as one range,
+``nvtx_autotrace.instrumentation {json}``, which the analyzer reads to report
+(and subtract) the instrumentation's own cost.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+
+import torch
+from nvtx_trace import names
+
+from nvtx_autotrace import _backend, _registry, autograd, classwrap, modules, steps
+
+COUNT_STEPS = 2  # steps whose module calls are counted and timed before ranges are chosen
+FIND_ROOTS_UNTIL = 5  # give up looking for a model after this many steps
+
+
+def find_roots(optimizer=None) -> list[torch.nn.Module]:
+    """Top-level modules (no other module's child) holding parameters the optimizer trains.
+
+    Without an optimizer (``mark_step()`` loops), any parameter that requires grad counts.
+    """
+    if optimizer is not None:
+        wanted = {id(p) for g in getattr(optimizer, "param_groups", []) for p in g.get("params", [])}
+    else:
+        wanted = None
+    found = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]
+    children = {id(c) for m in found for c in m.children()}
+    roots = []
+    for m in found:
+        if id(m) in children:
+            continue
+        params = m.parameters()
+        if any((id(p) in wanted) if wanted is not None else p.requires_grad for p in params):
+            roots.append(m)
+    return roots
+
+
+def compiled(module) -> bool:
+    """Inside torch.compile'd code our wrappers never run, and patching a class that Dynamo has
+    traced would fail its guards and recompile: such modules (and their children) are left alone."""
+    return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
+
+
+class Budget:
+    """Step-boundary state machine: find models, count and time, calibrate, choose, range."""
+
+    def __init__(self, budget_pct: float, backward_modules: bool):
+        self.budget_pct = budget_pct
+        self.backward_modules = backward_modules
+        self.count_from = None  # first counted step
+        self.times: list[float] = []
+        self.t_last = None
+        self.record: dict | None = None
+        self.done = False
+
+    def on_boundary(self, n: int) -> None:
+        """Step ``n`` begins (step n-1's optimizer step just ended)."""
+        if self.done:
+            return
+        now = time.perf_counter()
+        if self.count_from is None:
+            roots = find_roots(steps.lead_optimizer())
+            if roots:
+                self._count(roots)
+                self.count_from, self.t_last = n, time.perf_counter()
+            elif n >= FIND_ROOTS_UNTIL:
+                self.done = True
+                _registry.warn_once("budget", "no model found (no module holds the optimizer's parameters); "
+                                              "no module ranges")
+            return
+        self.times.append(now - self.t_last)
+        self.t_last = now
+        if len(self.times) >= COUNT_STEPS:
+            self._choose()
+            self.done = True
+
+    def _count(self, roots) -> None:
+        for root in roots:
+            skip = {id(c) for m in root.modules() if compiled(m) for c in m.modules()}
+            if type(root).__name__ == "OptimizedModule":
+                skip.discard(id(root))  # its __call__ is wrapped: one range for the compiled model
+            for entry in modules.build_table(root).values():
+                if id(entry.module) in skip:
+                    continue
+                slot = classwrap.add(entry.module, entry.forward, entry.backward, entry.depth)
+                if slot is not None:
+                    slot.counting = True
+
+    def _choose(self) -> None:
+        step_ns = min(self.times) * 1e9
+        unit = calibrate()
+        counted = classwrap.slots()
+        for s in counted:
+            s.counting = False
+        per_step = {id(s): (s.calls / len(self.times), s.grad_calls / len(self.times)) for s in counted}
+        budget_ns = step_ns * self.budget_pct / 100
+        depths = sorted({s.depth for s in counted})
+
+        def cost(bwd_depth: int, fwd_depth: int) -> float:
+            total = 0.0
+            for s in counted:
+                calls, grad_calls = per_step[id(s)]
+                if s.depth <= bwd_depth and self.backward_modules:
+                    total += grad_calls * unit["module_backward_ns"] + calls * unit["module_forward_ns"]
+                elif s.depth <= fwd_depth:
+                    total += calls * unit["module_forward_ns"]
+            return total
+
+        bwd = max((d for d in depths if cost(d, d) <= budget_ns), default=-1) if self.backward_modules else -1
+        fwd = max((d for d in depths if d >= bwd and cost(bwd, d) <= budget_ns), default=bwd)
+        for s in counted:
+            s.ranged = s.depth <= fwd
+            s.with_backward = s.depth <= bwd and self.backward_modules
+        classwrap.keep_only(lambda s: s.ranged)
+        ranged = [s for s in counted if s.ranged]
+        self.record = {
+            "method": "class forward wrappers, depth chosen by budget",
+            "budget_pct": self.budget_pct,
+            "plain_step_ns": int(step_ns),
+            "forward_depth": fwd,
+            "backward_depth": bwd,
+            "max_depth": max(depths, default=-1),
+            "modules_ranged": len(ranged),
+            "module_calls_per_step": round(sum(per_step[id(s)][0] for s in ranged), 2),
+            "module_calls_per_step_all": round(sum(c for c, _ in per_step.values()), 2),
+            "estimated_module_cost_ns_per_step": int(cost(bwd, fwd)),
+            **unit,
+        }
+        emit(self.record)
+
+
+def emit(record: dict) -> None:
+    _backend.push(names.instrumentation(record))
+    _backend.pop()
+
+
+class _Probe(torch.nn.Module):
+    def forward(self, x):
+        return x * 1.0  # one autograd node, like the smallest real module
+
+
+def calibrate(n_modules: int = 32, rounds: int = 7) -> dict:
+    """Per-range costs, measured now, in this process, under the attached profiler (ns)."""
+    probes = [_Probe() for _ in range(n_modules)]
+    x0 = torch.ones(4, requires_grad=True)
+
+    def chain():
+        x = x0 * 1.0
+        for p in probes:
+            x = p(x)
+        x.sum().backward()
+
+    def configure(ranged: bool, backward: bool):
+        for p in probes:
+            slot = classwrap.add(p, names.CALIBRATION, names.CALIBRATION, 0)
+            slot.ranged, slot.with_backward = ranged, backward
+
+    def ranges():
+        _backend.push(names.CALIBRATION)
+        _backend.pop()
+
+    times: dict[str, list[float]] = {"off": [], "fwd": [], "bwd": [], "range": []}
+    try:
+        configure(False, False)
+        chain()  # warm
+        for _ in range(rounds):
+            for mode, (r, b) in (("off", (False, False)), ("fwd", (True, False)), ("bwd", (True, True))):
+                configure(r, b)
+                t0 = time.perf_counter_ns()
+                chain()
+                times[mode].append(time.perf_counter_ns() - t0)
+            t0 = time.perf_counter_ns()
+            for _ in range(n_modules):
+                ranges()
+            times["range"].append(time.perf_counter_ns() - t0)
+        autograd.close_all()
+    finally:
+        for p in probes:
+            classwrap._slots.pop(id(p), None)
+        classwrap.keep_only(lambda s: True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "module_forward_ns": max(0, int((med["fwd"] - med["off"]) / n_modules)),
+        "module_backward_ns": max(0, int((med["bwd"] - med["fwd"]) / n_modules)),
+        "range_ns": int(med["range"] / n_modules),
+    }
+
+
+_current: Budget | None = None
+
+
+def install(budget_pct: float, backward_modules: bool) -> None:
+    global _current
+    _current = Budget(budget_pct, backward_modules)
+    remove = steps.on_step_boundary(_current.on_boundary)
+    _registry.on_undo(remove)
+    _registry.on_undo(classwrap.clear)
+
+
+def current_record() -> dict | None:
+    """What the budget measured and chose (None until step 3 begins)."""
+    return _current.record if _current is not None else None
