@@ -73,6 +73,7 @@ class Budget:
         self.times: list[float] = []
         self.t_last = None
         self.record: dict | None = None
+        self.discovery_ns = 0
         self.done = False
 
     def on_boundary(self, n: int) -> None:
@@ -81,7 +82,9 @@ class Budget:
             return
         now = time.perf_counter()
         if self.count_from is None:
+            t0 = time.perf_counter_ns()
             roots = find_roots(steps.lead_optimizer())
+            self.discovery_ns = time.perf_counter_ns() - t0
             if roots:
                 self._count(roots)
                 self.count_from, self.t_last = n, time.perf_counter()
@@ -110,7 +113,9 @@ class Budget:
 
     def _choose(self) -> None:
         step_ns = min(self.times) * 1e9
+        t0 = time.perf_counter_ns()
         unit = calibrate()
+        unit["calibration_ns"] = time.perf_counter_ns() - t0
         counted = classwrap.slots()
         for s in counted:
             s.counting = False
@@ -146,6 +151,7 @@ class Budget:
             "module_calls_per_step": round(sum(per_step[id(s)][0] for s in ranged), 2),
             "module_calls_per_step_all": round(sum(c for c, _ in per_step.values()), 2),
             "estimated_module_cost_ns_per_step": int(cost(bwd, fwd)),
+            "discovery_ns": self.discovery_ns,
             **unit,
         }
         emit(self.record)
@@ -161,16 +167,27 @@ class _Probe(torch.nn.Module):
         return x * 1.0  # one autograd node, like the smallest real module
 
 
-def calibrate(n_modules: int = 32, rounds: int = 7) -> dict:
-    """Per-range costs, measured now, in this process, under the attached profiler (ns)."""
+def calibrate(n_modules: int = 16, rounds: int = 5, forward_reps: int = 20) -> dict:
+    """Per-range costs, measured now, in this process, under the attached profiler (ns).
+
+    Forward ranges are timed without grad over many calls (they cost about a µs, below the noise of one
+    backward pass); backward ranges as the extra time of a real forward+backward with them.
+    """
     probes = [_Probe() for _ in range(n_modules)]
     x0 = torch.ones(4, requires_grad=True)
 
-    def chain():
+    def forwards():
+        with torch.no_grad():
+            for _ in range(forward_reps):
+                x = x0
+                for p in probes:
+                    x = p(x)
+
+    def forward_backward():
         x = x0 * 1.0
         for p in probes:
             x = p(x)
-        x.sum().backward()
+        torch.autograd.grad(x.sum(), x0)  # not Tensor.backward: that one is ours and would range it
 
     def configure(ranged: bool, backward: bool):
         for p in probes:
@@ -178,32 +195,35 @@ def calibrate(n_modules: int = 32, rounds: int = 7) -> dict:
             slot.ranged, slot.with_backward = ranged, backward
 
     def ranges():
-        _backend.push(names.CALIBRATION)
-        _backend.pop()
+        for _ in range(n_modules):
+            _backend.push(names.CALIBRATION)
+            _backend.pop()
 
-    times: dict[str, list[float]] = {"off": [], "fwd": [], "bwd": [], "range": []}
+    def timed(fn) -> int:
+        t0 = time.perf_counter_ns()
+        fn()
+        return time.perf_counter_ns() - t0
+
+    times: dict[str, list[int]] = {"off": [], "fwd": [], "grad off": [], "grad fwd": [], "grad bwd": [], "range": []}
     try:
         configure(False, False)
-        chain()  # warm
+        forward_backward()  # warm
         for _ in range(rounds):
-            for mode, (r, b) in (("off", (False, False)), ("fwd", (True, False)), ("bwd", (True, True))):
+            for mode, fn, r, b in (("off", forwards, False, False), ("fwd", forwards, True, False),
+                                   ("grad fwd", forward_backward, True, False),
+                                   ("grad bwd", forward_backward, True, True)):
                 configure(r, b)
-                t0 = time.perf_counter_ns()
-                chain()
-                times[mode].append(time.perf_counter_ns() - t0)
-            t0 = time.perf_counter_ns()
-            for _ in range(n_modules):
-                ranges()
-            times["range"].append(time.perf_counter_ns() - t0)
+                times[mode].append(timed(fn))
+            times["range"].append(timed(ranges))
         autograd.close_all()
     finally:
         for p in probes:
             classwrap._slots.pop(id(p), None)
         classwrap.keep_only(lambda s: True)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(v) for k, v in times.items() if v}
     return {
-        "module_forward_ns": max(0, int((med["fwd"] - med["off"]) / n_modules)),
-        "module_backward_ns": max(0, int((med["bwd"] - med["fwd"]) / n_modules)),
+        "module_forward_ns": max(0, int((med["fwd"] - med["off"]) / (n_modules * forward_reps))),
+        "module_backward_ns": max(0, int((med["grad bwd"] - med["grad fwd"]) / n_modules)),
         "range_ns": int(med["range"] / n_modules),
     }
 

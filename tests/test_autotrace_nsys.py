@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 import sqlite3
@@ -42,6 +43,7 @@ def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("autotrace") / "cpu_train"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     env.pop("NVTX_AUTOTRACE", None)
+    env["NVTX_AUTOTRACE_BUDGET_PCT"] = "100"  # every depth fits: names of all depths can be checked
     result = nsys_mod.profile(
         found, [sys.executable, "-m", "nvtx_autotrace", SCRIPT, "--steps", str(STEPS), "--workers", "2"],
         out, trace=["nvtx", "osrt"], extra=["-s", "none", "--cpuctxsw", "none", "--trace-fork-before-exec=true"],
@@ -54,7 +56,12 @@ def run(tmp_path_factory):
         rows = con.execute(RANGES_SQL).fetchall()
     finally:
         con.close()
+    _DB["path"] = db
     return rows, result.log
+
+
+_DB: dict = {}
+RANGED_STEPS = 3  # step 0 warm-up, steps 1-2 counted and timed: module ranges from step 3 on
 
 
 def _nvtx_version() -> str | None:
@@ -89,8 +96,11 @@ def test_every_step_has_its_range_and_one_optimizer_step(run):
         inside = [o for o in opt if s[4] <= o[4] and o[5] <= s[5]]
         assert len(inside) == 1, f"step {k}"
         assert s[5] >= inside[0][5]  # the step ends when its optimizer step does
-        if k:
+        if k not in (0, 1, RANGED_STEPS):  # models are looked up before step 1, costs measured before step 3
             assert s[4] == pytest.approx(steps[names.step(k - 1)][5], abs=200_000)  # back to back
+    # between steps 2 and 3 the instrumentation measured its own costs (and says so in one range)
+    record = next(r for r in rows if r[0] == main and r[3].startswith(names.INSTRUMENTATION_PREFIX))
+    assert steps[names.step(2)][5] <= record[4] and record[5] <= steps[names.step(3)][4]
 
 
 def test_batch_waits_are_on_the_training_thread(run):
@@ -118,10 +128,45 @@ def test_module_forwards_backwards_and_zero_grad_are_named(run):
     counts = Counter(r[3] for r in rows if r[0] == main)
     for name in ("forward (TinyNet)", "forward stem (Linear)", "forward blocks (Sequential)",
                  "forward blocks.0 (Block)", "forward blocks.1.fc2 (Linear)", "forward head (Linear)",
-                 names.BACKWARD, "backward (TinyNet)", "backward blocks.0.fc1 (Linear)",
-                 names.zero_grad("SGD")):
+                 "backward (TinyNet)", "backward blocks.0.fc1 (Linear)"):
+        assert counts[name] == RANGED_STEPS, name
+    for name in (names.BACKWARD, names.zero_grad("SGD")):
         assert counts[name] == STEPS, name
     forwards = [r for r in rows if r[0] == main and r[2] == 59 and r[3].startswith(names.FORWARD_PREFIX)]
     root = next(r for r in forwards if r[3] == "forward (TinyNet)")
     child = next(r for r in forwards if r[3] == "forward blocks.0.fc1 (Linear)")
     assert root[4] <= child[4] and child[5] <= root[5]  # nested in time on one thread
+
+
+def test_instrumentation_record_precedes_every_module_range(run):
+    rows, _log = run
+    main = _main_pid(rows)
+    records = [r for r in rows if r[0] == main and r[3].startswith(names.INSTRUMENTATION_PREFIX)]
+    assert len(records) == 1
+    record = json.loads(records[0][3][len(names.INSTRUMENTATION_PREFIX):])
+    assert record["forward_depth"] == record["max_depth"] == 3 and record["backward_depth"] == 3
+    assert record["module_forward_ns"] > 0 and record["module_backward_ns"] > 0 and record["range_ns"] > 0
+    modules = [r for r in rows if r[0] == main and names.MODULE_RE.match(r[3])]
+    assert modules and min(r[4] for r in modules) > records[0][4]
+
+
+def test_analyzer_cost_is_the_recorded_unit_costs_times_the_ranges_sql_counts(run):
+    """summary.json `instrumentation` against an independent count of the same ranges in plain SQL."""
+    from nvtx_trace.analyzer import analyze
+    from nvtx_trace.report.json import to_dict
+
+    rows, _log = run
+    out = to_dict(analyze(_DB["path"]))
+    inst, window, steady = out["instrumentation"], out["window"], out["steps"]["summary"]["steady_steps"]
+    assert set(inst) == {"ranges_per_step", "cost_ns_per_step", "method", "settings"}
+    main = _main_pid(rows)
+    own = [r for r in rows if r[0] == main and window["start_ns"] <= r[4] < window["end_ns"]
+           and names.is_auto_range(r[3]) and not r[3].startswith((names.INSTRUMENTATION_PREFIX, names.CALIBRATION))]
+    fwd = sum(1 for r in own if r[3].startswith(names.FORWARD_PREFIX))
+    bwd = sum(1 for r in own if r[3].startswith(names.BACKWARD_PREFIX))
+    units = inst["settings"]
+    expected = (fwd * units["module_forward_ns"] + bwd * units["module_backward_ns"]
+                + (len(own) - fwd - bwd) * units["range_ns"]) / steady
+    assert fwd and bwd
+    assert inst["ranges_per_step"] == pytest.approx(len(own) / steady)
+    assert inst["cost_ns_per_step"] == pytest.approx(expected)

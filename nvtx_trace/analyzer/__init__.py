@@ -23,6 +23,7 @@ from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.dataloader import LoaderResult, analyze_loader
 from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.gpu_idle import IdleResult, analyze_idle, describe_gaps, summarize_causes
+from nvtx_trace.analyzer.instrumentation import Instrumentation, analyze_instrumentation
 from nvtx_trace.analyzer.layout import LayoutResult, analyze_layout
 from nvtx_trace.analyzer.layout import launch_filter as layout_launches
 from nvtx_trace.analyzer.model import Trace, name_mask
@@ -63,6 +64,7 @@ class Analysis:
     top_kernels: pd.DataFrame | None = None
     window_utilization: dict[int, float] = field(default_factory=dict)  # device -> busy share of the window
     module_ranges_per_step: float = 0.0  # nvtx_autotrace module ranges per steady step (their CPU cost shows)
+    instrumentation: Instrumentation | None = None  # nvtx_autotrace's own ranges and their measured cost
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
@@ -184,12 +186,13 @@ def _run_analyses(trace: Trace, reader: Reader, min_gap_ns: int, loader_pattern:
                          "source": f"steady-state steps {first}-{last} ({s.warmup_steps} warm-up step(s) left out)"}
     else:
         result.window = {"start_ns": lo, "end_ns": hi, "source": "whole trace (no step ranges)"}
-    if result.steps and len(ranges):
-        w0, w1 = result.window["start_ns"], result.window["end_ns"]
-        inside = name_mask(ranges["name"], names.MODULE_RE.match) & (ranges["start_ns"].to_numpy() >= w0) & (ranges["start_ns"].to_numpy() < w1) \
-            & (ranges["pid"].to_numpy() == result.steps.pid)
-        steady = len(result.steps.steady)
-        result.module_ranges_per_step = float(inside.sum()) / steady if steady else 0.0
+    if len(ranges):
+        steady = len(result.steps.steady) if result.steps else 0
+        result.instrumentation = analyze_instrumentation(
+            ranges, (result.window["start_ns"], result.window["end_ns"]), result.steps.pid if result.steps else None,
+            steady)
+        if result.instrumentation:
+            result.module_ranges_per_step = result.instrumentation.module_ranges_per_step
     if result.idle:
         w0, w1 = result.window["start_ns"], result.window["end_ns"]
         for dev in result.idle.devices:

@@ -182,59 +182,89 @@ def _sync(a, idle_ns: int, window_ns: int) -> list[Finding]:
     )]
 
 
+CPU_CAUSES = ("cuda_api", "optimizer", "backward", "forward", "other_range", "unattributed")
+
+
 def _cpu_overhead(a, cause_ns: dict, window_ns: int) -> list[Finding]:
     out = []
-    for cause in ("cuda_api", "optimizer", "backward", "forward", "other_range", "unattributed"):
-        ns = cause_ns.get(cause, 0)
+    keep = _after_own_cost(a, cause_ns)
+    for cause in CPU_CAUSES:
+        raw = cause_ns.get(cause, 0)
+        ns = int(raw * keep)
         if ns < THRESHOLDS["min_impact_ns"] or ns < THRESHOLDS["cause_fraction"] * window_ns:
             continue
         label = dict(zip(a.window_causes["cause"], a.window_causes["label"]))[cause]
         out.append(Finding(
             kind="cuda_api" if cause == "cuda_api" else "cpu_overhead",
-            title=f"GPU idle {ms(ns)} ({_of_window(a, ns / window_ns)}): {label}",
-            impact_ns=int(ns), fix=CAUSE_FIXES[cause],
+            title=f"GPU idle {ms(ns)} ({_of_window(a, ns / window_ns)}): {label}" + _own_cost_note(a, raw - ns),
+            impact_ns=ns, fix=CAUSE_FIXES[cause],
             threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
-            evidence={"cause": cause},
+            evidence={"cause": cause, "idle_ns": int(raw), "instrumentation_ns": int(raw - ns)},
         ))
     return out
+
+
+def _short_idle(a, dev):
+    """Idle stretches shorter than --min-gap-ms (by full length), clipped to the window: (ns, count, median)."""
+    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    h0, h1 = iv.holes(dev.busy, min_len=1)
+    inside = (h1 - h0 < a.min_gap_ns) & (h1 > w0) & (h0 < w1)
+    short_idle = int((np.minimum(h1[inside], w1) - np.maximum(h0[inside], w0)).sum())
+    n_short = int(inside.sum())
+    return short_idle, n_short, float(np.median(h1[inside] - h0[inside])) if n_short else 0.0
 
 
 def _launch_bound(a, window_ns: int) -> list[Finding]:
     """Idle time too finely chopped for the gap analysis: many gaps shorter than --min-gap-ms."""
     if not a.idle or not a.window:
         return []
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
     out = []
+    keep = _after_own_cost(a, a.window_causes.groupby("cause")["idle_ns"].sum().to_dict()
+                           if a.window_causes is not None and len(a.window_causes) else {})
     for dev in a.idle.devices:
         busy = int(round(a.window_utilization.get(dev.device_id, 0.0) * window_ns))
-        # Idle stretches shorter than --min-gap-ms (by full length), clipped to the window.
-        h0, h1 = iv.holes(dev.busy, min_len=1)
-        inside = (h1 - h0 < a.min_gap_ns) & (h1 > w0) & (h0 < w1)
-        short_idle = int((np.minimum(h1[inside], w1) - np.maximum(h0[inside], w0)).sum())
+        raw, n_short, median = _short_idle(a, dev)
+        short_idle = int(raw * keep)
         if short_idle < THRESHOLDS["min_impact_ns"] or short_idle < THRESHOLDS["launch_bound_fraction"] * window_ns:
             continue
-        n_short = int(inside.sum())
         out.append(Finding(
             kind="cpu_overhead",
-            title=f"GPU {dev.device_id} is busy only {pct(busy / window_ns)} of {a.window['source']}; {ms(short_idle)} "
-                  f"({pct(short_idle / window_ns)}) is lost in {n_short} gaps shorter than {ms(a.min_gap_ns)} "
-                  f"(median {ms(float(np.median(h1[inside] - h0[inside])) if n_short else 0)}): "
-                  "kernel launches cannot keep up",
-            impact_ns=int(short_idle), fix=CAUSE_FIXES["launch_bound"] + _instrumentation_note(a),
+            title=f"GPU {dev.device_id} is busy only {pct(busy / window_ns)} of {a.window['source']}; {ms(raw)} "
+                  f"({pct(raw / window_ns)}) is lost in {n_short} gaps shorter than {ms(a.min_gap_ns)} "
+                  f"(median {ms(median)}): kernel launches cannot keep up" + _own_cost_note(a, raw - short_idle),
+            impact_ns=short_idle, fix=CAUSE_FIXES["launch_bound"],
             threshold=f"gaps < {ms(a.min_gap_ns)} covering >= {pct(THRESHOLDS['launch_bound_fraction'])} of the window",
-            evidence={"device_id": dev.device_id, "busy_ns": busy, "short_gaps": n_short, "short_idle_ns": short_idle},
+            evidence={"device_id": dev.device_id, "busy_ns": busy, "short_gaps": n_short, "short_idle_ns": raw,
+                      "instrumentation_ns": raw - short_idle},
         ))
     return out
 
 
-AUTOTRACE_US_PER_MODULE_RANGE = 5  # measured on an H100 (docs/autotrace.md): ~4 µs forward, ~9 µs with backward hooks
+def own_cost_ns(a) -> int:
+    """CPU time nvtx_autotrace's own ranges took in the analysis window (measured, see instrumentation.py)."""
+    inst = a.instrumentation
+    if inst is None or inst.cost_ns_per_step is None or not a.steps:
+        return 0
+    return int(inst.cost_ns_per_step * len(a.steps.steady) * max(1, len(a.idle.devices) if a.idle else 1))
 
 
-def _instrumentation_note(a) -> str:
-    """In a launch-bound loop the auto-instrumentation's own CPU time is part of the problem: say how much."""
-    n = a.module_ranges_per_step
-    if n < 1:
+def _after_own_cost(a, cause_ns: dict) -> float:
+    """Share of CPU-bound idle time left once the instrumentation's own CPU time is taken out.
+
+    When the CPU limits the loop, each ns the ranges cost can idle the GPU for at most one ns;
+    the cost is taken out of CPU-bound idle (long gaps with a CPU cause and short gaps) pro rata.
+    """
+    own = own_cost_ns(a)
+    if not own or not a.idle:
+        return 1.0
+    pool = sum(cause_ns.get(c, 0) for c in CPU_CAUSES)
+    pool += sum(_short_idle(a, dev)[0] for dev in a.idle.devices)
+    return max(0.0, 1.0 - own / pool) if pool else 1.0
+
+
+def _own_cost_note(a, subtracted: int) -> str:
+    if subtracted <= 0:
         return ""
-    return (f" Note: this report carries {n:.0f} nvtx_autotrace module ranges per step, roughly "
-            f"{ms(n * AUTOTRACE_US_PER_MODULE_RANGE * 1000)} of added CPU time per step; re-run with "
-            "NVTX_AUTOTRACE_MODULE_DEPTH=1 (or NVTX_AUTOTRACE_BACKWARD_MODULES=0) to see the loop without most of it.")
+    inst = a.instrumentation
+    return (f" ({ms(subtracted)} more is nvtx_autotrace's own measured cost, {ms(inst.cost_ns_per_step)}/step "
+            f"for {inst.ranges_per_step:.0f} ranges, and is left out)")

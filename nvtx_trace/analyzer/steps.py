@@ -107,11 +107,25 @@ def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, l
     table["gpu_busy_ns"] = iv.Coverage((busy_by_pid or {}).get(pid, iv.empty())).measure(start, end)
     table["loader_wait_ns"] = iv.Coverage(loader_wait).measure(start, end)
     table["sync_wait_ns"] = iv.Coverage(sync_wait).measure(start, end)
-    n_warm = detect_warmup(table["duration_ns"].to_numpy()) if warmup_steps is None else min(warmup_steps, len(table))
+    if warmup_steps is None:
+        n_warm = max(detect_warmup(table["duration_ns"].to_numpy()), _before_instrumentation_settled(ranges, pid, start))
+    else:
+        n_warm = min(warmup_steps, len(table))
     table["warmup"] = np.arange(len(table)) < n_warm
     measured = tuple(what for what, given in (("gpu_busy", busy_by_pid), ("loader_wait", loader_waits),
                                               ("sync_wait", sync_calls)) if given is not None)
     return StepsResult(table=table, source=source, warmup_steps=n_warm, pid=pid, measured=measured)
+
+
+def _before_instrumentation_settled(ranges: pd.DataFrame, pid: int, step_starts: np.ndarray) -> int:
+    """Steps that began before nvtx_autotrace chose its module ranges (they ran with other ranges, and its
+    calibration sits between two of them): warm-up, unless that would leave no step."""
+    hit = name_mask(ranges["name"], lambda n: n.startswith(names.INSTRUMENTATION_PREFIX)) \
+        & (ranges["pid"].to_numpy() == pid)
+    if not hit.any():
+        return 0
+    settled = int(ranges["end_ns"].to_numpy()[hit].max())
+    return min(int((step_starts < settled).sum()), len(step_starts) - 1)
 
 
 def union_of_process(intervals: pd.DataFrame | None, pid: int) -> iv.Set:

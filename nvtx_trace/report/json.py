@@ -30,6 +30,7 @@ def to_dict(a) -> dict:
         "transposes": None,
         "pageable_h2d": None,
         "sync": None,
+        "instrumentation": a.instrumentation.to_dict() if a.instrumentation else None,
         "findings": [f.to_dict() for f in a.findings],
         "skipped": dict(a.skipped),
         "warnings": list(a.warnings),

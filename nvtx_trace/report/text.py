@@ -33,6 +33,16 @@ def render(a, console: Console) -> None:
                 f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}; GPU busy {_pct(s['gpu_busy_fraction'])}, "
                 f"waiting for data {_pct(s['loader_wait_fraction'])}, in host syncs {_pct(s['sync_wait_fraction'])} "
                 "of step time" + (" (-: not captured)" if None in s.values() else ""))
+    inst = a.instrumentation
+    if inst:
+        cost = "not measured" if inst.cost_ns_per_step is None else f"{ms(inst.cost_ns_per_step)} of CPU time per step"
+        median = (a.steps.summary() or {}).get("step_ns_median") if a.steps else None
+        share = f" ({pct(inst.cost_ns_per_step / median)} of the median step)" \
+            if inst.cost_ns_per_step is not None and median else ""
+        depth = inst.settings.get("forward_depth")
+        console.print(f"Instrumentation: {inst.ranges_per_step:.0f} nvtx_autotrace ranges per step, {cost}{share}"
+                      + (f"; module ranges to depth {depth} (backward {inst.settings.get('backward_depth')})"
+                         if depth is not None else ""), highlight=False)
     if a.window_causes is not None and len(a.window_causes):
         t = Table(title=f"Why the GPU idles ({a.window.get('source', '')})", title_justify="left", show_edge=False)
         several = a.window_causes["device_id"].nunique() > 1

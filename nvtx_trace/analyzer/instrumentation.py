@@ -1,0 +1,83 @@
+"""What nvtx_autotrace's own ranges cost the program, from the trace itself.
+
+The profiled process measures its per-range costs once, under the profiler
+(nvtx_autotrace/budget.py), and writes them into the trace as one range
+``nvtx_autotrace.instrumentation {json}``. Here those unit costs are multiplied
+by the ranges actually recorded in the steady-state steps of the training
+process, so the figure follows what really ran (grad accumulation, eval passes,
+copies) rather than a constant. Findings about CPU time (cpu_overhead,
+launch-bound gaps) subtract it or name it (rules.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace import names
+from nvtx_trace.analyzer.model import name_mask
+
+
+@dataclass
+class Instrumentation:
+    ranges_per_step: float  # nvtx_autotrace ranges per steady step, training process, every thread
+    cost_ns_per_step: float | None  # their measured CPU cost per step; None when the report carries no calibration
+    method: str
+    settings: dict = field(default_factory=dict)  # what the process measured and chose (depths, unit costs, budget)
+    module_ranges_per_step: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"ranges_per_step": self.ranges_per_step, "cost_ns_per_step": self.cost_ns_per_step,
+                "method": self.method, "settings": self.settings}
+
+
+def read_record(ranges: pd.DataFrame) -> dict | None:
+    """The last well-formed instrumentation record in the trace, or None."""
+    hit = name_mask(ranges["name"], lambda n: n.startswith(names.INSTRUMENTATION_PREFIX))
+    for text in reversed(ranges["name"][hit].astype(str).tolist()):
+        try:
+            record = json.loads(text[len(names.INSTRUMENTATION_PREFIX):])
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            return record
+    return None
+
+
+def _unit(record: dict, key: str) -> float | None:
+    v = record.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v >= 0 else None
+
+
+def analyze_instrumentation(ranges: pd.DataFrame, window: tuple[int, int], pid: int | None,
+                            steady_steps: int) -> Instrumentation | None:
+    """Ranges per step and their cost in ``window`` (the steady steps of process ``pid``); None without ours."""
+    if not len(ranges) or steady_steps <= 0:
+        return None
+    own = name_mask(ranges["name"], lambda n: names.is_auto_range(n) and not n.startswith(
+        (names.INSTRUMENTATION_PREFIX, names.CALIBRATION)))
+    start = ranges["start_ns"].to_numpy()
+    inside = own & (start >= window[0]) & (start < window[1])
+    if pid is not None:
+        inside &= ranges["pid"].to_numpy() == pid
+    if not inside.any():
+        return None
+    sel = ranges["name"][inside]
+    forward = int(name_mask(sel, lambda n: n.startswith(names.FORWARD_PREFIX) and bool(names.MODULE_RE.match(n))).sum())
+    backward = int(name_mask(sel, lambda n: n.startswith(names.BACKWARD_PREFIX) and bool(names.MODULE_RE.match(n))).sum())
+    total = int(inside.sum())
+    record = read_record(ranges)
+    per_step = total / steady_steps
+    if record is None:
+        return Instrumentation(per_step, None, "unknown: the report carries no nvtx_autotrace calibration "
+                                               "(captured before it existed, or ranges written by hand)",
+                               {}, (forward + backward) / steady_steps)
+    fwd, bwd, rng = (_unit(record, k) for k in ("module_forward_ns", "module_backward_ns", "range_ns"))
+    cost = None
+    if fwd is not None and bwd is not None and rng is not None:
+        cost = (forward * fwd + backward * bwd + (total - forward - backward) * rng) / steady_steps
+    method = str(record.get("method") or "nvtx_autotrace")
+    return Instrumentation(per_step, cost, method, record, (forward + backward) / steady_steps)
