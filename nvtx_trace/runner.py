@@ -64,6 +64,8 @@ class RunOptions:
     min_gap_ms: float = 1.0
     html_max_points: int = 20_000
     html: bool = True
+    autotrace_depth: str | None = None  # NVTX_AUTOTRACE_MODULE_DEPTH for the program (auto, N, -1)
+    autotrace_budget: float | None = None  # NVTX_AUTOTRACE_BUDGET_PCT
 
 
 @dataclass
@@ -182,6 +184,23 @@ def _python_probe(python: str) -> dict:
         return {"error": f"{python} does not run"}
 
 
+def _autotrace_env(opts: RunOptions) -> dict[str, str]:
+    """--autotrace-depth/--autotrace-budget as the variables nvtx_autotrace reads, checked here first."""
+    env = {}
+    if opts.autotrace_depth is not None:
+        text = str(opts.autotrace_depth).strip().lower()
+        if text != "auto" and not (text.lstrip("-").isdigit() and int(text) >= -1):
+            raise UsageError(f"--autotrace-depth {opts.autotrace_depth!r}: expected auto, -1 (all) or a depth >= 0")
+        env["NVTX_AUTOTRACE_MODULE_DEPTH"] = text
+    if opts.autotrace_budget is not None:
+        if not 0 < opts.autotrace_budget <= 100:
+            raise UsageError(f"--autotrace-budget {opts.autotrace_budget}: expected a percentage, > 0 and <= 100")
+        env["NVTX_AUTOTRACE_BUDGET_PCT"] = repr(float(opts.autotrace_budget))
+    if env and not opts.autotrace:
+        raise UsageError("--autotrace-depth/--autotrace-budget set nvtx_autotrace's ranges; drop --no-autotrace")
+    return env
+
+
 def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
              now: float | None = None) -> Plan:
     """Check the request, find nsys, and build the command line, environment and output folder."""
@@ -196,6 +215,7 @@ def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
     check_analysis_options(opts.min_gap_ms)
     if opts.steps is not None and not opts.autotrace:
         raise UsageError("--warmup-steps/--steps count steps with nvtx_autotrace; drop --no-autotrace")
+    autotrace_env = _autotrace_env(opts)
     mode = classify(opts.target, opts.module)
     if mode == "script" and not Path(opts.target[0]).is_file():
         raise UsageError(f"{opts.target[0]}: no such script")
@@ -203,6 +223,7 @@ def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
         raise UsageError(f"{opts.target[0]}: command not found")
     nsys = nsys or nsys_mod.find_nsys(opts.nsys)
     env = dict(os.environ if environ is None else environ)
+    env.update(autotrace_env)
     python = opts.python or sys.executable
     notes: list[str] = []
     if opts.python and shutil.which(opts.python) is None and not Path(opts.python).is_file():

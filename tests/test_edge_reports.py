@@ -141,3 +141,48 @@ def test_a_cpu_only_report_has_no_step_breakdown_and_null_gpu_columns():
     assert stepchart.breakdown(a) is None
     rows = __import__("json").loads(json_report.render(a))["steps"]["table"]
     assert all(r["gpu_busy_ns"] is None and r["sync_wait_ns"] is None and r["loader_wait_ns"] >= 0 for r in rows)
+
+
+def test_instrumentation_cost_is_taken_out_of_cpu_bound_findings(tmp_path):
+    """A real launch-bound H100 export (nvtx_autotrace ranges, captured before calibration existed) given the one
+    range a calibrated process writes. The cost must equal the record's unit costs times the ranges counted here
+    in SQL, and come out of the launch-bound finding, never more than it is."""
+    import json
+
+    from nvtx_trace import names
+
+    source = SAMPLES / "resnet_fixed.sqlite"
+    units = {"module_forward_ns": 1500, "module_backward_ns": 12000, "range_ns": 700, "forward_depth": 3,
+             "backward_depth": 1, "method": "test record"}
+    path = tmp_path / "calibrated.sqlite"
+    shutil.copyfile(source, path)
+    conn = sqlite3.connect(path)
+    first_step = conn.execute("SELECT n.start, n.globalTid FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId "
+                              "WHERE s.value = 'step 0'").fetchone()
+    conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, ?)",
+                 (first_step[0] + 1, first_step[0] + 2, names.instrumentation(units), first_step[1]))
+    conn.commit()
+    conn.close()
+    before, after = analyze(source), analyze(path)
+    inst = after.instrumentation
+    assert inst.settings["method"] == "test record" and inst.method == "test record"
+    w0, w1 = after.window["start_ns"], after.window["end_ns"]
+    pid = first_step[1] // 0x1000000 % 0x1000000
+    rows = sql(path, "SELECT COALESCE(s.value, n.text) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                     f"WHERE n.eventType IN (59, 60) AND n.start >= {w0} AND n.start < {w1} "
+                     f"AND n.globalTid / 0x1000000 % 0x1000000 = {pid}")
+    own = [r[0] for r in rows if names.is_auto_range(r[0]) and not r[0].startswith(names.INSTRUMENTATION_PREFIX)]
+    fwd = sum(1 for n in own if n.startswith(names.FORWARD_PREFIX))
+    bwd = sum(1 for n in own if n.startswith(names.BACKWARD_PREFIX))
+    steady = len(after.steps.steady)
+    expected = (fwd * 1500 + bwd * 12000 + (len(own) - fwd - bwd) * 700) / steady
+    assert fwd and bwd and inst.cost_ns_per_step == pytest.approx(expected)
+    assert inst.ranges_per_step == pytest.approx(len(own) / steady)
+    raw = [f for f in before.findings if "kernel launches cannot keep up" in f.title]
+    cut = [f for f in after.findings if "kernel launches cannot keep up" in f.title]
+    assert len(raw) == len(cut) == 1 and before.window == after.window
+    taken = cut[0].evidence["instrumentation_ns"]
+    assert cut[0].evidence["short_idle_ns"] == raw[0].impact_ns and cut[0].impact_ns == raw[0].impact_ns - taken
+    assert 0 < taken <= inst.cost_ns_per_step * steady
+    assert "nvtx_autotrace's own measured cost" in cut[0].title
+    json.dumps(after.instrumentation.to_dict())

@@ -43,6 +43,15 @@ def test_contract_keys_and_types(name):
     assert impacts == sorted(impacts, reverse=True)
     for f in out["findings"]:
         assert f["kind"] in kinds and f["title"] and f["fix"] and isinstance(f["evidence"], dict)
+    assert "instrumentation" in out and out["instrumentation"] is None  # user ranges only: nothing of ours
+
+
+def test_instrumentation_of_a_report_captured_before_calibration_existed():
+    """Autotrace ranges but no calibration range: counted, cost unknown (null), never guessed from a constant."""
+    inst = cli_json(SAMPLES / "resnet_fixed.sqlite")["instrumentation"]
+    assert set(inst) == {"ranges_per_step", "cost_ns_per_step", "method", "settings"}
+    assert inst["ranges_per_step"] > 0 and inst["cost_ns_per_step"] is None
+    assert inst["method"].startswith("unknown") and inst["settings"] == {}
 
 
 def test_outputs_never_contain_the_environment(tmp_path):

@@ -63,13 +63,15 @@ def analyze_instrumentation(ranges: pd.DataFrame, window: tuple[int, int], pid: 
     inside = own & (start >= window[0]) & (start < window[1])
     if pid is not None:
         inside &= ranges["pid"].to_numpy() == pid
-    if not inside.any():
-        return None
+    record = read_record(ranges)
+    ambiguous = name_mask(ranges["name"], lambda n: bool(names.STEP_RE.match(n)) or n == names.BACKWARD)
+    steps_only = not (inside & ~ambiguous).any()
+    if not inside.any() or (steps_only and record is None):
+        return None  # nothing surely ours: a user's own `step N` and `backward` ranges read the same
     sel = ranges["name"][inside]
     forward = int(name_mask(sel, lambda n: n.startswith(names.FORWARD_PREFIX) and bool(names.MODULE_RE.match(n))).sum())
     backward = int(name_mask(sel, lambda n: n.startswith(names.BACKWARD_PREFIX) and bool(names.MODULE_RE.match(n))).sum())
     total = int(inside.sum())
-    record = read_record(ranges)
     per_step = total / steady_steps
     if record is None:
         return Instrumentation(per_step, None, "unknown: the report carries no nvtx_autotrace calibration "

@@ -34,6 +34,11 @@ def run(
         "auto", "--capture-mode", help="How the window is cut: cuda (cudaProfilerApi), nvtx, or auto."),
     python: Optional[str] = typer.Option(None, "--python", help="Interpreter for SCRIPT/MODULE (default: this one)."),
     no_autotrace: bool = typer.Option(False, "--no-autotrace", help="Run without nvtx_autotrace's ranges."),
+    autotrace_depth: Optional[str] = typer.Option(
+        None, "--autotrace-depth",
+        help="Module range depth: auto (default: chosen to cost <= --autotrace-budget), N, or -1 (all; costly)."),
+    autotrace_budget: Optional[float] = typer.Option(
+        None, "--autotrace-budget", help="With depth auto: module ranges may cost this % of a step (default 1)."),
     trace: Optional[str] = typer.Option(
         None, "--trace", "-t", help="nsys -t list (default: cuda,nvtx,osrt,cudnn,cublas where supported)."),
     nsys_args: Optional[str] = typer.Option(
@@ -61,7 +66,8 @@ def run(
         warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode,
         trace=[t for t in trace.split(",") if t] if trace else None,
         nsys_args=shlex.split(nsys_args) if nsys_args else [], out=out, force=force, nsys=nsys,
-        min_gap_ms=min_gap_ms, html_max_points=html_max_points)
+        min_gap_ms=min_gap_ms, html_max_points=html_max_points, autotrace_depth=autotrace_depth,
+        autotrace_budget=autotrace_budget)
     plan = runner.plan_run(opts)
     for note in plan.notes:
         err.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)

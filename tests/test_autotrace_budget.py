@@ -1,0 +1,168 @@
+"""The default module ranges: chosen per program by a measured budget, through class-level
+forward wrappers. What they must never do: change results, touch pickling or deepcopy,
+install global module hooks (torch.compile would warn on every call), outlive uninstall."""
+
+from __future__ import annotations
+
+import copy
+import io
+import importlib.util
+import json
+import sys
+import warnings
+
+import pytest
+
+from conftest import ROOT, need
+
+pytestmark = pytest.mark.torch
+
+sys.path.insert(0, str(ROOT / "tests" / "scripts"))
+
+
+@pytest.fixture(scope="module")
+def torch():
+    need("PyTorch", importlib.util.find_spec("torch") is not None)
+    need("nvtx", importlib.util.find_spec("nvtx") is not None)
+    import torch
+
+    torch.set_num_threads(1)
+    return torch
+
+
+@pytest.fixture
+def at(torch):
+    import nvtx_autotrace
+    from nvtx_autotrace import _backend
+
+    nvtx_autotrace.uninstall()
+    rec = _backend.Recorder()
+    nvtx_autotrace.use_backend(rec)
+    nvtx_autotrace.recorder = rec
+    yield nvtx_autotrace
+    nvtx_autotrace.uninstall()
+    nvtx_autotrace.use_backend(None)
+
+
+def train(torch, model, steps: int, compile_backend: str | None = None):
+    torch.manual_seed(0)
+    run = torch.compile(model, backend=compile_backend) if compile_backend else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for i in range(steps):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
+        loss = run(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def tiny(torch):
+    import cpu_train
+
+    torch.manual_seed(0)
+    return cpu_train.TinyNet()
+
+
+def record_of(rec) -> dict:
+    from nvtx_trace import names
+
+    found = [n for n in rec.names() if n.startswith(names.INSTRUMENTATION_PREFIX)]
+    assert len(found) == 1
+    return json.loads(found[0][len(names.INSTRUMENTATION_PREFIX):])
+
+
+def module_names(rec) -> list[str]:
+    return [n for n in rec.names() if n.startswith(("forward ", "backward "))]
+
+
+def test_no_global_module_hooks_and_ranges_from_step_3_with_a_generous_budget(at, torch):
+    from torch.nn.modules import module as mm
+
+    at.install(enabled="1", budget_pct=100)
+    assert not mm._global_forward_pre_hooks and not mm._global_forward_hooks
+    model = tiny(torch)
+    train(torch, model, 3)
+    assert module_names(at.recorder) == []  # step 0: warm-up, steps 1-2: counted and timed
+    train_more = train(torch, model, 2)
+    assert train_more
+    rec = record_of(at.recorder)
+    assert rec["forward_depth"] == rec["backward_depth"] == rec["max_depth"] == 3
+    assert rec["modules_ranged"] == 12 and rec["module_calls_per_step"] == 12  # TinyNet: 12 modules with a forward
+    got = set(module_names(at.recorder))
+    assert {"forward (TinyNet)", "forward blocks.0.fc1 (Linear)", "backward blocks.1.fc2 (Linear)"} <= got
+    assert not mm._global_forward_pre_hooks and not mm._global_forward_hooks
+
+
+def test_a_tiny_budget_ranges_no_module_and_says_so(at, torch):
+    at.install(enabled="1", budget_pct=1e-9)
+    train(torch, tiny(torch), 6)
+    rec = record_of(at.recorder)
+    assert rec["forward_depth"] == rec["backward_depth"] == -1 and rec["modules_ranged"] == 0
+    assert module_names(at.recorder) == []
+
+
+def test_budget_chooses_deeper_forward_than_backward_ranges_when_only_those_fit(at, torch):
+    """Forward ranges cost a fraction of backward ones: the choice uses the measured units."""
+    from nvtx_autotrace import budget
+
+    at.install(enabled="1")
+    b = budget._current
+    b.budget_pct = 100.0
+    model = tiny(torch)
+    train(torch, model, 2)  # boundaries 1 and 2: models found, step 1 counted and timed
+    real = budget.calibrate
+
+    def fixed_units():  # backward far dearer than forward; budget = 100 % of the plain step
+        step_ns = min(b.times) * 1e9
+        return {"module_forward_ns": int(step_ns / 100), "module_backward_ns": int(step_ns / 3), "range_ns": 1}
+
+    budget.calibrate = fixed_units
+    try:
+        train(torch, model, 1)
+    finally:
+        budget.calibrate = real
+    rec = record_of(at.recorder)
+    assert rec["backward_depth"] == 0 and rec["forward_depth"] == 3  # 1 root x (1/3 + 1/100) fits, then 12 forwards
+
+
+def test_losses_identical_and_model_pickles_and_deepcopies_unchanged(at, torch):
+    plain = train(torch, tiny(torch), 6)
+    at.install(enabled="1", budget_pct=100)
+    model = tiny(torch)
+    traced = train(torch, model, 6)
+    assert [x.hex() for x in traced] == [x.hex() for x in plain]
+    buf = io.BytesIO()
+    torch.save(model, buf)  # whole-model pickling: class wrappers are not pickled with instances
+    assert b"nvtx_autotrace" not in buf.getvalue()
+    twin = copy.deepcopy(model)  # an EMA copy: its calls are its own, and not ranged
+    n = len(module_names(at.recorder))
+    x = torch.ones(2, 8)
+    assert torch.equal(twin(x), model(x))
+    assert len(module_names(at.recorder)) == n + 12  # only `model`'s 12 forwards (no backward ran)
+
+
+def test_uninstall_restores_every_wrapped_class(at, torch):
+    import cpu_train
+
+    before = {cls: dict(vars(cls)) for cls in (torch.nn.Linear, torch.nn.ReLU, torch.nn.Sequential,
+                                               cpu_train.TinyNet, cpu_train.Block)}
+    at.install(enabled="1", budget_pct=100)
+    train(torch, tiny(torch), 5)
+    assert torch.nn.Linear.forward is not before[torch.nn.Linear]["forward"]
+    at.uninstall()
+    assert {cls: dict(vars(cls)) for cls in before} == before
+
+
+def test_compiled_model_gets_no_torch_warning_and_one_range(at, torch):
+    at.install(enabled="1", budget_pct=100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        losses = train(torch, tiny(torch), 6, compile_backend="eager")
+    assert not [w for w in caught if "hook" in str(w.message) or "nvtx_autotrace" in str(w.message)], \
+        [str(w.message) for w in caught]
+    got = module_names(at.recorder)
+    assert set(got) == {"forward (OptimizedModule)", "backward (OptimizedModule)"}
+    assert losses == train(torch, tiny(torch), 6)
