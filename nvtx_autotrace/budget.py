@@ -163,28 +163,28 @@ def emit(record: dict) -> None:
 
 
 class _Probe(torch.nn.Module):
-    """The smallest real module: one op, one autograd node, on a tensor big enough (64 KiB) that
-    calls between ranges evict caches as real layers do (in a hot loop a range cost 2-2.5x less)."""
+    """The smallest real module: one op, one autograd node, on a tensor (16 KiB) big enough that
+    calls between ranges touch memory as real layers do (a 16-byte probe under-reported 2-2.5x)."""
 
     def forward(self, x):
         return torch.tanh(x)
 
 
-def calibrate(n_modules: int = 32, rounds: int = 15, forward_reps: int = 5) -> dict:
+def calibrate(n_modules: int = 16, pairs: int = 80, elements: int = 1 << 12) -> dict:
     """Per-range costs, measured now, in this process, under the attached profiler (ns).
 
-    Forward ranges are timed without grad over many calls (they cost about a µs, below the noise of one
-    backward pass); backward ranges as the extra time of a real forward+backward with them.
+    A chain of one-op probe modules runs with and without ranges, alternating call by call
+    (``pairs`` times, ABBA order), and the median paired difference is the cost: on a shared
+    machine whose speed drifts, short paired calls are what stays comparable.
     """
     probes = [_Probe() for _ in range(n_modules)]
-    x0 = torch.ones(1 << 14, requires_grad=True)
+    x0 = torch.ones(elements, requires_grad=True)
 
     def forwards():
         with torch.no_grad():
-            for _ in range(forward_reps):
-                x = x0
-                for p in probes:
-                    x = p(x)
+            x = x0
+            for p in probes:
+                x = p(x)
 
     def forward_backward():
         x = x0 * 1.0
@@ -192,45 +192,43 @@ def calibrate(n_modules: int = 32, rounds: int = 15, forward_reps: int = 5) -> d
             x = p(x)
         torch.autograd.grad(x.sum(), x0)  # not Tensor.backward: that one is ours and would range it
 
+    slots = [classwrap.add(p, names.CALIBRATION, names.CALIBRATION, 0) for p in probes]
+
     def configure(ranged: bool, backward: bool):
-        for p in probes:
-            slot = classwrap.add(p, names.CALIBRATION, names.CALIBRATION, 0)
+        for slot in slots:
             slot.ranged, slot.with_backward = ranged, backward
+
+    def paired(fn, base: tuple, more: tuple) -> float:
+        diffs = []
+        for i in range(pairs):
+            t = {}
+            for which, setting in ((("a", base), ("b", more)) if i % 2 == 0 else (("b", more), ("a", base))):
+                configure(*setting)
+                t0 = time.perf_counter_ns()
+                fn()
+                t[which] = time.perf_counter_ns() - t0
+            diffs.append(t["b"] - t["a"])
+        return statistics.median(diffs) / n_modules
 
     def ranges():
         for _ in range(n_modules):
             _backend.push(names.CALIBRATION)
             _backend.pop()
 
-    def timed(fn) -> int:
-        t0 = time.perf_counter_ns()
-        fn()
-        return time.perf_counter_ns() - t0
-
-    times: dict[str, list[int]] = {"off": [], "fwd": [], "grad off": [], "grad fwd": [], "grad bwd": [], "range": []}
     try:
-        configure(False, False)
         forward_backward()  # warm
-        for _ in range(rounds):
-            for mode, fn, r, b in (("off", forwards, False, False), ("fwd", forwards, True, False),
-                                   ("grad fwd", forward_backward, True, False),
-                                   ("grad bwd", forward_backward, True, True)):
-                configure(r, b)
-                times[mode].append(timed(fn))
-            times["range"].append(timed(ranges))
+        fwd = paired(forwards, (False, False), (True, False))
+        bwd = paired(forward_backward, (True, False), (True, True))
+        t0 = time.perf_counter_ns()
+        for _ in range(pairs):
+            ranges()
+        rng = (time.perf_counter_ns() - t0) / (pairs * n_modules)
         autograd.close_all()
     finally:
         for p in probes:
             classwrap._slots.pop(id(p), None)
         classwrap.keep_only(lambda s: True)
-    def paired(on: str, off: str) -> float:  # median of per-round differences: drift cancels within a round
-        return statistics.median(a - b for a, b in zip(times[on], times[off]))
-
-    return {
-        "module_forward_ns": max(0, int(paired("fwd", "off") / (n_modules * forward_reps))),
-        "module_backward_ns": max(0, int(paired("grad bwd", "grad fwd") / n_modules)),
-        "range_ns": int(statistics.median(times["range"]) / n_modules),
-    }
+    return {"module_forward_ns": max(0, int(fwd)), "module_backward_ns": max(0, int(bwd)), "range_ns": int(rng)}
 
 
 _current: Budget | None = None

@@ -316,6 +316,21 @@ def test_plans_for_a_module_a_command_and_no_autotrace(ready, tmp_path):
     shutil.rmtree(cmd.site_dir)
 
 
+def test_autotrace_depth_and_budget_reach_the_program_as_its_variables(ready, tmp_path):
+    from nvtx_autotrace.options import Options
+
+    plan = runner.plan_run(runner.RunOptions(target=[str(SLOW)], out=tmp_path / "a", autotrace_depth="2",
+                                             autotrace_budget=0.5), nsys=ready)
+    opts = Options.from_env(plan.env)
+    assert (opts.module_depth, opts.budget_pct) == (2, 0.5)
+    auto = runner.plan_run(runner.RunOptions(target=[str(SLOW)], out=tmp_path / "b"), nsys=ready)
+    assert Options.from_env(auto.env).module_depth is None  # auto: chosen by the budget
+    for bad in ({"autotrace_depth": "deep"}, {"autotrace_depth": "-2"}, {"autotrace_budget": 0.0},
+                {"autotrace_budget": 101.0}, {"autotrace_depth": "1", "autotrace": False}):
+        with pytest.raises(runner.UsageError):
+            runner.plan_run(runner.RunOptions(target=[str(SLOW)], out=tmp_path / "c", **bad), nsys=ready)
+
+
 def test_generated_sitecustomize_installs_autotrace_with_torch_and_chains_to_the_old_one(tmp_path):
     need("PyTorch", importlib.util.find_spec("torch") is not None)
     site, old = tmp_path / "site", tmp_path / "old"

@@ -157,6 +157,21 @@ def _headline(d: dict) -> str:
             f", waiting for data "
             f"{num(s['loader_wait_fraction'], _pct(s['loader_wait_fraction']), 'steps.summary.loader_wait_fraction')}"
             f" of step time</div></div>")
+    inst = d.get("instrumentation")
+    if inst:
+        cost = inst["cost_ns_per_step"]
+        median = s.get("step_ns_median")
+        settings = inst.get("settings") or {}
+        cards.append(
+            f"<div class='card'><div class='label'>nvtx_autotrace's own cost</div>"
+            f"<div class='big'>{num(cost, ms(cost) if cost is not None else 'not measured', 'instrumentation.cost_ns_per_step')}"
+            f"<small> CPU per step{' (' + esc(pct(cost / median)) + ' of the median step)' if cost and median else ''}"
+            f"</small></div>"
+            f"<div>{num(inst['ranges_per_step'], format(inst['ranges_per_step'], '.0f'), 'instrumentation.ranges_per_step')}"
+            f" ranges per step; {esc(inst['method'])}"
+            + (f"; module ranges to depth {esc(settings['forward_depth'])} (backward "
+               f"{esc(settings.get('backward_depth'))})" if "forward_depth" in settings else "")
+            + "</div></div>")
     causes = (d.get("idle_causes") or {}).get("window") or []
     if causes:
         total = {}
