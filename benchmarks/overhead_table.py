@@ -113,8 +113,8 @@ def main(argv=None) -> int:
                     runs[(pr, c)].append(row)
                     print(f"round {rnd + 1} {pr:18s} {c:14s} step {row['step_ms']} ms  rc {row['rc']}  "
                           f"wall {row['wall_s']:.0f} s  est {row.get('cost_ns_per_step')}", flush=True)
-    print(f"\n| program | plain ms | nsys ms | tool ms | tool vs nsys | tool vs plain | autograd-nvtx vs nsys "
-          f"| ranges/step | self-estimate ms | measured tool-nsys ms |")
+    print("\n| program | plain ms | nsys ms | tool ms | tool vs nsys | tool vs plain | autograd-nvtx vs nsys "
+          "| ranges/step | self-estimate ms | measured tool-nsys ms |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for pr in programs:
         m = {c: med([r["step_ms"] for r in runs[(pr, c)]]) for c in configs}

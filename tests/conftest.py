@@ -52,6 +52,32 @@ def torch_module():
     return torch
 
 
+@pytest.fixture(scope="module")
+def torch():
+    """torch on one thread, with nvtx importable (the autotrace tests)."""
+    need("PyTorch", importlib.util.find_spec("torch") is not None)
+    need("nvtx", importlib.util.find_spec("nvtx") is not None)
+    import torch
+
+    torch.set_num_threads(1)
+    return torch
+
+
+@pytest.fixture
+def at(torch):
+    """nvtx_autotrace, uninstalled, with a Recorder ready (``at.recorder``); uninstalled again afterwards."""
+    import nvtx_autotrace
+    from nvtx_autotrace import _backend
+
+    nvtx_autotrace.uninstall()
+    rec = _backend.Recorder()
+    nvtx_autotrace.use_backend(rec)
+    nvtx_autotrace.recorder = rec
+    yield nvtx_autotrace
+    nvtx_autotrace.uninstall()
+    nvtx_autotrace.use_backend(None)
+
+
 @pytest.fixture
 def sample(request):
     """Path of a shipped sample report, by file name."""

@@ -4,43 +4,17 @@ training results must not change by a single bit."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import ROOT
 
 pytestmark = pytest.mark.torch
 
 sys.path.insert(0, str(ROOT / "tests" / "scripts"))
-
-
-@pytest.fixture(scope="module")
-def torch():
-    need("PyTorch", importlib.util.find_spec("torch") is not None)
-    need("nvtx", importlib.util.find_spec("nvtx") is not None)
-    import torch
-
-    torch.set_num_threads(1)
-    return torch
-
-
-@pytest.fixture
-def at(torch):
-    """nvtx_autotrace, uninstalled, with a Recorder ready; uninstalled again afterwards."""
-    import nvtx_autotrace
-    from nvtx_autotrace import _backend
-
-    nvtx_autotrace.uninstall()
-    rec = _backend.Recorder()
-    nvtx_autotrace.use_backend(rec)
-    nvtx_autotrace.recorder = rec
-    yield nvtx_autotrace
-    nvtx_autotrace.uninstall()
-    nvtx_autotrace.use_backend(None)
 
 
 def cpu_train():

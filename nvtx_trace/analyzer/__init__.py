@@ -26,7 +26,7 @@ from nvtx_trace.analyzer.gpu_idle import IdleResult, analyze_idle, describe_gaps
 from nvtx_trace.analyzer.instrumentation import Instrumentation, analyze_instrumentation
 from nvtx_trace.analyzer.layout import LayoutResult, analyze_layout
 from nvtx_trace.analyzer.layout import launch_filter as layout_launches
-from nvtx_trace.analyzer.model import Trace, name_mask
+from nvtx_trace.analyzer.model import Trace
 from nvtx_trace.analyzer.pageable import PageableResult, analyze_pageable
 from nvtx_trace.analyzer.pageable import launch_filter as pageable_launches
 from nvtx_trace.analyzer.reader import Reader
