@@ -92,7 +92,7 @@ def test_training_loop_emits_the_contract_names_balanced(at, torch):
                      "optimizer.zero_grad (SGD)"):
         assert expected in got, expected
     waits = [n for n in got if n.startswith(names.LOADER_WAIT_PREFIX)]
-    assert waits and set(waits) == {"dataloader.next [cpu_train.py:64]"}
+    assert waits and set(waits) == {"dataloader.next [cpu_train.py:68]"}
     assert all(names.is_auto_range(n) for n in got)
     assert all(names.MODULE_RE.match(n) for n in got if n.startswith(("forward", "backward ")))
     # step N ends when optimizer step N does, and step N+1 starts right then

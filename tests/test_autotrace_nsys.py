@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.nsys, pytest.mark.torch, pytest.mark.slow]
 
 SCRIPT = "tests/scripts/cpu_train.py"
 STEPS = 6
-LOADER = "cpu_train.py:64"  # the DataLoader(...) line in the script
+LOADER = "cpu_train.py:68"  # the DataLoader(...) line in the script
 RANGES_SQL = """
 SELECT n.globalTid / 0x1000000 % 0x1000000 AS pid, n.globalTid % 0x1000000 AS tid, n.eventType,
        COALESCE(s.value, n.text) AS name, n.start, n."end"
@@ -45,7 +45,8 @@ def run(tmp_path_factory):
     env.pop("NVTX_AUTOTRACE", None)
     env["NVTX_AUTOTRACE_BUDGET_PCT"] = "100"  # every depth fits: names of all depths can be checked
     result = nsys_mod.profile(
-        found, [sys.executable, "-m", "nvtx_autotrace", SCRIPT, "--steps", str(STEPS), "--workers", "2"],
+        found, [sys.executable, "-m", "nvtx_autotrace", SCRIPT, "--steps", str(STEPS), "--workers", "2",
+                "--sample-ms", "2"],  # ~8 ms steps: at a 100 % budget every depth fits with a wide margin
         out, trace=["nvtx", "osrt"], extra=["-s", "none", "--cpuctxsw", "none", "--trace-fork-before-exec=true"],
         env=env, cwd=ROOT, capture_output=True,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.nn as nn
@@ -43,21 +44,24 @@ class TinyNet(nn.Module):
 class Points(Dataset):
     """Deterministic samples: sample i depends only on i."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, sample_ms: float = 0.0):
         self.n = n
+        self.sample_ms = sample_ms  # CPU-side work per sample (a sleep): longer, steadier steps
 
     def __len__(self):
         return self.n
 
     def __getitem__(self, i):
+        if self.sample_ms:
+            time.sleep(self.sample_ms / 1000)
         g = torch.Generator().manual_seed(i)
         return torch.randn(8, generator=g), i % 4
 
 
 def train(steps: int = 6, workers: int = 2, batch: int = 8, start_method: str | None = None,
-          persistent: bool = False) -> list[float]:
+          persistent: bool = False, sample_ms: float = 0.0) -> list[float]:
     torch.manual_seed(0)
-    data = Points(steps * batch)
+    data = Points(steps * batch, sample_ms)
     kwargs = {}
     if workers and start_method:
         kwargs["multiprocessing_context"] = start_method
@@ -80,9 +84,10 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--start-method", default=None)
+    p.add_argument("--sample-ms", type=float, default=0.0)
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    losses = train(args.steps, args.workers, start_method=args.start_method)
+    losses = train(args.steps, args.workers, start_method=args.start_method, sample_ms=args.sample_ms)
     for i, loss in enumerate(losses):
         print(f"loss {i} {loss.hex()}")
     print(f"pid {os.getpid()} injection={bool(os.environ.get('NVTX_INJECTION64_PATH'))}", file=sys.stderr)
