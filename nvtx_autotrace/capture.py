@@ -23,7 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 
-from nvtx_autotrace import steps
+from nvtx_autotrace import _registry, steps
 
 ENV = "NVTX_AUTOTRACE_CAPTURE"
 DOMAIN = "nvtx-trace"
@@ -49,6 +49,16 @@ def parse(text: str) -> tuple[int, int, str]:
     if mode not in MODES:
         raise ValueError(f"{ENV}={text!r}: mode must be one of {', '.join(MODES)}")
     return first, count, mode
+
+
+def _safely(what: str, fn, mode: str) -> None:
+    """The capture window must never stop the user's program: a failure is one warning, then nothing."""
+    try:
+        fn(mode)
+    except Exception as exc:  # noqa: BLE001 - e.g. CPU-only torch: "Torch not compiled with CUDA enabled"
+        _registry.warn_once(f"capture-{what}", f"cannot {what} the {mode} capture window ({type(exc).__name__}: "
+                                              f"{exc}); the program runs on, the window may capture nothing "
+                                              "(nvtx-trace run --capture-mode nvtx avoids CUDA)")
 
 
 def _start(mode: str) -> None:
@@ -80,10 +90,10 @@ def _on_boundary(step: int) -> None:
         return
     first, count, mode = window
     if step == first and not _state["started"]:
-        _start(mode)
+        _safely("start", _start, mode)
         _state["started"] = True
     elif step >= first + count and _state["started"] and not _state["stopped"]:
-        _stop(mode)
+        _safely("stop", _stop, mode)
         _state["stopped"] = True
         remove = _state["remove"]
         if remove:
@@ -101,7 +111,7 @@ def install(spec: str | None = None) -> tuple[int, int, str] | None:
     _state.update(window=window, pid=os.getpid(), started=False, stopped=False)
     _state["remove"] = steps.on_step_boundary(_on_boundary)
     if window[0] == 0 or steps.current_step() >= window[0]:
-        _start(window[2])
+        _safely("start", _start, window[2])
         _state["started"] = True
     return window
 

@@ -9,10 +9,14 @@ import re
 from nvtx_trace.errors import UsageError
 
 
+MAX_GAP_MS = 86_400_000.0  # one day: larger gaps mean nothing, and overflow int64 nanosecond arithmetic
+
+
 def check_analysis_options(min_gap_ms: float = 1.0, loader_pattern: str | None = None,
                            warmup_steps: int | None = None) -> None:
-    if not math.isfinite(min_gap_ms) or min_gap_ms < 0:
-        raise UsageError(f"--min-gap-ms must be a number >= 0 (got {min_gap_ms}); example: --min-gap-ms 0.5")
+    if not math.isfinite(min_gap_ms) or not 0 <= min_gap_ms <= MAX_GAP_MS:
+        raise UsageError(f"--min-gap-ms must be a number from 0 to {MAX_GAP_MS:.0f} (one day) (got {min_gap_ms}); "
+                         "example: --min-gap-ms 0.5")
     if loader_pattern is not None:
         try:
             re.compile(loader_pattern)

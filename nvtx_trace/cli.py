@@ -39,6 +39,17 @@ def _register() -> None:
 _register()
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail on the closed pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     try:
@@ -49,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("nvtx-trace: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `... --json - | head -1`: the reader left; files were already written
+        _quiet_stdout()
+        return 0
     except SystemExit as exc:  # typer's own exits (--help, run's pass-through code)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:  # click's usage errors (typer vendors its own click: match by shape, not class)

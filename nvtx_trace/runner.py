@@ -160,11 +160,23 @@ def _has_cuda_device() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
 
 
+def _torch_has_cuda(spec) -> bool:
+    """Whether an installed torch is a CUDA build, without importing it (CPU wheels lack libtorch_cuda)."""
+    import glob
+
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return bool(glob.glob(os.path.join(list(spec.submodule_search_locations)[0], "lib", "libtorch_cuda*")))
+
+
 def _python_probe(python: str) -> dict:
     """nvtx version and whether nvtx_autotrace is importable, as ``python`` sees them (no torch import)."""
-    code = ("import importlib.metadata as m, importlib.util as u, json\n"
+    code = ("import importlib.metadata as m, importlib.util as u, json, glob, os\n"
             "try:\n v = m.version('nvtx')\nexcept Exception:\n v = None\n"
-            "print(json.dumps({'nvtx': v, 'autotrace': u.find_spec('nvtx_autotrace') is not None}))")
+            "t = u.find_spec('torch')\n"
+            "c = bool(t and t.submodule_search_locations and glob.glob(os.path.join("
+            "list(t.submodule_search_locations)[0], 'lib', 'libtorch_cuda*')))\n"
+            "print(json.dumps({'nvtx': v, 'autotrace': u.find_spec('nvtx_autotrace') is not None, 'torch_cuda': c}))")
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         import importlib.metadata as md
         import importlib.util
@@ -173,7 +185,8 @@ def _python_probe(python: str) -> dict:
             version = md.version("nvtx")
         except md.PackageNotFoundError:
             version = None
-        return {"nvtx": version, "autotrace": importlib.util.find_spec("nvtx_autotrace") is not None}
+        return {"nvtx": version, "autotrace": importlib.util.find_spec("nvtx_autotrace") is not None,
+                "torch_cuda": _torch_has_cuda(importlib.util.find_spec("torch"))}
     import json
 
     try:
@@ -267,7 +280,8 @@ def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
         window = (opts.warmup_steps, opts.steps)
         cmode = opts.capture_mode
         if cmode == "auto":
-            cmode = "cuda" if (_has_cuda_device() and "cuda" in trace) else "nvtx"
+            # cudaProfilerStart needs a GPU *and* a CUDA build of torch (a CPU wheel beside a driver is common)
+            cmode = "cuda" if (_has_cuda_device() and probe.get("torch_cuda") and "cuda" in trace) else "nvtx"
         last = opts.warmup_steps + opts.steps - 1
         if cmode == "cuda":
             extra += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]

@@ -99,9 +99,9 @@ def test_unknown_option_is_a_usage_error_without_traceback():
 
 
 @pytest.mark.parametrize("option, needle", [
-    (["--min-gap-ms", "nan"], "--min-gap-ms must be a number >= 0"),
-    (["--min-gap-ms", "inf"], "--min-gap-ms must be a number >= 0"),
-    (["--min-gap-ms", "-1"], "--min-gap-ms must be a number >= 0"),
+    (["--min-gap-ms", "nan"], "--min-gap-ms must be a number from 0"),
+    (["--min-gap-ms", "inf"], "--min-gap-ms must be a number from 0"),
+    (["--min-gap-ms", "-1"], "--min-gap-ms must be a number from 0"),
     (["--loader-pattern", "("], "not a valid regular expression"),
     (["--warmup-steps", "-2"], "--warmup-steps must be >= 0"),
 ])
@@ -113,13 +113,13 @@ def test_impossible_option_values_are_usage_errors(option, needle):
 
 def test_run_checks_the_analysis_options_before_profiling(tmp_path):
     proc = run_cli("run", "--out", tmp_path / "out", "--min-gap-ms", "-0.5", ROOT / "tests" / "scripts" / "cpu_train.py")
-    assert_one_clear_line(proc, "--min-gap-ms must be a number >= 0")
+    assert_one_clear_line(proc, "--min-gap-ms must be a number from 0")
     assert not (tmp_path / "out").exists()
 
 
 def test_json_and_html_cannot_share_a_path_or_replace_the_input(tmp_path):
     out = tmp_path / "both"
-    assert_one_clear_line(run_cli("analyze", SAMPLE, "--json", out, "--html", out), "different paths")
+    assert_one_clear_line(run_cli("analyze", SAMPLE, "--json", out, "--html", out), "are the same file")
     copy = tmp_path / "report.sqlite"
     shutil.copyfile(SAMPLE, copy)
     before = digest(copy)
@@ -196,3 +196,62 @@ def test_ranges_that_never_close_are_closed_at_trace_end_with_a_warning(nsys_pat
     assert any("1 NVTX range(s) never closed" in w for w in out["warnings"])
     steps = out["steps"]["table"]
     assert len(steps) == 4 and steps[-1]["end_ns"] == out["trace"]["end_ns"]
+
+
+def copy_of_sample(tmp_path) -> Path:
+    report = tmp_path / "report.sqlite"
+    shutil.copyfile(SAMPLE, report)
+    return report
+
+
+@pytest.mark.parametrize("case", ["symlink_loop", "dangling_symlink"])
+def test_a_report_path_that_leads_nowhere(tmp_path, case):
+    path = tmp_path / "loop.sqlite"
+    if case == "symlink_loop":
+        os.symlink(tmp_path / "other.sqlite", path)
+        os.symlink(path, tmp_path / "other.sqlite")
+        assert_one_clear_line(run_cli("analyze", path), "symbolic link loop")
+    else:
+        os.symlink(tmp_path / "gone.sqlite", path)
+        assert_one_clear_line(run_cli("analyze", path), "does not exist")
+
+
+@pytest.mark.parametrize("value", ["1e308", "86400001", "inf", "-0.5"])
+def test_min_gap_out_of_range(value):
+    assert_one_clear_line(run_cli("analyze", SAMPLE, "--min-gap-ms", value), "--min-gap-ms")
+
+
+@pytest.mark.parametrize("case", ["parent_is_a_file", "existing_dir_with_force", "hard_link_to_input_with_force",
+                                  "symlink_to_input_with_force", "json_and_html_same_file"])
+def test_output_paths_checked_before_any_work_and_the_input_never_written(tmp_path, case):
+    report = copy_of_sample(tmp_path)
+    before = digest(report)
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    args = {
+        "parent_is_a_file": ["--json", blocker / "out.json"],
+        "existing_dir_with_force": ["--json", tmp_path, "--force"],
+        "hard_link_to_input_with_force": ["--json", tmp_path / "hard.json", "--force"],
+        "symlink_to_input_with_force": ["--html", tmp_path / "soft.html", "--force"],
+        "json_and_html_same_file": ["--json", tmp_path / "o", "--html", tmp_path / "." / "o"],
+    }[case]
+    if case == "hard_link_to_input_with_force":
+        os.link(report, tmp_path / "hard.json")
+    if case == "symlink_to_input_with_force":
+        os.symlink(report, tmp_path / "soft.html")
+    proc = run_cli("analyze", report, *args)
+    assert_one_clear_line(proc)
+    assert "Analyzing" not in proc.stderr  # refused before the analysis started
+    assert digest(report) == before and blocker.read_text() == "x"
+
+
+def test_json_file_is_written_even_when_stdout_closes_early(tmp_path):
+    out = tmp_path / "summary.json"
+    proc = subprocess.run(f"{sys.executable} -m nvtx_trace.cli analyze {SAMPLE} --json - --html {tmp_path / 'r.html'}"
+                          f" | head -c 10; test -s {tmp_path / 'r.html'}", shell=True, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    proc = subprocess.run(f"{sys.executable} -m nvtx_trace.cli analyze {SAMPLE} --json {out} | head -n 1",
+                          shell=True, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert json.loads(out.read_text())["schema_version"] == 1

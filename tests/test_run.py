@@ -316,6 +316,18 @@ def test_plans_for_a_module_a_command_and_no_autotrace(ready, tmp_path):
     shutil.rmtree(cmd.site_dir)
 
 
+def test_auto_capture_mode_needs_a_cuda_build_of_torch_not_only_a_driver(ready, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "_has_cuda_device", lambda: True)  # a driver node, as on a GPU host
+    opts = dict(target=[str(SLOW)], warmup_steps=1, steps=2, trace=["cuda", "nvtx"])
+    monkeypatch.setattr(runner, "_python_probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": False})
+    cpu = runner.plan_run(runner.RunOptions(out=tmp_path / "a", **opts), nsys=ready)
+    assert cpu.env[runner.CAPTURE_ENV].endswith(":nvtx")
+    monkeypatch.setattr(runner, "_python_probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": True})
+    gpu = runner.plan_run(runner.RunOptions(out=tmp_path / "b", **opts), nsys=ready)
+    assert gpu.env[runner.CAPTURE_ENV].endswith(":cuda")
+    assert runner._torch_has_cuda(importlib.util.find_spec("torch")) is False  # this machine: the CPU wheel
+
+
 def test_autotrace_depth_and_budget_reach_the_program_as_its_variables(ready, tmp_path):
     from nvtx_autotrace.options import Options
 

@@ -9,15 +9,8 @@ from typing import Optional
 import typer
 
 from nvtx_trace.analysis_options import check_analysis_options
-from nvtx_trace.errors import UsageError
-
-
-def check_output(path: Path, force: bool) -> None:
-    """Outputs are never overwritten silently, and never written over the input."""
-    if path.exists() and not force:
-        raise UsageError(f"{path} already exists; pass --force to overwrite it")
-    if path.parent and not path.parent.exists():
-        raise UsageError(f"{path.parent} does not exist; create it first")
+from nvtx_trace.errors import BadReportError, UsageError
+from nvtx_trace.output_paths import check_outputs, describe_unreadable
 
 
 def analyze(
@@ -47,21 +40,16 @@ def analyze(
     if html_max_points < 100:
         raise UsageError(f"--html-max-points must be at least 100 (got {html_max_points})")
     check_analysis_options(min_gap_ms, loader_pattern, warmup_steps)
+    problem = describe_unreadable(report)
+    if problem:
+        raise BadReportError(f"{report} {problem}; pass the report file itself")
     outputs = [Path(p) for p in (json_out, html_out) if p and str(p) != "-"]
-    if len(outputs) == 2 and outputs[0].resolve() == outputs[1].resolve():
-        raise UsageError(f"--json and --html both name {outputs[0]}; give them different paths")
-    for out in outputs:
-        if out.resolve() == report.resolve():
-            raise UsageError(f"{out} is the input report; choose another output path")
-        check_output(out, force)
+    check_outputs(outputs, [report], force)
     err = Console(stderr=True)
     with err.status("Analyzing…", spinner="dots"):
         result = run_analysis(report, min_gap_ms=min_gap_ms, loader_pattern=loader_pattern,
                               warmup_steps=warmup_steps, nsys=nsys)
-    if json_out == "-":
-        sys.stdout.write(json_report.render(result))
-    else:
-        text.render(result, Console())
+    # Files first: a closed stdout (`| head -1`) must not cost the user the files they asked for.
     if json_out and json_out != "-":
         Path(json_out).write_text(json_report.render(result))
         err.print(f"Wrote {json_out}")
@@ -70,3 +58,8 @@ def analyze(
 
         html.write(result, html_out, max_points=html_max_points)
         err.print(f"Wrote {html_out}")
+    if json_out == "-":
+        sys.stdout.write(json_report.render(result))
+        sys.stdout.flush()
+    else:
+        text.render(result, Console())

@@ -1,0 +1,62 @@
+"""Checks of every path a command will write, made before any work starts.
+
+An output is never the input (compared by device and inode, so hard links and
+symlinks are caught, not by resolved path), never a directory, never silently
+overwritten, and its folder must exist and be writable: a bad ``--json`` path
+is one clear line at once, not a traceback after minutes of analysis.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from nvtx_trace.errors import UsageError
+
+
+def same_file(a, b) -> bool:
+    """True when ``a`` and ``b`` are one file (hard links, symlinks, different spellings)."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def describe_unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be opened as an input, in words (symlink loop, dangling link), or None."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link loop"
+        if os.path.islink(path):
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        return None
+    return None
+
+
+def check_outputs(outputs: list[Path], inputs: list[Path], force: bool) -> None:
+    """UsageError (one line) for the first output path that cannot or must not be written."""
+    for i, out in enumerate(outputs):
+        for other in outputs[:i]:
+            if same_file(out, other) or os.path.abspath(out) == os.path.abspath(other):
+                raise UsageError(f"{other} and {out} are the same file; give each output its own path")
+        for source in inputs:
+            if same_file(out, source):
+                raise UsageError(f"{out} is the input report {source} (the same file); choose another output path")
+        problem = describe_unreadable(out)
+        if problem:
+            raise UsageError(f"{out} {problem}; choose another output path")
+        if out.is_dir():
+            raise UsageError(f"{out} is a directory; give a file path for the output")
+        if out.exists() and not force:
+            raise UsageError(f"{out} already exists; pass --force to overwrite it")
+        parent = out.parent if str(out.parent) else Path(".")
+        if not parent.exists():
+            raise UsageError(f"{parent} does not exist; create it first")
+        if not parent.is_dir():
+            raise UsageError(f"{parent} is a file, not a folder; choose another output path")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{parent} is not writable; choose another output path")
