@@ -255,3 +255,27 @@ def test_json_file_is_written_even_when_stdout_closes_early(tmp_path):
                           shell=True, capture_output=True, text=True, timeout=300)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert json.loads(out.read_text())["schema_version"] == 1
+
+
+def test_a_wal_mode_export_is_read_whole_and_nothing_is_written_beside_it(tmp_path):
+    """Every page of this export is still in its -wal file: an immutable open would see an empty database."""
+    work = tmp_path / "work.sqlite"
+    conn = sqlite3.connect(work)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute(f"ATTACH DATABASE '{SAMPLE}' AS s")
+    for (table,) in conn.execute("SELECT name FROM s.sqlite_master WHERE type='table'").fetchall():
+        conn.execute(f'CREATE TABLE main."{table}" AS SELECT * FROM s."{table}"')
+    conn.commit()
+    folder = tmp_path / "report"
+    folder.mkdir()
+    shutil.copyfile(work, folder / "wal.sqlite")  # copied while open: the pages are only in the -wal
+    shutil.copyfile(str(work) + "-wal", folder / "wal.sqlite-wal")
+    conn.close()
+    before = {p.name: digest(p) for p in folder.iterdir()}
+    got = run_cli("analyze", folder / "wal.sqlite", "--json", "-")
+    assert got.returncode == 0, got.stderr
+    want = run_cli("analyze", SAMPLE, "--json", "-")
+    strip = lambda d: {k: v for k, v in json.loads(d).items() if k != "report"}  # noqa: E731
+    assert strip(got.stdout) == strip(want.stdout)
+    assert {p.name: digest(p) for p in folder.iterdir()} == before  # no -shm, nothing changed

@@ -58,10 +58,36 @@ def test_gpu_rows_without_valid_times_are_left_out_and_counted(tmp_path):
     got = analyze(path)
     (bad,), = sql(path, f"SELECT count(*) FROM {KERNEL} WHERE start <= 0")
     assert bad > 0
-    assert f"{bad} kernel row(s) without a valid start/end were left out" in got.warnings
+    assert any(w.startswith(f"{bad} kernel row(s) without a valid start/end") for w in got.warnings)
     assert got.idle.devices[0].busy_ns == sql_union_busy(path, 0)["busy"]
     (kernel_ns,), = sql(path, f"SELECT sum(end - start) FROM {KERNEL} WHERE start > 0 AND end >= start")
     assert got.layout.kernel_time_ns == kernel_ns
+
+
+def test_rows_stamped_outside_the_capture_session_are_left_out(tmp_path, base):
+    """int64-max and far-past stamps: without the session check the trace spanned 292 years, 100 % busy."""
+    path = changed(tmp_path, "outside",
+                   f"UPDATE {KERNEL} SET start = 9223372036854000000, end = 9223372036854775807 WHERE rowid % 50 = 3",
+                   f"UPDATE {KERNEL} SET end = start - 5 WHERE rowid % 50 = 7")
+    got = analyze(path)
+    (lo, hi), = sql(path, "SELECT startTime, stopTime FROM ANALYSIS_DETAILS")
+    (bad,), = sql(path, f"SELECT count(*) FROM {KERNEL} WHERE end < start OR start < {lo} - 1000000000 "
+                        f"OR end > {hi} + 1000000000")
+    assert bad > 0 and any(w.startswith(f"{bad} kernel row(s) without a valid start/end") for w in got.warnings)
+    assert got.trace_end_ns <= hi + 1_000_000_000 and got.trace_end_ns - got.trace_start_ns < 10**11
+    assert got.idle.devices[0].utilization < 0.5  # the sample is launch-bound; one bad row must not fill it
+    assert [f.kind for f in got.findings][:2] == [f.kind for f in base.findings][:2]
+
+
+def test_steps_that_end_before_they_start_are_left_out_with_a_warning(tmp_path):
+    path = changed(tmp_path, "backwards_steps",
+                   "UPDATE NVTX_EVENTS SET end = start - 1000 WHERE textId IN "
+                   "(SELECT id FROM StringIds WHERE value IN ('step 5', 'step 9'))")
+    got = analyze(path)
+    assert any(w.startswith("2 NVTX range(s) ending before they start") for w in got.warnings)
+    table = got.steps.table
+    assert (table["duration_ns"] > 0).all() and not {5, 9} & set(table["step"])
+    assert got.steps.summary()["step_ns_median"] > 0
 
 
 def test_a_second_rank_on_a_second_gpu(tmp_path, base):

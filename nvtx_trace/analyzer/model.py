@@ -54,6 +54,9 @@ def api_base_name(name: str) -> str:
     return re.sub(r"_v\d+$", "", name)
 
 
+SESSION_SLACK_NS = 1_000_000_000
+
+
 class Trace:
     """Lazily decoded view of one export."""
 
@@ -68,6 +71,38 @@ class Trace:
         self._runtime_reader: Reader | None = None  # the second connection, while its scan runs
 
     # ---- time and entities ---------------------------------------------------
+    def in_session(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Rows whose times can be real: starting after 0, not ending before they start, and inside the
+        capture session (with a second of slack) when the export records it. Corrupt rows (int64-max or
+        negative stamps) would otherwise stretch the trace over centuries and flip every finding."""
+        ok = (start > 0) & (end >= start)
+        if self.session is not None:
+            lo, hi = self.session
+            ok &= (start >= lo - SESSION_SLACK_NS) & (end <= hi + SESSION_SLACK_NS)
+        return ok
+
+    @cached_property
+    def session(self) -> tuple[int, int] | None:
+        """The capture session on the events' own clock, or None when it cannot be told.
+
+        Exports of a whole run stamp events on the session's clock (startTime..stopTime); exports of a
+        capture range stamp them from 0 to its duration. The first rows of the NVTX and kernel tables
+        say which; when neither base holds them, nothing is dropped for being outside.
+        """
+        if self.info.session is None:
+            return None
+        lo, hi = self.info.session
+        probes = []
+        for table in ("NVTX_EVENTS", GPU_OP_TABLES["kernel"]):
+            if self.reader.has(table, "start"):
+                row = self.reader.conn.execute(f"SELECT start FROM {table} WHERE start > 0 LIMIT 1").fetchone()
+                if row and isinstance(row[0], int):
+                    probes.append(row[0])
+        for base in ((lo, hi), (0, hi - lo)):
+            if probes and all(base[0] - SESSION_SLACK_NS <= p <= base[1] + SESSION_SLACK_NS for p in probes):
+                return base
+        return None
+
     @cached_property
     def bounds(self) -> tuple[int, int]:
         """First and last timestamp of the data analyzed (GPU ops and NVTX ranges), from what is loaded
@@ -120,9 +155,10 @@ class Trace:
         Rows without a valid time span are dropped and counted.
         """
         cols = self.reader.table_columns(self.gpu_table_columns(key), GPU_OP_TABLES[key])
-        valid = (cols["start_ns"] > 0) & (cols["end_ns"] >= cols["start_ns"])
+        valid = self.in_session(cols["start_ns"], cols["end_ns"])
         if not valid.all():
-            self.warnings.append(f"{int((~valid).sum())} {key} row(s) without a valid start/end were left out")
+            self.warnings.append(f"{int((~valid).sum())} {key} row(s) without a valid start/end (ending before "
+                                 "they start, or outside the capture session) were left out")
             cols = {k: v[valid] for k, v in cols.items()}
         for request in self._launch_requests:
             if request[0] == key:
@@ -199,6 +235,17 @@ class Trace:
                 full[mask] = dom_names[mask] + ":" + full[mask]
                 df["name"] = pd.Categorical(full)
         df["open"] = df["end_ns"] < 0
+        # Ranges may begin before a capture range starts (nsys stamps them negative): only a range that ends
+        # before it starts, or lies wholly outside the session, is corrupt.
+        start, end, is_open = df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), df["open"].to_numpy()
+        bad = ~is_open & (end < start)
+        if self.session is not None:
+            lo, hi = self.session
+            bad |= (start > hi + SESSION_SLACK_NS) | (~is_open & (end < lo - SESSION_SLACK_NS))
+        if bad.any():
+            self.warnings.append(f"{int(bad.sum())} NVTX range(s) ending before they start, or outside the capture "
+                                 "session, were left out")
+            df = df[~bad].reset_index(drop=True)
         if df["open"].any():
             n_open = int(df["open"].sum())
             self.warnings.append(f"{n_open} NVTX range(s) never closed; they are treated as ending at the end of the trace")

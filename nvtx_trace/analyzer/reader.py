@@ -38,6 +38,7 @@ class ReportInfo:
     schema_version: str | None
     tables: set[str] = field(default_factory=set)
     capture_event_types: set[str] | None = None  # None: the export does not record them (2022.4)
+    session: tuple[int, int] | None = None  # ANALYSIS_DETAILS startTime/stopTime (see Trace.session for its base)
 
 
 def open_report(path: Path) -> tuple[sqlite3.Connection, ReportInfo]:
@@ -56,6 +57,13 @@ def _read_metadata(conn: sqlite3.Connection, info: ReportInfo) -> None:
             meta.update(dict(conn.execute(f"SELECT name, value FROM {table}").fetchall()))
     info.nsys_version = meta.get("EXPORT_PRODUCT_VERSION")
     info.schema_version = meta.get("EXPORT_SCHEMA_VERSION")
+    if "ANALYSIS_DETAILS" in info.tables:
+        try:
+            row = conn.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS").fetchone()
+        except sqlite3.DatabaseError:
+            row = None
+        if row and all(isinstance(v, int) for v in row) and 0 <= row[0] < row[1]:
+            info.session = (int(row[0]), int(row[1]))
     if "META_DATA_CAPTURE" in info.tables:
         info.capture_event_types = {
             v for (v,) in conn.execute("SELECT value FROM META_DATA_CAPTURE WHERE name = 'CAPTURE_EVENT_TYPE'")
