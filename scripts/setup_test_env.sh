@@ -15,9 +15,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     mirror=$( { grep -hE '^[[:space:]]*URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}';
                 grep -hE '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list 2>/dev/null | sed -E 's/\[[^]]*\]//' | awk '{print $2}'; } \
               | grep -v security | head -1) || true
+    if [ -z "${mirror}" ]; then
+      echo "setup_test_env: no Debian mirror found in /etc/apt/sources.list(.d); configure apt for bookworm first" >&2
+      exit 1
+    fi
     cat > /etc/apt/sources.list.d/nvtx-trace-nonfree.sources <<SRC
 Types: deb
-URIs: ${mirror:-http://deb.debian.org/debian}
+URIs: ${mirror}
 Suites: bookworm
 Components: contrib non-free
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
