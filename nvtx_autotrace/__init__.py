@@ -68,7 +68,8 @@ def _install(opts: Options, ranges: bool) -> None:
         modules.install(opts.module_depth, opts.backward_modules)
         _registry.on_undo(steps.on_step_boundary_once(1, lambda: budget.emit({
             "method": f"global module hooks, depth {opts.module_depth} (set by hand)",
-            "forward_depth": opts.module_depth, "backward_depth": opts.module_depth if opts.backward_modules else -1})))
+            "forward_depth": "all" if opts.module_depth < 0 else opts.module_depth,
+            "backward_depth": ("all" if opts.module_depth < 0 else opts.module_depth) if opts.backward_modules else -1})))
     if opts.dataloader:
         dataloader.install(_worker_options(opts))
     copies.install(copies=opts.copies, syncs=opts.syncs)

@@ -45,13 +45,17 @@ def find_roots(optimizer=None) -> list[torch.nn.Module]:
         wanted = {id(p) for g in getattr(optimizer, "param_groups", []) for p in g.get("params", [])}
     else:
         wanted = None
-    found = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module)]
-    children = {id(c) for m in found for c in m.children()}
+    # Modules whose __init__ failed before Module.__init__ (kept alive by a traceback) have no _modules.
+    found = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module) and "_modules" in vars(o)]
+    children = {id(c) for m in found for c in vars(m)["_modules"].values() if c is not None}
     roots = []
     for m in found:
         if id(m) in children:
             continue
-        params = m.parameters()
+        try:
+            params = list(m.parameters())
+        except Exception:  # noqa: BLE001 - a broken or half-built module is no model of ours
+            continue
         if any((id(p) in wanted) if wanted is not None else p.requires_grad for p in params):
             roots.append(m)
     return roots
@@ -79,6 +83,7 @@ class Budget:
     def on_boundary(self, n: int) -> None:
         """Step ``n`` begins (step n-1's optimizer step just ended)."""
         if self.done:
+            classwrap.keep_only(lambda s: True)  # modules freed since (a new model in a sweep): unwrap their classes
             return
         now = time.perf_counter()
         if self.count_from is None:
@@ -96,8 +101,13 @@ class Budget:
         self.times.append(now - self.t_last)
         self.t_last = now
         if len(self.times) >= COUNT_STEPS:
-            self._choose()
             self.done = True
+            try:
+                self._choose()
+            except Exception as exc:  # noqa: BLE001 - no module ranges rather than a broken training step
+                classwrap.clear()
+                _registry.warn_once("budget", f"module ranges switched off: choosing them failed "
+                                              f"({type(exc).__name__}: {exc})")
 
     def _count(self, roots) -> None:
         for root in roots:
@@ -177,8 +187,14 @@ def calibrate(n_modules: int = 16, pairs: int = 80, elements: int = 1 << 12) -> 
     (``pairs`` times, ABBA order), and the median paired difference is the cost: on a shared
     machine whose speed drifts, short paired calls are what stays comparable.
     """
-    probes = [_Probe() for _ in range(n_modules)]
-    x0 = torch.ones(elements, requires_grad=True)
+    # optimizer.step() may run under no_grad, inference_mode or another default device
+    with torch.inference_mode(False), torch.enable_grad(), torch.device("cpu"):
+        probes = [_Probe() for _ in range(n_modules)]
+        x0 = torch.ones(elements, requires_grad=True, dtype=torch.float32)
+        return _calibrate(probes, x0, n_modules, pairs)
+
+
+def _calibrate(probes, x0, n_modules: int, pairs: int) -> dict:
 
     def forwards():
         with torch.no_grad():

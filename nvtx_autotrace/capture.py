@@ -84,6 +84,15 @@ def _stop(mode: str) -> None:
         nvtx.pop_range(domain=DOMAIN)
 
 
+def _repeat_instrumentation_record(_mode: str) -> None:
+    """The budget's record (measured before the window opened) again, inside it: the analyzer needs it."""
+    from nvtx_autotrace import budget
+
+    record = budget.current_record()
+    if record is not None:
+        budget.emit(record)
+
+
 def _on_boundary(step: int) -> None:
     window = _state["window"]
     if window is None or os.getpid() != _state["pid"]:
@@ -92,6 +101,7 @@ def _on_boundary(step: int) -> None:
     if step == first and not _state["started"]:
         _safely("start", _start, mode)
         _state["started"] = True
+        _safely("record", _repeat_instrumentation_record, mode)
     elif step >= first + count and _state["started"] and not _state["stopped"]:
         _safely("stop", _stop, mode)
         _state["stopped"] = True

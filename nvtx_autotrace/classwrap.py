@@ -15,6 +15,7 @@ one or two steps' module calls before it chooses which modules get ranges.
 
 from __future__ import annotations
 
+import types
 import weakref
 
 import torch
@@ -50,31 +51,38 @@ def wrapped_attribute(module) -> tuple[type, str] | None:
     cls = next((k for k in type(module).__mro__ if "forward" in vars(k)), None)
     if cls is None or cls is torch.nn.Module:
         return None  # containers (ModuleList, ModuleDict) are never called
+    if not isinstance(vars(cls)["forward"], types.FunctionType):
+        return None  # staticmethod, builtin, partial, property...: wrapping would change how it binds
     return cls, "forward"
 
 
 def _make(original, owner: type):
+    """The wrapper, built to read only its closure, then given the original's globals: TorchScript
+    (``torch.jit.script``) reads the original's source through ``__wrapped__`` and resolves its names
+    (``F``, ``Tensor``...) in the wrapper's globals, which therefore must be the original's."""
+    slots, is_compiling, grad_enabled, backend, ag = _slots, compiling, torch.is_grad_enabled, _backend, autograd
+
     def forward(self, *args, **kwargs):
-        slot = _slots.get(id(self))
-        if slot is None or slot.owner is not owner or compiling() or slot.ref() is not self:
+        slot = slots.get(id(self))
+        if slot is None or slot.owner is not owner or is_compiling() or slot.ref() is not self:
             return original(self, *args, **kwargs)
         if slot.counting:
             slot.calls += 1
-            if torch.is_grad_enabled():
+            if grad_enabled():
                 slot.grad_calls += 1
         if not slot.ranged:
             return original(self, *args, **kwargs)
-        node = autograd.input_node(args) if slot.with_backward and torch.is_grad_enabled() else None
-        _backend.push(slot.forward)
+        node = ag.input_node(args) if slot.with_backward and grad_enabled() else None
+        backend.push(slot.forward)
         try:
             out = original(self, *args, **kwargs)
         finally:
-            _backend.pop()
-        if slot.with_backward and out is not None and torch.is_grad_enabled():
-            autograd.attach(slot.backward, node, out)
+            backend.pop()
+        if slot.with_backward and out is not None and grad_enabled():
+            ag.attach(slot.backward, node, out)
         return out
 
-    return forward
+    return types.FunctionType(forward.__code__, original.__globals__, original.__name__, None, forward.__closure__)
 
 
 def add(module, forward: str, backward: str, depth: int) -> Slot | None:
@@ -90,8 +98,8 @@ def add(module, forward: str, backward: str, depth: int) -> Slot | None:
         original = getattr(cls, attr)
         _patched[where] = vars(cls)[attr]
         wrapper = _make(original, cls)
-        for name in ("__name__", "__qualname__", "__doc__", "__module__"):
-            setattr(wrapper, name, getattr(original, name, None))
+        for name in ("__qualname__", "__doc__", "__module__"):
+            setattr(wrapper, name, getattr(original, name))
         wrapper.__wrapped__ = original  # inspect.signature(model.forward) stays the user's (HF Trainer reads it)
         setattr(wrapper, _registry.PATCHED_MARK, original)
         setattr(cls, attr, wrapper)

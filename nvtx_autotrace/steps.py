@@ -108,10 +108,25 @@ def boundary() -> int:
         _step += 1
         new = _step
     for fn in list(_callbacks):
-        fn(new)
+        try:
+            fn(new)
+        except Exception as exc:  # noqa: BLE001 - the training step must go on; this callback is dropped
+            _drop_callback(fn, exc)
     with _lock:
         _open()
     return new
+
+
+def _drop_callback(fn, exc: Exception) -> None:
+    from nvtx_autotrace import _registry
+
+    try:
+        _callbacks.remove(fn)
+    except ValueError:
+        pass
+    _registry.warn_once(f"boundary-{getattr(fn, '__qualname__', fn)}",
+                        f"a step-boundary callback failed and was switched off ({type(exc).__name__}: {exc}); "
+                        "the program runs on")
 
 
 def is_lead(optimizer) -> bool:

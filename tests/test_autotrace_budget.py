@@ -141,3 +141,75 @@ def test_compiled_model_gets_no_torch_warning_and_one_range(at, torch):
     got = module_names(at.recorder)
     assert set(got) == {"forward (OptimizedModule)", "backward (OptimizedModule)"}
     assert losses == train(torch, tiny(torch), 6)
+
+
+class Odd:
+    """Modules whose forward is not a plain function, and one left half-built by a failed __init__."""
+
+    @staticmethod
+    def models(torch):
+        class Static(torch.nn.Module):
+            @staticmethod
+            def forward(x):
+                return x * 2
+
+        class Builtin(torch.nn.Module):
+            forward = torch.tanh
+
+        class HalfBuilt(torch.nn.Module):
+            def __init__(self):
+                raise RuntimeError("fails before Module.__init__")
+
+        try:
+            HalfBuilt()
+        except RuntimeError as exc:
+            kept = exc  # its traceback keeps the half-built module alive, as a notebook's last error does
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), Static(), Builtin(), torch.nn.Linear(8, 1))
+        return model, kept
+
+
+def sam_like_train(torch, model, steps: int):
+    """The optimizer steps under no_grad and inference_mode, as SAM-style wrappers and some loops do."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for i in range(steps):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
+        loss = model(x).square().mean()
+        loss.backward()
+        with (torch.no_grad() if i % 2 else torch.inference_mode()):
+            opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def test_odd_programs_run_on_unharmed(at, torch):
+    """No-grad optimizer steps, static/builtin forwards, a half-built module: same losses, no warning."""
+    model, _kept = Odd.models(torch)
+    plain = sam_like_train(torch, model, 6)
+    model, _kept = Odd.models(torch)
+    at.install(enabled="1", budget_pct=100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = sam_like_train(torch, model, 6)
+    assert traced == plain
+    assert not [str(w.message) for w in caught if "nvtx_autotrace" in str(w.message)]
+    rec = record_of(at.recorder)
+    assert rec["modules_ranged"] == 3  # the Sequential and its two Linears; Static and Builtin are left alone
+    assert {"forward 0 (Linear)", "backward 3 (Linear)"} <= set(module_names(at.recorder))
+
+
+def test_jit_script_and_a_new_model_after_the_first(at, torch):
+    at.install(enabled="1", budget_pct=100)
+    model = tiny(torch)
+    train(torch, model, 5)
+    scripted = torch.jit.script(torch.nn.Linear(2, 2))  # a wrapped class: TorchScript reads its real source
+    assert scripted(torch.ones(1, 2)).shape == (1, 2)
+    plain_linear_forward = torch.nn.Linear.forward.__wrapped__
+    del model
+    import gc
+
+    gc.collect()
+    train(torch, tiny(torch), 1)  # the next boundary drops the dead model's slots and unwraps its classes
+    assert torch.nn.Linear.forward is plain_linear_forward

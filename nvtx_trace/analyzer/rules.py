@@ -266,5 +266,5 @@ def _own_cost_note(a, subtracted: int) -> str:
     if subtracted <= 0:
         return ""
     inst = a.instrumentation
-    return (f" ({ms(subtracted)} more is nvtx_autotrace's own measured cost, {ms(inst.cost_ns_per_step)}/step "
-            f"for {inst.ranges_per_step:.0f} ranges, and is left out)")
+    return (f" ({ms(subtracted)} of it is nvtx_autotrace's own measured cost, {ms(inst.cost_ns_per_step)}/step "
+            f"for {inst.ranges_per_step:.0f} ranges, and is left out of the impact)")

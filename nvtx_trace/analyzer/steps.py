@@ -107,10 +107,11 @@ def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, l
     table["gpu_busy_ns"] = iv.Coverage((busy_by_pid or {}).get(pid, iv.empty())).measure(start, end)
     table["loader_wait_ns"] = iv.Coverage(loader_wait).measure(start, end)
     table["sync_wait_ns"] = iv.Coverage(sync_wait).measure(start, end)
+    settled = _before_instrumentation_settled(ranges, pid, start)  # also under a capture window's own warm-up
     if warmup_steps is None:
-        n_warm = max(detect_warmup(table["duration_ns"].to_numpy()), _before_instrumentation_settled(ranges, pid, start))
+        n_warm = max(detect_warmup(table["duration_ns"].to_numpy()), settled)
     else:
-        n_warm = min(warmup_steps, len(table))
+        n_warm = max(min(warmup_steps, len(table)), settled)
     table["warmup"] = np.arange(len(table)) < n_warm
     measured = tuple(what for what, given in (("gpu_busy", busy_by_pid), ("loader_wait", loader_waits),
                                               ("sync_wait", sync_calls)) if given is not None)
