@@ -19,7 +19,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from typing import Callable, Sequence
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.errors import NsysFailedError, NvtxTraceError, UsageError
+from nvtx_trace.target_python import python_probe as _python_probe
 
 Progress = Callable[[str], None]
 
@@ -158,43 +158,6 @@ def output_dir(opts: RunOptions, mode: str, now: float | None = None) -> Path:
 def _has_cuda_device() -> bool:
     """A cheap guess without importing torch: the NVIDIA driver's device node."""
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
-
-
-def _torch_has_cuda(spec) -> bool:
-    """Whether an installed torch is a CUDA build, without importing it (CPU wheels lack libtorch_cuda)."""
-    import glob
-
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    return bool(glob.glob(os.path.join(list(spec.submodule_search_locations)[0], "lib", "libtorch_cuda*")))
-
-
-def _python_probe(python: str) -> dict:
-    """nvtx version and whether nvtx_autotrace is importable, as ``python`` sees them (no torch import)."""
-    code = ("import importlib.metadata as m, importlib.util as u, json, glob, os\n"
-            "try:\n v = m.version('nvtx')\nexcept Exception:\n v = None\n"
-            "t = u.find_spec('torch')\n"
-            "c = bool(t and t.submodule_search_locations and glob.glob(os.path.join("
-            "list(t.submodule_search_locations)[0], 'lib', 'libtorch_cuda*')))\n"
-            "print(json.dumps({'nvtx': v, 'autotrace': u.find_spec('nvtx_autotrace') is not None, 'torch_cuda': c}))")
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
-        import importlib.metadata as md
-        import importlib.util
-
-        try:
-            version = md.version("nvtx")
-        except md.PackageNotFoundError:
-            version = None
-        return {"nvtx": version, "autotrace": importlib.util.find_spec("nvtx_autotrace") is not None,
-                "torch_cuda": _torch_has_cuda(importlib.util.find_spec("torch"))}
-    import json
-
-    try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return {"error": f"{python} does not run"}
 
 
 def _autotrace_env(opts: RunOptions) -> dict[str, str]:

@@ -23,6 +23,7 @@ from conftest import ROOT, ctrl_c_when, installed_nsys, need
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace import runner
 from nvtx_trace.errors import NsysNotFoundError
+from nvtx_trace.target_python import torch_has_cuda
 
 SCRIPTS = ROOT / "tests" / "scripts"
 SLOW = SCRIPTS / "slow_loader_train.py"
@@ -327,7 +328,7 @@ def test_auto_capture_mode_needs_a_cuda_build_of_torch_not_only_a_driver(ready, 
     monkeypatch.setattr(runner, "_python_probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": True})
     gpu = runner.plan_run(runner.RunOptions(out=tmp_path / "b", **opts), nsys=ready)
     assert gpu.env[runner.CAPTURE_ENV].endswith(":cuda")
-    assert runner._torch_has_cuda(importlib.util.find_spec("torch")) is False  # this machine: the CPU wheel
+    assert torch_has_cuda(importlib.util.find_spec("torch")) is False  # this machine: the CPU wheel
 
 
 def test_autotrace_depth_and_budget_reach_the_program_as_its_variables(ready, tmp_path):

@@ -34,6 +34,16 @@ class Instrumentation:
                 "method": self.method, "settings": self.settings}
 
 
+def depth_text(settings: dict) -> str:
+    """How deep module ranges went, in words ("" when the record does not say)."""
+    fwd, bwd = settings.get("forward_depth"), settings.get("backward_depth")
+    if fwd is None:
+        return ""
+    if fwd == -1:
+        return "no module ranges"
+    return f"module ranges to depth {fwd}, backward ranges " + ("none" if bwd == -1 else f"to depth {bwd}")
+
+
 def read_record(ranges: pd.DataFrame) -> dict | None:
     """The last well-formed instrumentation record in the trace, or None."""
     hit = name_mask(ranges["name"], lambda n: n.startswith(names.INSTRUMENTATION_PREFIX))

@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from nvtx_trace.analyzer import validity
 from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RANGE_EVENT_TYPES, RUNTIME, Reader
 
 GPU_OP_KINDS = list(GPU_OP_TABLES)  # code = index: 0 kernel, 1 memcpy, 2 memset
@@ -54,9 +55,6 @@ def api_base_name(name: str) -> str:
     return re.sub(r"_v\d+$", "", name)
 
 
-SESSION_SLACK_NS = 1_000_000_000
-
-
 class Trace:
     """Lazily decoded view of one export."""
 
@@ -72,36 +70,11 @@ class Trace:
 
     # ---- time and entities ---------------------------------------------------
     def in_session(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Rows whose times can be real: starting after 0, not ending before they start, and inside the
-        capture session (with a second of slack) when the export records it. Corrupt rows (int64-max or
-        negative stamps) would otherwise stretch the trace over centuries and flip every finding."""
-        ok = (start > 0) & (end >= start)
-        if self.session is not None:
-            lo, hi = self.session
-            ok &= (start >= lo - SESSION_SLACK_NS) & (end <= hi + SESSION_SLACK_NS)
-        return ok
+        return validity.plausible(start, end, self.session)
 
     @cached_property
     def session(self) -> tuple[int, int] | None:
-        """The capture session on the events' own clock, or None when it cannot be told.
-
-        Exports of a whole run stamp events on the session's clock (startTime..stopTime); exports of a
-        capture range stamp them from 0 to its duration. The first rows of the NVTX and kernel tables
-        say which; when neither base holds them, nothing is dropped for being outside.
-        """
-        if self.info.session is None:
-            return None
-        lo, hi = self.info.session
-        probes = []
-        for table in ("NVTX_EVENTS", GPU_OP_TABLES["kernel"]):
-            if self.reader.has(table, "start"):
-                row = self.reader.conn.execute(f"SELECT start FROM {table} WHERE start > 0 LIMIT 1").fetchone()
-                if row and isinstance(row[0], int):
-                    probes.append(row[0])
-        for base in ((lo, hi), (0, hi - lo)):
-            if probes and all(base[0] - SESSION_SLACK_NS <= p <= base[1] + SESSION_SLACK_NS for p in probes):
-                return base
-        return None
+        return validity.session_on_event_clock(self.reader)
 
     @cached_property
     def bounds(self) -> tuple[int, int]:
@@ -235,13 +208,8 @@ class Trace:
                 full[mask] = dom_names[mask] + ":" + full[mask]
                 df["name"] = pd.Categorical(full)
         df["open"] = df["end_ns"] < 0
-        # Ranges may begin before a capture range starts (nsys stamps them negative): only a range that ends
-        # before it starts, or lies wholly outside the session, is corrupt.
-        start, end, is_open = df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), df["open"].to_numpy()
-        bad = ~is_open & (end < start)
-        if self.session is not None:
-            lo, hi = self.session
-            bad |= (start > hi + SESSION_SLACK_NS) | (~is_open & (end < lo - SESSION_SLACK_NS))
+        bad = validity.corrupt_ranges(df["start_ns"].to_numpy(), df["end_ns"].to_numpy(), df["open"].to_numpy(),
+                                      self.session)
         if bad.any():
             self.warnings.append(f"{int(bad.sum())} NVTX range(s) ending before they start, or outside the capture "
                                  "session, were left out")

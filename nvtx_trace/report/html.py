@@ -27,6 +27,7 @@ import pandas as pd
 
 from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import ms, pct, size
+from nvtx_trace.analyzer.instrumentation import depth_text
 from nvtx_trace.errors import NvtxTraceError
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import stepchart, timeline
@@ -159,9 +160,9 @@ def _headline(d: dict) -> str:
             f" of step time</div></div>")
     inst = d.get("instrumentation")
     if inst:
+        depth = depth_text(inst.get("settings") or {})
         cost = inst["cost_ns_per_step"]
         median = s.get("step_ns_median")
-        settings = inst.get("settings") or {}
         cards.append(
             f"<div class='card'><div class='label'>nvtx_autotrace's own cost</div>"
             f"<div class='big'>{num(cost, ms(cost) if cost is not None else 'not measured', 'instrumentation.cost_ns_per_step')}"
@@ -169,8 +170,7 @@ def _headline(d: dict) -> str:
             f"</small></div>"
             f"<div>{num(inst['ranges_per_step'], format(inst['ranges_per_step'], '.0f'), 'instrumentation.ranges_per_step')}"
             f" ranges per step; {esc(inst['method'])}"
-            + (f"; module ranges to depth {esc(settings['forward_depth'])} (backward "
-               f"{esc(settings.get('backward_depth'))})" if "forward_depth" in settings else "")
+            + (f"; {esc(depth)}" if depth else "")
             + "</div></div>")
     causes = (d.get("idle_causes") or {}).get("window") or []
     if causes:

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nvtx_trace.analyzer.findings import ms, pct
+from nvtx_trace.analyzer.instrumentation import depth_text
 
 
 def _pct(x: float | None) -> str:
@@ -39,10 +40,9 @@ def render(a, console: Console) -> None:
         median = (a.steps.summary() or {}).get("step_ns_median") if a.steps else None
         share = f" ({pct(inst.cost_ns_per_step / median)} of the median step)" \
             if inst.cost_ns_per_step is not None and median else ""
-        depth = inst.settings.get("forward_depth")
+        depth = depth_text(inst.settings)
         console.print(f"Instrumentation: {inst.ranges_per_step:.0f} nvtx_autotrace ranges per step, {cost}{share}"
-                      + (f"; module ranges to depth {depth} (backward {inst.settings.get('backward_depth')})"
-                         if depth is not None else ""), highlight=False)
+                      + (f"; {depth}" if depth else ""), highlight=False)
     if a.window_causes is not None and len(a.window_causes):
         t = Table(title=f"Why the GPU idles ({a.window.get('source', '')})", title_justify="left", show_edge=False)
         several = a.window_causes["device_id"].nunique() > 1
