@@ -19,7 +19,10 @@ pytestmark = pytest.mark.torch
 sys.path.insert(0, str(ROOT / "tests" / "scripts"))
 
 
-def train(torch, model, steps: int, compile_backend: str | None = None):
+def train(torch, model, steps: int, compile_backend: str | None = None, step_context=None):
+    """A small SGD loop; ``step_context(i)`` wraps optimizer step i (e.g. no_grad, as SAM-style code does)."""
+    import contextlib
+
     torch.manual_seed(0)
     run = torch.compile(model, backend=compile_backend) if compile_backend else model
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -28,7 +31,8 @@ def train(torch, model, steps: int, compile_backend: str | None = None):
         x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
         loss = run(x).square().mean()
         loss.backward()
-        opt.step()
+        with step_context(i) if step_context else contextlib.nullcontext():
+            opt.step()
         opt.zero_grad()
         losses.append(loss.item())
     return losses
@@ -171,17 +175,7 @@ class Odd:
 
 def sam_like_train(torch, model, steps: int):
     """The optimizer steps under no_grad and inference_mode, as SAM-style wrappers and some loops do."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    for i in range(steps):
-        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
-        loss = model(x).square().mean()
-        loss.backward()
-        with (torch.no_grad() if i % 2 else torch.inference_mode()):
-            opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return losses
+    return train(torch, model, steps, step_context=lambda i: torch.no_grad() if i % 2 else torch.inference_mode())
 
 
 def test_odd_programs_run_on_unharmed(at, torch):
