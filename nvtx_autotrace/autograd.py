@@ -34,6 +34,7 @@ _open: dict[int, dict] = {}  # graph task id -> {_ModuleBackward: None} still op
 _queued: set[int] = set()
 _lock = threading.Lock()
 _current_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+GUARD = _registry.Guard("module backward")  # autograd runs these hooks: an error must not stop backward
 
 
 class _ModuleBackward:
@@ -55,7 +56,7 @@ class _ModuleBackward:
                 _open.setdefault(task, {})[self] = None
                 if task not in _queued:
                     _queued.add(task)
-                    torch.autograd.Variable._execution_engine.queue_callback(lambda: close_task(task))
+                    torch.autograd.Variable._execution_engine.queue_callback(GUARD.hook(lambda: close_task(task)))
         return None
 
     def end(self, _grad_outputs):
@@ -111,13 +112,15 @@ def output_node(out):
 
 def attach(name: str, in_node, out) -> None:
     """Leave the two hooks for one module call (called from the module forward hook)."""
+    if GUARD.off:
+        return
     out_node = output_node(out)
     if out_node is None or out_node is in_node:
         return  # no graph, or the module passed its input through
     rec = _ModuleBackward(name)
-    out_node.register_prehook(rec.start)
+    out_node.register_prehook(GUARD.hook(rec.start))
     if in_node is not None:
-        in_node.register_prehook(rec.end)
+        in_node.register_prehook(GUARD.hook(rec.end))
 
 
 def install(emit_backward: bool) -> None:

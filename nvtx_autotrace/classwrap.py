@@ -56,30 +56,60 @@ def wrapped_attribute(module) -> tuple[type, str] | None:
     return cls, "forward"
 
 
+def _enter(slot: Slot, args):
+    """Our part before the original forward: count, or push the range (and note the input's grad_fn)."""
+    if slot.counting:
+        slot.calls += 1
+        if torch.is_grad_enabled():
+            slot.grad_calls += 1
+    if not slot.ranged:
+        return False, None
+    node = autograd.input_node(args) if slot.with_backward and torch.is_grad_enabled() else None
+    _backend.push(slot.forward)
+    return True, node
+
+
+def _leave(slot: Slot, node, out) -> None:
+    if slot.with_backward and out is not None and torch.is_grad_enabled():
+        autograd.attach(slot.backward, node, out)
+
+
+def _failed(exc: BaseException) -> None:
+    """Our part raised: every module range goes, the program runs on."""
+    clear()
+    _registry.warn_once("patch-module", f"module ranges switched off after an internal error "
+                                        f"({type(exc).__name__}: {exc}); the program runs on")
+
+
 def _make(original, owner: type):
     """The wrapper, built to read only its closure, then given the original's globals: TorchScript
     (``torch.jit.script``) reads the original's source through ``__wrapped__`` and resolves its names
-    (``F``, ``Tensor``...) in the wrapper's globals, which therefore must be the original's."""
-    slots, is_compiling, grad_enabled, backend, ag = _slots, compiling, torch.is_grad_enabled, _backend, autograd
+    (``F``, ``Tensor``...) in the wrapper's globals, which therefore must be the original's.
+    Only ``original`` can raise into the program: errors of our part switch module ranges off."""
+    slots, is_compiling, enter, leave, failed, backend = _slots, compiling, _enter, _leave, _failed, _backend
 
     def forward(self, *args, **kwargs):
         slot = slots.get(id(self))
         if slot is None or slot.owner is not owner or is_compiling() or slot.ref() is not self:
             return original(self, *args, **kwargs)
-        if slot.counting:
-            slot.calls += 1
-            if grad_enabled():
-                slot.grad_calls += 1
-        if not slot.ranged:
+        try:
+            pushed, node = enter(slot, args)
+        except Exception as exc:  # noqa: BLE001
+            failed(exc)
             return original(self, *args, **kwargs)
-        node = ag.input_node(args) if slot.with_backward and grad_enabled() else None
-        backend.push(slot.forward)
+        if not pushed:
+            return original(self, *args, **kwargs)
         try:
             out = original(self, *args, **kwargs)
         finally:
-            backend.pop()
-        if slot.with_backward and out is not None and grad_enabled():
-            ag.attach(slot.backward, node, out)
+            try:
+                backend.pop()
+            except Exception as exc:  # noqa: BLE001
+                failed(exc)
+        try:
+            leave(slot, node, out)
+        except Exception as exc:  # noqa: BLE001
+            failed(exc)
         return out
 
     return types.FunctionType(forward.__code__, original.__globals__, original.__name__, None, forward.__closure__)

@@ -26,7 +26,7 @@ def creation_site(loader) -> str:
     """``file:line`` of the code that created ``loader`` (outside any of its own __init__s)."""
     frame = sys._getframe(1)
     while frame is not None and (frame.f_locals.get("self") is loader
-                                 or frame.f_code.co_filename == __file__):
+                                 or frame.f_code.co_filename in (__file__, _registry.__file__)):
         frame = frame.f_back
     if frame is None:
         return type(loader).__name__

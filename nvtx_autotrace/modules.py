@@ -142,11 +142,12 @@ def install(max_depth: int, backward_modules: bool) -> None:
     from torch.nn.modules import module as module_mod
 
     hooks = _Hooks(max_depth, backward_modules)
-    h1 = module_mod.register_module_forward_pre_hook(hooks.pre)
+    guard = _registry.Guard("module")
+    h1 = module_mod.register_module_forward_pre_hook(guard.hook(hooks.pre))
     try:
-        h2 = module_mod.register_module_forward_hook(hooks.post, always_call=True)
+        h2 = module_mod.register_module_forward_hook(guard.hook(hooks.post), always_call=True)
     except TypeError:  # torch < 2.1: no always_call; a raising forward leaves its range open
-        h2 = module_mod.register_module_forward_hook(hooks.post)
+        h2 = module_mod.register_module_forward_hook(guard.hook(hooks.post))
     _registry.on_undo(h1.remove)
     _registry.on_undo(h2.remove)
     _registry.on_undo(_tables.clear)

@@ -41,8 +41,9 @@ def install(emit_ranges: bool) -> None:
         if steps.is_lead(optimizer):
             steps.boundary()
 
-    h1 = opt_mod.register_optimizer_step_pre_hook(pre)
-    h2 = opt_mod.register_optimizer_step_post_hook(post)
+    guard = _registry.Guard("optimizer.step")
+    h1 = opt_mod.register_optimizer_step_pre_hook(guard.hook(pre))
+    h2 = opt_mod.register_optimizer_step_post_hook(guard.hook(post))
     _registry.on_undo(h1.remove)
     _registry.on_undo(h2.remove)
 

@@ -67,9 +67,10 @@ def torch():
 def at(torch):
     """nvtx_autotrace, uninstalled, with a Recorder ready (``at.recorder``); uninstalled again afterwards."""
     import nvtx_autotrace
-    from nvtx_autotrace import _backend
+    from nvtx_autotrace import _backend, _registry
 
     nvtx_autotrace.uninstall()
+    _registry._warned.clear()  # each test sees its own once-per-process warnings
     rec = _backend.Recorder()
     nvtx_autotrace.use_backend(rec)
     nvtx_autotrace.recorder = rec

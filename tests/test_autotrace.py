@@ -327,3 +327,42 @@ def test_a_cuda_capture_window_without_cuda_never_stops_the_program(torch):
                            capture_output=True, text=True, timeout=300)
     assert [l for l in proc.stdout.splitlines() if l.startswith("loss")] == \
         [l for l in plain.stdout.splitlines() if l.startswith("loss")]
+
+
+FAULTS = [  # (module, attribute): an internal helper each instrumentation feature calls while the program runs
+    ("nvtx_trace.names", "optimizer_step"),  # optimizer step hooks
+    ("nvtx_trace.names", "zero_grad"),  # Optimizer.zero_grad wrapper
+    ("nvtx_trace.names", "loader_wait"),  # DataLoader iterator __next__ wrapper
+    ("nvtx_trace.names", "worker_fetch"),  # fetch wrapper in the DataLoader workers
+    ("nvtx_trace.names", "step"),  # step ranges at each boundary
+    ("nvtx_autotrace.copies", "target_type"),  # Tensor.to wrapper
+    ("nvtx_autotrace.autograd", "input_node"),  # class forward wrappers (module ranges)
+    ("nvtx_autotrace.autograd", "output_node"),  # backward hooks left by a module forward
+    ("nvtx_autotrace.autograd", "_current_task"),  # autograd node pre-hooks, run by the engine
+    ("nvtx_autotrace.budget", "find_roots"),  # step-boundary callback: looking for the model
+    ("nvtx_autotrace.budget", "calibrate"),  # step-boundary callback: measuring unit costs
+]
+
+
+@pytest.mark.parametrize("where", FAULTS, ids=[f"{m.rsplit('.', 1)[1]}.{a}" for m, a in FAULTS])
+def test_fault_injection_each_feature_fails_alone_and_the_program_runs_on(at, torch, monkeypatch, where):
+    """Each feature's helper raises on every call: that feature switches itself off with one warning,
+    and training completes with bitwise-identical losses (workers forked, so they inherit the fault)."""
+    import importlib
+
+    train = cpu_train().train
+    plain = train(steps=6, workers=2)
+    module, attr = where
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError(f"injected fault in {attr}")
+
+    monkeypatch.setattr(importlib.import_module(module), attr, broken)
+    at.install(enabled="1", budget_pct=100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = train(steps=6, workers=2)
+    assert [x.hex() for x in traced] == [x.hex() for x in plain]
+    ours = [str(w.message) for w in caught if str(w.message).startswith("nvtx_autotrace")]
+    if attr != "worker_fetch":  # the workers' warning goes to their own stderr
+        assert ours and all("switched off" in m for m in ours), ours

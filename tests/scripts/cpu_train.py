@@ -71,6 +71,7 @@ def train(steps: int = 6, workers: int = 2, batch: int = 8, start_method: str | 
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     losses = []
     for x, y in loader:
+        x = x.to(torch.float32)  # a dtype conversion, as loops do: passes the Tensor.to wrapper
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
