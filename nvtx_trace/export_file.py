@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from nvtx_trace.errors import BadReportError
+from nvtx_trace.output_paths import describe_unreadable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 EXPORT_MARKERS = {"EXPORT_META_DATA", "META_DATA_EXPORT", "TARGET_INFO_SYSTEM_ENV", "ANALYSIS_DETAILS"}
@@ -51,7 +52,8 @@ def open_export(path) -> tuple[sqlite3.Connection, set[str]]:
     """Checked read-only connection and the export's table names; BadReportError with one clear line otherwise."""
     path = Path(path)
     if not path.exists():
-        raise _fail(path, "no such file", "check the path")
+        problem = describe_unreadable(path)
+        raise _fail(path, problem or "no such file", "pass the report file itself" if problem else "check the path")
     if path.is_dir():
         raise _fail(path, "is a directory, not a report", "pass the .sqlite (or .nsys-rep) file inside it")
     try:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from nvtx_trace.errors import BadReportError, UsageError
 from nvtx_trace.export_file import open_export
+from nvtx_trace.output_paths import check_outputs
 
 REDACTED = "[redacted]"
 
@@ -130,14 +131,7 @@ def redact(report, out, force: bool = False) -> RedactSummary:
 
 
 def _check_paths(report: Path, out: Path, force: bool) -> None:
-    if report.exists() and out.exists() and os.path.samefile(report, out) or out.resolve() == report.resolve():
-        raise UsageError(f"{out} is the input report; choose another output path")
-    if out.is_dir():
-        raise UsageError(f"{out} is a directory; give the output file's path")
-    if out.exists() and not force:
-        raise UsageError(f"{out} already exists; pass --force to overwrite it")
-    if not out.parent.exists():
-        raise UsageError(f"{out.parent} does not exist; create it first")
+    check_outputs([out], [report], force)
 
 
 def _open_export(path: Path) -> sqlite3.Connection:

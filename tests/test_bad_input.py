@@ -279,3 +279,38 @@ def test_a_wal_mode_export_is_read_whole_and_nothing_is_written_beside_it(tmp_pa
     strip = lambda d: {k: v for k, v in json.loads(d).items() if k != "report"}  # noqa: E731
     assert strip(got.stdout) == strip(want.stdout)
     assert {p.name: digest(p) for p in folder.iterdir()} == before  # no -shm, nothing changed
+
+
+@pytest.mark.parametrize("case", ["hard_link", "symlink_loop_report"])
+def test_redact_never_writes_over_its_input(tmp_path, case):
+    report = copy_of_sample(tmp_path)
+    before = digest(report)
+    if case == "hard_link":
+        os.link(report, tmp_path / "copy.sqlite")
+        proc = run_cli("redact", report, "-o", tmp_path / "copy.sqlite", "--force")
+        assert_one_clear_line(proc, "the same file")
+    else:
+        os.symlink(tmp_path / "b.sqlite", tmp_path / "a.sqlite")
+        os.symlink(tmp_path / "a.sqlite", tmp_path / "b.sqlite")
+        assert_one_clear_line(run_cli("redact", tmp_path / "a.sqlite", "-o", tmp_path / "out.sqlite"), "loop")
+    assert digest(report) == before
+
+
+@pytest.mark.parametrize("case", ["under_a_file", "unwritable"])
+def test_run_refuses_an_output_folder_it_cannot_write_before_running_anything(tmp_path, case):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    if case == "under_a_file":
+        out = blocker / "out"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root may write anywhere: a read-only folder cannot be made here")
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        out = ro / "out"
+    marker = tmp_path / "ran"
+    script = tmp_path / "t.py"
+    script.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    proc = run_cli("run", "--out", out, "--no-autotrace", script)
+    assert_one_clear_line(proc, "--out")
+    assert not marker.exists()
