@@ -17,7 +17,7 @@ ENV_PREFIX = "NVTX_AUTOTRACE"
 class Options:
     enabled: str = "auto"  # NVTX_AUTOTRACE: auto (only under a profiler) | 1 (always) | 0 (never)
     module_depth: int | None = None  # NVTX_AUTOTRACE_MODULE_DEPTH: auto (None: budgeted) | N (deepest path) | -1 (all)
-    budget_pct: float = 1.0  # NVTX_AUTOTRACE_BUDGET_PCT: module ranges' cost allowed, % of a plain step (auto depth)
+    budget_pct: float = 0.5  # NVTX_AUTOTRACE_BUDGET_PCT: module ranges' estimated cost allowed, % of a plain step
     modules: bool = True  # NVTX_AUTOTRACE_MODULES: module forward ranges
     backward_modules: bool = True  # NVTX_AUTOTRACE_BACKWARD_MODULES: per-module backward ranges
     dataloader: bool = True  # NVTX_AUTOTRACE_DATALOADER: batch waits and worker fetches

@@ -38,7 +38,7 @@ def run(
         None, "--autotrace-depth",
         help="Module range depth: auto (default: chosen to cost <= --autotrace-budget), N, or -1 (all; costly)."),
     autotrace_budget: Optional[float] = typer.Option(
-        None, "--autotrace-budget", help="With depth auto: module ranges may cost this % of a step (default 1)."),
+        None, "--autotrace-budget", help="With depth auto: module ranges may cost this % of a step (default 0.5)."),
     trace: Optional[str] = typer.Option(
         None, "--trace", "-t", help="nsys -t list (default: cuda,nvtx,osrt,cudnn,cublas where supported)."),
     nsys_args: Optional[str] = typer.Option(
