@@ -60,3 +60,22 @@ def check_outputs(outputs: list[Path], inputs: list[Path], force: bool) -> None:
             raise UsageError(f"{parent} is a file, not a folder; choose another output path")
         if not os.access(parent, os.W_OK | os.X_OK):
             raise UsageError(f"{parent} is not writable; choose another output path")
+
+
+def write_atomically(path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it and a rename: a reader, or a second
+    writer of the same file, never sees half of it, and an interrupted write leaves the old file whole."""
+    import tempfile
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

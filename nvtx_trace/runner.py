@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.errors import NsysFailedError, NvtxTraceError, UsageError
-from nvtx_trace.output_paths import describe_unreadable
+from nvtx_trace.output_paths import describe_unreadable, write_atomically
 from nvtx_trace.target_python import python_probe as _python_probe
 
 Progress = Callable[[str], None]
@@ -397,7 +397,7 @@ def write_summaries(result: RunResult, html: bool = True, progress: Progress | N
     from nvtx_trace.report import json as json_report
 
     out = result.plan.path("summary.json")
-    out.write_text(json_report.render(result.analysis))
+    write_atomically(out, json_report.render(result.analysis))
     result.written.append(out)
     if not html:
         return

@@ -314,3 +314,16 @@ def test_run_refuses_an_output_folder_it_cannot_write_before_running_anything(tm
     proc = run_cli("run", "--out", out, "--no-autotrace", script)
     assert_one_clear_line(proc, "--out")
     assert not marker.exists()
+
+
+def test_two_analyses_writing_one_file_leave_one_whole_file(tmp_path):
+    """Concurrent writers of one --json path: writes go through a temporary file and a rename, so the file
+    is always one whole summary, never two interleaved, and no temporary file is left behind."""
+    out = tmp_path / "summary.json"
+    procs = [subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(SAMPLE), "--json", str(out),
+                               "--force"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert all("Traceback" not in e for e in errs), errs
+    assert json.loads(out.read_text())["schema_version"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]

@@ -10,7 +10,7 @@ import typer
 
 from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.errors import BadReportError, UsageError
-from nvtx_trace.output_paths import check_outputs, describe_unreadable
+from nvtx_trace.output_paths import check_outputs, describe_unreadable, write_atomically
 
 
 def analyze(
@@ -51,7 +51,7 @@ def analyze(
                               warmup_steps=warmup_steps, nsys=nsys)
     # Files first: a closed stdout (`| head -1`) must not cost the user the files they asked for.
     if json_out and json_out != "-":
-        Path(json_out).write_text(json_report.render(result))
+        write_atomically(json_out, json_report.render(result))
         err.print(f"Wrote {json_out}")
     if html_out:
         from nvtx_trace.report import html

@@ -28,6 +28,7 @@ import pandas as pd
 from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import ms, pct, size
 from nvtx_trace.analyzer.instrumentation import depth_text
+from nvtx_trace.output_paths import write_atomically
 from nvtx_trace.errors import NvtxTraceError
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import stepchart, timeline
@@ -110,7 +111,7 @@ def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread
 
 def write(a, path, max_points: int = timeline.DEFAULT_MAX_POINTS) -> Path:
     path = Path(path)
-    path.write_text(render(a, max_points=max_points), encoding="utf-8")
+    write_atomically(path, render(a, max_points=max_points))
     return path
 
 
