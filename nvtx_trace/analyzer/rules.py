@@ -263,8 +263,12 @@ def _after_own_cost(a, cause_ns: dict) -> float:
 
 
 def _own_cost_note(a, subtracted: int) -> str:
+    inst = a.instrumentation
+    if inst is not None and inst.cost_ns_per_step is None and inst.module_ranges_per_step >= 1:
+        return (f" (this report carries {inst.module_ranges_per_step:.0f} nvtx_autotrace module ranges per step "
+                "whose cost was not measured: it was captured before the instrumentation measured itself; "
+                "capture it again to have that cost measured and left out)")
     if subtracted <= 0:
         return ""
-    inst = a.instrumentation
     return (f" ({ms(subtracted)} of it is nvtx_autotrace's own measured cost, {ms(inst.cost_ns_per_step)}/step "
             f"for {inst.ranges_per_step:.0f} ranges, and is left out of the impact)")
