@@ -56,6 +56,8 @@ def open_export(path) -> tuple[sqlite3.Connection, set[str]]:
         raise _fail(path, problem or "no such file", "pass the report file itself" if problem else "check the path")
     if path.is_dir():
         raise _fail(path, "is a directory, not a report", "pass the .sqlite (or .nsys-rep) file inside it")
+    if not path.is_file():  # a FIFO or a device: reading it could block forever or never end
+        raise _fail(path, "is not a regular file", "pass the .sqlite export itself")
     try:
         with open(path, "rb") as fh:
             head = fh.read(100)

@@ -327,3 +327,56 @@ def test_two_analyses_writing_one_file_leave_one_whole_file(tmp_path):
     assert all("Traceback" not in e for e in errs), errs
     assert json.loads(out.read_text())["schema_version"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+
+
+def _fifo(tmp):
+    p = tmp / "pipe.sqlite"
+    os.mkfifo(p)
+    return p
+
+
+HOSTILE = {  # name: (argv with {tmp}/{sample}/{report} placeholders, or a maker, words the one line must hold)
+    "report_is_a_fifo": (lambda t: ["analyze", _fifo(t)], "not a regular file"),
+    "report_is_a_char_device": (lambda t: ["analyze", "/dev/null"], "not a regular file"),
+    "nsys_rep_without_a_usable_nsys": (lambda t: ["analyze", _garbage(t, "r.nsys-rep"), "--nsys", t / "no-nsys"], ""),
+    "html_max_points_too_small": (lambda t: ["analyze", SAMPLE, "--html-max-points", "5"], "--html-max-points"),
+    "json_parent_missing": (lambda t: ["analyze", SAMPLE, "--json", t / "no" / "x.json"], "does not exist"),
+    "json_empty_path": (lambda t: ["analyze", SAMPLE, "--json", ""], "empty path"),
+    "warmup_steps_negative": (lambda t: ["analyze", SAMPLE, "--warmup-steps", "-3"], "--warmup-steps"),
+    "run_missing_script": (lambda t: ["run", t / "nope.py"], "no such script"),
+    "run_missing_python": (lambda t: ["run", "--python", t / "no-python", _script(t)], "not found"),
+    "run_missing_nsys": (lambda t: ["run", "--nsys", t / "no-nsys", _script(t)], "nsys"),
+    "run_window_half_given": (lambda t: ["run", "--warmup-steps", "1", _script(t)], "--warmup-steps N and --steps M"),
+    "run_window_zero_steps": (lambda t: ["run", "--warmup-steps", "0", "--steps", "0", _script(t)], "--steps"),
+    "run_bad_capture_mode": (lambda t: ["run", "--warmup-steps", "1", "--steps", "1", "--capture-mode", "x",
+                                        _script(t)], "--capture-mode"),
+    "run_bad_autotrace_depth": (lambda t: ["run", "--autotrace-depth", "deep", _script(t)], "--autotrace-depth"),
+    "run_zero_autotrace_budget": (lambda t: ["run", "--autotrace-budget", "0", _script(t)], "--autotrace-budget"),
+    "run_depth_without_autotrace": (lambda t: ["run", "--no-autotrace", "--autotrace-depth", "1", _script(t)],
+                                    "--no-autotrace"),
+    "redact_missing_report": (lambda t: ["redact", t / "none.sqlite", "-o", t / "o.sqlite"], "no such file"),
+    "redact_output_exists": (lambda t: ["redact", SAMPLE, "-o", _garbage(t, "exists.sqlite")], "already exists"),
+    "redact_output_is_a_directory": (lambda t: ["redact", SAMPLE, "-o", t, "--force"], "directory"),
+}
+
+
+def _garbage(tmp, name):
+    p = tmp / name
+    p.write_bytes(b"not a report")
+    return p
+
+
+def _script(tmp):
+    p = tmp / "train.py"
+    p.write_text("print('ran')\n")
+    return p
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_invocations_get_one_clear_line(tmp_path, case):
+    make, words = HOSTILE[case]
+    before = digest(SAMPLE)
+    proc = run_cli(*make(tmp_path))
+    assert_one_clear_line(proc, *([words] if words else []))
+    assert "ran" not in proc.stdout  # nothing was run
+    assert digest(SAMPLE) == before

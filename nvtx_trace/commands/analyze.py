@@ -40,6 +40,9 @@ def analyze(
     if html_max_points < 100:
         raise UsageError(f"--html-max-points must be at least 100 (got {html_max_points})")
     check_analysis_options(min_gap_ms, loader_pattern, warmup_steps)
+    for flag, value in (("--json", json_out), ("--html", html_out)):
+        if value is not None and not str(value).strip():
+            raise UsageError(f"{flag} was given an empty path; give a file path" + (" or '-'" if flag == "--json" else ""))
     problem = describe_unreadable(report)
     if problem:
         raise BadReportError(f"{report} {problem}; pass the report file itself")
