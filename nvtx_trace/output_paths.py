@@ -79,3 +79,50 @@ def write_atomically(path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+LOCK_NAME = ".nvtx-trace-run.lock"
+
+
+def claim_folder(folder: Path):
+    """Take ``folder`` for one run: a second run into it while the first is alive is refused (one line),
+    not interleaved. A lock left by a run that died is taken over. Returns the function that releases it."""
+    lock = Path(folder) / LOCK_NAME
+    for _attempt in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or "0")
+            except (OSError, ValueError):
+                pid = 0
+            if pid > 0 and _alive(pid):
+                raise UsageError(f"{folder} is being written by another nvtx-trace run (pid {pid}); "
+                                 "choose another --out") from None
+            lock.unlink(missing_ok=True)  # stale: its run is gone
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        return lambda: lock.unlink(missing_ok=True)
+    raise UsageError(f"{folder} is being claimed by another nvtx-trace run; choose another --out")
+
+
+def check_unclaimed(folder: Path) -> None:
+    """Refuse, before anything starts, a folder another live run is writing."""
+    lock = Path(folder) / LOCK_NAME
+    try:
+        pid = int(lock.read_text().strip() or "0")
+    except (OSError, ValueError):
+        return
+    if pid > 0 and pid != os.getpid() and _alive(pid):
+        raise UsageError(f"{folder} is being written by another nvtx-trace run (pid {pid}); choose another --out")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.errors import NsysFailedError, NvtxTraceError, UsageError
-from nvtx_trace.output_paths import describe_unreadable, write_atomically
+from nvtx_trace.output_paths import check_unclaimed, claim_folder, describe_unreadable, write_atomically
 from nvtx_trace.target_python import python_probe as _python_probe
 
 Progress = Callable[[str], None]
@@ -147,6 +147,7 @@ def output_dir(opts: RunOptions, mode: str, now: float | None = None) -> Path:
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out} is a file; give a folder")
         _check_writable(out)
+        check_unclaimed(out)
         taken = [n for n in OUTPUT_NAMES if (out / n).exists()]
         if taken and not opts.force:
             raise UsageError(f"{out} already holds {', '.join(taken)}; choose another --out or pass --force")
@@ -346,8 +347,16 @@ def write_sitecustomize(directory: Path) -> Path:
 
 def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
     """Profile, then (even when the program failed or was interrupted) import, export, analyze and write."""
-    opts = plan.options or RunOptions(target=plan.argv)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
+    release = claim_folder(plan.out_dir)
+    try:
+        return _execute(plan, progress)
+    finally:
+        release()
+
+
+def _execute(plan: Plan, progress: Progress | None) -> RunResult:
+    opts = plan.options or RunOptions(target=plan.argv)
     try:
         prof = nsys_mod.profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra,
                                 env=plan.env, progress=progress)

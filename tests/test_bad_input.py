@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -380,3 +381,27 @@ def test_hostile_invocations_get_one_clear_line(tmp_path, case):
     assert_one_clear_line(proc, *([words] if words else []))
     assert "ran" not in proc.stdout  # nothing was run
     assert digest(SAMPLE) == before
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused_and_the_first_completes(tmp_path):
+    """Two `run`s into one --out: the second is one clear line (even with --force), the first is untouched."""
+    from conftest import installed_nsys
+
+    installed_nsys()
+    script = tmp_path / "slow.py"
+    script.write_text("import time\ntime.sleep(6)\nprint('first done')\n")
+    out = tmp_path / "out"
+    first = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "run", "--no-autotrace", "--trace", "osrt",
+                              "--out", str(out), str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    lock = out / ".nvtx-trace-run.lock"
+    for _ in range(200):
+        if lock.exists() or first.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert lock.exists(), first.communicate()[1][-2000:]
+    second = run_cli("run", "--no-autotrace", "--trace", "osrt", "--out", out, "--force", _script(tmp_path))
+    assert_one_clear_line(second, "being written by another nvtx-trace run")
+    stdout, stderr = first.communicate(timeout=300)
+    assert "first done" in stdout and "Traceback" not in stderr
+    assert (out / "report.nsys-rep").exists() and not lock.exists()
