@@ -126,3 +126,14 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def check_folder_writable(folder: Path) -> None:
+    """The folder, or the nearest existing folder above it, must be writable: found now, not after the run."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise UsageError(f"{probe} is a file, so {folder} cannot be created; choose another --out")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{probe} is not writable, so the outputs cannot go to {folder}; choose another --out")

@@ -29,7 +29,8 @@ from typing import Callable, Sequence
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.errors import NsysFailedError, NvtxTraceError, UsageError
-from nvtx_trace.output_paths import check_unclaimed, claim_folder, describe_unreadable, write_atomically
+from nvtx_trace.output_paths import (check_folder_writable, check_unclaimed, claim_folder, describe_unreadable,
+                                     write_atomically)
 from nvtx_trace.target_python import python_probe as _python_probe
 
 Progress = Callable[[str], None]
@@ -146,7 +147,7 @@ def output_dir(opts: RunOptions, mode: str, now: float | None = None) -> Path:
             raise UsageError(f"--out {out} {problem}; give a folder")
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out} is a file; give a folder")
-        _check_writable(out)
+        check_folder_writable(out)
         check_unclaimed(out)
         taken = [n for n in OUTPUT_NAMES if (out / n).exists()]
         if taken and not opts.force:
@@ -154,23 +155,12 @@ def output_dir(opts: RunOptions, mode: str, now: float | None = None) -> Path:
         return out.resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     base = Path(opts.out_root) / f"{run_name(opts.target, mode)}-{stamp}"
-    _check_writable(base)
+    check_folder_writable(base)
     out, n = base, 1
     while out.exists():
         n += 1
         out = base.with_name(f"{base.name}-{n}")
     return out.resolve()
-
-
-def _check_writable(folder: Path) -> None:
-    """The folder, or the nearest existing folder above it, must be writable: found now, not after the run."""
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        raise UsageError(f"{probe} is a file, so {folder} cannot be created; choose another --out")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"{probe} is not writable, so the outputs cannot go to {folder}; choose another --out")
 
 
 def _has_cuda_device() -> bool:
