@@ -24,8 +24,10 @@ def build_findings(a) -> list:
     out += _layout(a)
     out += _pageable(a)
     out += _sync(a, cause_ns.get("sync", 0), gpu_ns)
-    out += _cpu_overhead(a, cause_ns, gpu_ns)
-    out += _launch_bound(a, window_ns)
+    short = {dev.device_id: _short_idle(a, dev) for dev in a.idle.devices} if a.idle and a.window else {}
+    keep = _after_own_cost(a, cause_ns, sum(s[0] for s in short.values()))
+    out += _cpu_overhead(a, cause_ns, gpu_ns, keep)
+    out += _launch_bound(a, window_ns, short, keep)
     return sorted(out, key=lambda f: f.impact_ns, reverse=True)
 
 
@@ -185,9 +187,8 @@ def _sync(a, idle_ns: int, window_ns: int) -> list[Finding]:
 CPU_CAUSES = ("cuda_api", "optimizer", "backward", "forward", "other_range", "unattributed")
 
 
-def _cpu_overhead(a, cause_ns: dict, window_ns: int) -> list[Finding]:
+def _cpu_overhead(a, cause_ns: dict, window_ns: int, keep: float) -> list[Finding]:
     out = []
-    keep = _after_own_cost(a, cause_ns)
     for cause in CPU_CAUSES:
         raw = cause_ns.get(cause, 0)
         ns = int(raw * keep)
@@ -214,16 +215,14 @@ def _short_idle(a, dev):
     return short_idle, n_short, float(np.median(h1[inside] - h0[inside])) if n_short else 0.0
 
 
-def _launch_bound(a, window_ns: int) -> list[Finding]:
+def _launch_bound(a, window_ns: int, short: dict, keep: float) -> list[Finding]:
     """Idle time too finely chopped for the gap analysis: many gaps shorter than --min-gap-ms."""
     if not a.idle or not a.window:
         return []
     out = []
-    keep = _after_own_cost(a, a.window_causes.groupby("cause")["idle_ns"].sum().to_dict()
-                           if a.window_causes is not None and len(a.window_causes) else {})
     for dev in a.idle.devices:
         busy = int(round(a.window_utilization.get(dev.device_id, 0.0) * window_ns))
-        raw, n_short, median = _short_idle(a, dev)
+        raw, n_short, median = short[dev.device_id]
         short_idle = int(raw * keep)
         if short_idle < THRESHOLDS["min_impact_ns"] or short_idle < THRESHOLDS["launch_bound_fraction"] * window_ns:
             continue
@@ -248,7 +247,7 @@ def own_cost_ns(a) -> int:
     return int(inst.cost_ns_per_step * len(a.steps.steady) * max(1, len(a.idle.devices) if a.idle else 1))
 
 
-def _after_own_cost(a, cause_ns: dict) -> float:
+def _after_own_cost(a, cause_ns: dict, short_idle_ns: int) -> float:
     """Share of CPU-bound idle time left once the instrumentation's own CPU time is taken out.
 
     When the CPU limits the loop, each ns the ranges cost can idle the GPU for at most one ns;
@@ -258,7 +257,7 @@ def _after_own_cost(a, cause_ns: dict) -> float:
     if not own or not a.idle:
         return 1.0
     pool = sum(cause_ns.get(c, 0) for c in CPU_CAUSES)
-    pool += sum(_short_idle(a, dev)[0] for dev in a.idle.devices)
+    pool += short_idle_ns
     return max(0.0, 1.0 - own / pool) if pool else 1.0
 
 
