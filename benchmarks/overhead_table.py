@@ -78,6 +78,15 @@ def one_run(config: str, program: list[str], nsys: str | None, env: dict, log) -
             row["ranges_per_step"] = inst.get("ranges_per_step")
             row["cost_ns_per_step"] = inst.get("cost_ns_per_step")
             row["method"] = inst.get("method")
+            data = json.loads(summary.read_text())
+            findings = data.get("findings") or []
+            tr = data.get("transposes") or {}
+            if tr.get("time_ns"):  # how much transpose time the module ranges attribute, by phase
+                by_phase = {}
+                for m in tr.get("modules") or []:
+                    by_phase[m["phase"]] = by_phase.get(m["phase"], 0) + m["time_ns"]
+                row["transposes_attributed"] = {k: round(v / tr["time_ns"], 3) for k, v in by_phase.items()}
+            row["findings"] = [f"{f.get('kind')}:{(f.get('impact_ns') or 0) / 1e6:.0f}ms" for f in findings[:3]]
         return row
 
 
@@ -112,7 +121,8 @@ def main(argv=None) -> int:
                     row = one_run(c, PROGRAMS[pr], args.nsys, env, log)
                     runs[(pr, c)].append(row)
                     print(f"round {rnd + 1} {pr:18s} {c:14s} step {row['step_ms']} ms  rc {row['rc']}  "
-                          f"wall {row['wall_s']:.0f} s  est {row.get('cost_ns_per_step')}", flush=True)
+                          f"wall {row['wall_s']:.0f} s  est {row.get('cost_ns_per_step')}  "
+                          f"findings {row.get('findings')}  transposes {row.get('transposes_attributed')}", flush=True)
     print("\n| program | plain ms | nsys ms | tool ms | tool vs nsys | tool vs plain | autograd-nvtx vs nsys "
           "| ranges/step | self-estimate ms | measured tool-nsys ms |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -35,6 +35,7 @@ from nvtx_autotrace import _backend, _registry, autograd, classwrap, modules, st
 CLOCK = time.perf_counter_ns  # wall time of the calling thread: what the training step pays
 COUNT_STEPS = 2  # steps whose module calls are counted and timed before ranges are chosen
 FIND_ROOTS_UNTIL = 5  # give up looking for a model after this many steps
+MAX_REFERENCE_STEPS = 64  # steps timed after the choice, for the pace outside a capture window
 
 
 def find_roots(optimizer=None) -> list[torch.nn.Module]:
@@ -80,11 +81,13 @@ class Budget:
         self.record: dict | None = None
         self.discovery_ns = 0
         self.done = False
+        self.marks: dict[int, float] = {}  # step -> when it began, once ranges are chosen (reference steps)
 
     def on_boundary(self, n: int) -> None:
         """Step ``n`` begins (step n-1's optimizer step just ended)."""
         if self.done:
             classwrap.keep_only(lambda s: True)  # modules freed since (a new model in a sweep): unwrap their classes
+            self.mark(n)
             return
         now = time.perf_counter()
         if self.count_from is None:
@@ -109,6 +112,20 @@ class Budget:
                 classwrap.clear()
                 _registry.warn_once("budget", f"module ranges switched off: choosing them failed "
                                               f"({type(exc).__name__}: {exc})")
+            self.mark(n)  # after the calibration: the reference steps start clean
+
+    def mark(self, n: int) -> None:
+        if len(self.marks) < MAX_REFERENCE_STEPS + 1:
+            self.marks.setdefault(n, time.perf_counter())
+
+    def reference(self, until: int) -> tuple[int, int]:
+        """(median ns, count) of the steps run with the chosen ranges before step ``until``: before a capture
+        window opens they run without the profiler's CUDA tracing, so they show the program's own pace."""
+        self.mark(until)
+        durations = sorted(self.marks[k + 1] - self.marks[k] for k in self.marks if k + 1 in self.marks and k < until)
+        if len(durations) < 2:
+            return 0, len(durations)
+        return int(statistics.median(durations) * 1e9), len(durations)
 
     def _count(self, roots) -> None:
         for root in roots:
@@ -262,3 +279,12 @@ def install(budget_pct: float, backward_modules: bool) -> None:
 def current_record() -> dict | None:
     """What the budget measured and chose (None until step 3 begins)."""
     return _current.record if _current is not None else None
+
+
+def record_at_capture(step: int) -> dict | None:
+    """The record, plus the pace of the steps run between the choice and the capture window opening at ``step``."""
+    record = current_record()
+    if record is None:
+        return None
+    ns, n = _current.reference(step)
+    return {**record, "outside_capture_steps": n, **({"outside_capture_step_ns": ns} if ns else {})}

@@ -84,11 +84,12 @@ def _stop(mode: str) -> None:
         nvtx.pop_range(domain=DOMAIN)
 
 
-def _repeat_instrumentation_record(_mode: str) -> None:
-    """The budget's record (measured before the window opened) again, inside it: the analyzer needs it."""
+def _repeat_instrumentation_record(step: int) -> None:
+    """The budget's record (measured before the window opened) again, inside it: the analyzer needs it, and
+    the pace of the steps just before the window (no CUDA tracing yet) tells it what the profiler costs."""
     from nvtx_autotrace import budget
 
-    record = budget.current_record()
+    record = budget.record_at_capture(step)
     if record is not None:
         budget.emit(record)
 
@@ -101,7 +102,7 @@ def _on_boundary(step: int) -> None:
     if step == first and not _state["started"]:
         _safely("start", _start, mode)
         _state["started"] = True
-        _safely("record", _repeat_instrumentation_record, mode)
+        _safely("record", lambda _mode: _repeat_instrumentation_record(step), mode)
     elif step >= first + count and _state["started"] and not _state["stopped"]:
         _safely("stop", _stop, mode)
         _state["stopped"] = True

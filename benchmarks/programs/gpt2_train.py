@@ -147,6 +147,7 @@ def main(argv=None) -> int:
         if it % 10 == 0:
             print(f"iter {it}: loss {lossf:.4f}, {times[-1]:.1f} ms", flush=True)
     med = statistics.median(times[args.warmup:])
+    print("STEPS " + " ".join(f"{t:.1f}" for t in times), flush=True)
     print(f"BENCH program=gpt2 step_ms={med:.3f} steps={args.steps} final_loss={lossf:.6f}", flush=True)
     return 0
 

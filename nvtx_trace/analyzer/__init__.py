@@ -15,6 +15,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
@@ -193,6 +194,13 @@ def _run_analyses(trace: Trace, reader: Reader, min_gap_ns: int, loader_pattern:
             steady)
         if result.instrumentation:
             result.module_ranges_per_step = result.instrumentation.module_ranges_per_step
+            if steady:
+                w0, w1 = result.window["start_ns"], result.window["end_ns"]
+                ops = trace.gpu_ops if trace.has_gpu_activity else None
+                n_ops = int(((ops["start_ns"] >= w0) & (ops["start_ns"] < w1)).sum()) if ops is not None else 0
+                result.instrumentation.compare_with_capture(
+                    float(np.median(result.steps.steady["duration_ns"])),
+                    n_ops / steady + result.instrumentation.ranges_per_step)
     if result.idle:
         w0, w1 = result.window["start_ns"], result.window["end_ns"]
         for dev in result.idle.devices:

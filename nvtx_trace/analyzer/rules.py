@@ -240,17 +240,19 @@ def _launch_bound(a, window_ns: int, short: dict, keep: float) -> list[Finding]:
 
 
 def own_cost_ns(a) -> int:
-    """CPU time nvtx_autotrace's own ranges took in the analysis window (measured, see instrumentation.py)."""
+    """CPU time the tool itself added in the analysis window: nvtx_autotrace's ranges (measured, see
+    instrumentation.py) and, where the process timed steps just before the capture, the profiler's tracing."""
     inst = a.instrumentation
-    if inst is None or inst.cost_ns_per_step is None or not a.steps:
+    if inst is None or not a.steps:
         return 0
-    return int(inst.cost_ns_per_step * len(a.steps.steady) * max(1, len(a.idle.devices) if a.idle else 1))
+    per_step = (inst.cost_ns_per_step or 0) + (inst.profiler_cost_ns_per_step or 0)
+    return int(per_step * len(a.steps.steady) * max(1, len(a.idle.devices) if a.idle else 1))
 
 
 def _after_own_cost(a, cause_ns: dict, short_idle_ns: int) -> float:
-    """Share of CPU-bound idle time left once the instrumentation's own CPU time is taken out.
+    """Share of CPU-bound idle time left once the tool's own CPU time is taken out.
 
-    When the CPU limits the loop, each ns the ranges cost can idle the GPU for at most one ns;
+    When the CPU limits the loop, each ns the tool costs can idle the GPU for at most one ns;
     the cost is taken out of CPU-bound idle (long gaps with a CPU cause and short gaps) pro rata.
     """
     own = own_cost_ns(a)
@@ -269,5 +271,10 @@ def _own_cost_note(a, subtracted: int) -> str:
                 "capture it again to have that cost measured and left out)")
     if subtracted <= 0:
         return ""
-    return (f" ({ms(subtracted)} of it is nvtx_autotrace's own measured cost, {ms(inst.cost_ns_per_step)}/step "
-            f"for {inst.ranges_per_step:.0f} ranges, and is left out of the impact)")
+    parts = []
+    if inst.cost_ns_per_step:
+        parts.append(f"nvtx_autotrace's ranges {ms(inst.cost_ns_per_step)}/step ({inst.ranges_per_step:.0f} ranges)")
+    if inst.profiler_cost_ns_per_step:
+        parts.append(f"the profiler's own tracing {ms(inst.profiler_cost_ns_per_step)}/step (steps took "
+                     f"{ms(inst.outside_capture_step_ns)} just before the capture, without it)")
+    return f" ({ms(subtracted)} of it is the tool's own measured cost: {' and '.join(parts)}; left out of the impact)"

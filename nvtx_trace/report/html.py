@@ -172,7 +172,11 @@ def _headline(d: dict) -> str:
             f"<div>{num(inst['ranges_per_step'], format(inst['ranges_per_step'], '.0f'), 'instrumentation.ranges_per_step')}"
             f" ranges per step; {esc(inst['method'])}"
             + (f"; {esc(depth)}" if depth else "")
-            + "</div></div>")
+            + "</div>"
+            + (f"<div>profiler's own tracing {num(inst['profiler_cost_ns_per_step'], ms(inst['profiler_cost_ns_per_step']), 'instrumentation.profiler_cost_ns_per_step')}"
+               f" a step (steps took {num(inst['outside_capture_step_ns'], ms(inst['outside_capture_step_ns']), 'instrumentation.outside_capture_step_ns')}"
+               " just before the capture)</div>" if inst.get("profiler_cost_ns_per_step") is not None else "")
+            + "</div>")
     causes = (d.get("idle_causes") or {}).get("window") or []
     if causes:
         total = {}

@@ -43,6 +43,11 @@ def render(a, console: Console) -> None:
         depth = depth_text(inst.settings)
         console.print(f"Instrumentation: {inst.ranges_per_step:.0f} nvtx_autotrace ranges per step, {cost}{share}"
                       + (f"; {depth}" if depth else ""), highlight=False)
+        if inst.profiler_cost_ns_per_step is not None and median:
+            console.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
+                          f"{ms(median)} inside it; {ms(inst.profiler_cost_ns_per_step)} a step "
+                          f"({pct(inst.profiler_cost_ns_per_step / median)}) is nsys's own tracing, left out of "
+                          "CPU-bound findings", highlight=False)
     if a.window_causes is not None and len(a.window_causes):
         t = Table(title=f"Why the GPU idles ({a.window.get('source', '')})", title_justify="left", show_edge=False)
         several = a.window_causes["device_id"].nunique() > 1

@@ -54,14 +54,18 @@ def main(argv=None) -> int:
                         num_workers=args.workers, shuffle=False)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    last = None
     for step, (x, y) in enumerate(loader):
         if step == args.raise_at:
             raise RuntimeError(f"deliberate failure at step {step}")
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+        now = time.perf_counter()  # the step boundary nvtx_autotrace sees: the end of optimizer.step
+        took = f" ms {(now - last) * 1e3:.3f}" if last is not None else ""
+        last = now
         opt.zero_grad(set_to_none=True)
-        print(f"step {step} loss {loss.item():.4f}", file=sys.stderr, flush=True)
+        print(f"step {step} loss {loss.item():.4f}{took}", file=sys.stderr, flush=True)
     print("done", flush=True)
     return args.exit_code
 
