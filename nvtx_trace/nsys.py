@@ -80,8 +80,10 @@ class ProfileResult:
     qdstrm: Path | None
     log: str = ""  # nsys's output, only when captured (capture_output=True)
     interrupted: bool = False  # a SIGINT/SIGTERM was forwarded to nsys
+    signal: int | None = None  # which one
     imported_by_us: bool = False  # nsys could not import the .qdstrm; we ran QdstrmImporter
     problem: str | None = None  # why there is no report
+    pid: int | None = None  # nsys's pid, also the process group of the program it started
 
     def require_report(self) -> Path:
         """The ``.nsys-rep``, or NsysFailedError saying why there is none."""
@@ -287,12 +289,14 @@ class _Forwarder:
 
     def __init__(self, proc: subprocess.Popen, notice: Progress | None):
         self.proc, self.notice, self.count, self.saved = proc, notice, 0, {}
+        self.first: int | None = None  # the signal that was forwarded
 
     def _handle(self, signum, _frame) -> None:
         self.count += 1
         if self.proc.poll() is not None:
             return
         if self.count == 1:
+            self.first = signum
             self.proc.send_signal(signum)
             if self.notice:
                 self.notice("Stopping the program; nsys is writing the report…")
@@ -353,7 +357,7 @@ def profile(
             log = _drain(proc)
         returncode = _wait(proc)
     result = ProfileResult(returncode, None, qd_path if qd_path.exists() else None, log,
-                           interrupted=fwd.count > 0)
+                           interrupted=fwd.count > 0, pid=proc.pid, signal=fwd.first)
     if rep_path.exists() and rep_path.stat().st_size > 0:
         result.rep = rep_path
     elif result.qdstrm is not None:
@@ -368,6 +372,19 @@ def profile(
             + (f": {_tail(log)}" if log else "")
         )
     return result
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid`` (Linux /proc; [] elsewhere): what nsys left running."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(entry.parent.name))
+    return sorted(found)
 
 
 def _drain(proc: subprocess.Popen) -> str:
@@ -452,6 +469,10 @@ def export_sqlite(nsys: Nsys, rep: str | os.PathLike, out: str | os.PathLike | N
         except OSError as exc:
             raise NsysFailedError(f"could not run {nsys.path} export: {exc}") from exc
         if not is_sqlite(tmp):
+            space = _space_problem(out.parent, proc.returncode, proc.stdout + proc.stderr)
+            if space:
+                raise NsysFailedError(f"nsys export of {rep} stopped: {space}; {rep} is kept, "
+                                      f"export it again once there is room")
             tail = _tail(proc.stdout + proc.stderr)
             raise NsysFailedError(
                 f"nsys export of {rep} gave no valid SQLite file (status {proc.returncode}): {tail or 'no output'}"
@@ -460,6 +481,20 @@ def export_sqlite(nsys: Nsys, rep: str | os.PathLike, out: str | os.PathLike | N
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+def _space_problem(directory: Path, returncode: int, log: str) -> str | None:
+    """Why an export could not write its file, when it is room: a file-size limit or a full disk."""
+    if returncode == -signal.SIGXFSZ:
+        return "it hit the file-size limit (SIGXFSZ; see ulimit -f)"
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        free = None
+    if free is not None and free < 64 << 20 or re.search(r"No space left|ENOSPC|disk full", log, re.I):
+        where = f"only {free / 2**20:.0f} MiB free on {directory}" if free is not None else f"{directory} is full"
+        return f"the disk is full ({where})"
+    return None
 
 
 def _writable(directory: Path) -> bool:

@@ -19,6 +19,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -354,8 +355,12 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         if plan.site_dir is not None:
             shutil.rmtree(plan.site_dir, ignore_errors=True)
     code = prof.returncode
-    if prof.interrupted and code in (0, 143, -2, -15):
-        code = 130
+    if code < 0 and not prof.interrupted:  # nsys itself was killed: the program's own status is unknown
+        result = RunResult(plan=plan, exit_code=0, profile=prof)
+        _fail(result, NsysFailedError(_nsys_killed(prof)))
+        return result
+    if prof.interrupted and code in (0, 130, 143, -2, -15):
+        code = 128 + (prof.signal or signal.SIGINT)  # 130 for Ctrl-C, 143 for SIGTERM, as a shell says
     elif code < 0:  # killed by a signal, shell-style
         code = 128 - code
     result = RunResult(plan=plan, exit_code=code, profile=prof)
@@ -383,6 +388,21 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         return result
     write_summaries(result, html=opts.html, progress=progress, max_points=opts.html_max_points)
     return result
+
+
+def _nsys_killed(prof) -> str:
+    """One line: nsys died of a signal nobody sent through us; what is kept, and what still runs."""
+    try:
+        sig = signal.Signals(-prof.returncode).name
+    except ValueError:
+        sig = f"signal {-prof.returncode}"
+    kept = f"the capture so far is kept as {prof.qdstrm}" if prof.qdstrm else "no report was written"
+    line = f"nsys was killed ({sig}) while profiling; {kept}"
+    alive = nsys_mod.group_members(prof.pid) if prof.pid else []
+    if alive:
+        line += (f"; the program still runs without the profiler (pid {', '.join(map(str, alive))}): "
+                 f"left alone, stop it with kill -INT -{prof.pid}")
+    return line
 
 
 def _fail(result: RunResult, exc: NvtxTraceError) -> None:

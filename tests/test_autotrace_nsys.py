@@ -160,6 +160,7 @@ def test_analyzer_cost_is_the_recorded_unit_costs_times_the_ranges_sql_counts(ru
     out = to_dict(analyze(_DB["path"]))
     inst, window, steady = out["instrumentation"], out["window"], out["steps"]["summary"]["steady_steps"]
     assert set(inst) == {"ranges_per_step", "cost_ns_per_step", "method", "settings"}
+    assert out["profiler"] is None  # a whole-run capture: no steps ran outside it
     main = _main_pid(rows)
     own = [r for r in rows if r[0] == main and window["start_ns"] <= r[4] < window["end_ns"]
            and names.is_auto_range(r[3]) and not r[3].startswith((names.INSTRUMENTATION_PREFIX, names.CALIBRATION))]

@@ -36,9 +36,14 @@ class Instrumentation:
 
     def to_dict(self) -> dict:
         return {"ranges_per_step": self.ranges_per_step, "cost_ns_per_step": self.cost_ns_per_step,
-                "method": self.method, "settings": self.settings,
-                "outside_capture_step_ns": self.outside_capture_step_ns,
-                "profiler_cost_ns_per_step": self.profiler_cost_ns_per_step}
+                "method": self.method, "settings": self.settings}
+
+    def profiler_dict(self) -> dict | None:
+        """summary.json ``profiler``: the profiler's own measured cost, or None where it was not measured."""
+        if self.outside_capture_step_ns is None:
+            return None
+        return {"outside_capture_step_ns": self.outside_capture_step_ns,
+                "cost_ns_per_step": self.profiler_cost_ns_per_step}
 
     def compare_with_capture(self, captured_step_ns: float | None, traced_per_step: float) -> None:
         """Set the profiler's own cost per step: the captured steps' median against the reference steps the

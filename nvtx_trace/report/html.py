@@ -159,7 +159,7 @@ def _headline(d: dict) -> str:
             f", waiting for data "
             f"{num(s['loader_wait_fraction'], _pct(s['loader_wait_fraction']), 'steps.summary.loader_wait_fraction')}"
             f" of step time</div></div>")
-    inst = d.get("instrumentation")
+    inst, prof = d.get("instrumentation"), d.get("profiler")
     if inst:
         depth = depth_text(inst.get("settings") or {})
         cost = inst["cost_ns_per_step"]
@@ -173,9 +173,9 @@ def _headline(d: dict) -> str:
             f" ranges per step; {esc(inst['method'])}"
             + (f"; {esc(depth)}" if depth else "")
             + "</div>"
-            + (f"<div>profiler's own tracing {num(inst['profiler_cost_ns_per_step'], ms(inst['profiler_cost_ns_per_step']), 'instrumentation.profiler_cost_ns_per_step')}"
-               f" a step (steps took {num(inst['outside_capture_step_ns'], ms(inst['outside_capture_step_ns']), 'instrumentation.outside_capture_step_ns')}"
-               " just before the capture)</div>" if inst.get("profiler_cost_ns_per_step") is not None else "")
+            + (f"<div>profiler's own tracing {num(prof['cost_ns_per_step'], ms(prof['cost_ns_per_step']), 'profiler.cost_ns_per_step')}"
+               f" a step (steps took {num(prof['outside_capture_step_ns'], ms(prof['outside_capture_step_ns']), 'profiler.outside_capture_step_ns')}"
+               " just before the capture)</div>" if prof and prof.get("cost_ns_per_step") is not None else "")
             + "</div>")
     causes = (d.get("idle_causes") or {}).get("window") or []
     if causes:

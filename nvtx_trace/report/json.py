@@ -31,6 +31,7 @@ def to_dict(a) -> dict:
         "pageable_h2d": None,
         "sync": None,
         "instrumentation": a.instrumentation.to_dict() if a.instrumentation else None,
+        "profiler": a.instrumentation.profiler_dict() if a.instrumentation else None,
         "findings": [f.to_dict() for f in a.findings],
         "skipped": dict(a.skipped),
         "warnings": list(a.warnings),
