@@ -1,0 +1,132 @@
+"""Faults during `nvtx-trace run` and exports, with the real nsys: a signal to the tool, nsys killed under
+the program, the file-size limit reached while exporting. Each ends with one clear line, the right exit
+code, and whatever was captured kept and named."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, installed_nsys, need
+from nvtx_trace import nsys as nsys_mod
+from nvtx_trace import runner
+
+SLOW = ROOT / "tests" / "scripts" / "slow_loader_train.py"
+
+
+@pytest.fixture(scope="module")
+def ready():
+    nsys = installed_nsys()
+    need(nsys is not None, "needs nsys")
+    need(importlib_ok("torch") and importlib_ok("nvtx"), "needs torch and nvtx")
+    return nsys
+
+
+def importlib_ok(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def start_run(work: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx",
+                             *extra, str(SLOW), "--steps", "3000"], cwd=work, text=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def wait_for(child: subprocess.Popen, marker: str) -> list[str]:
+    seen = []
+    for line in child.stderr:
+        seen.append(line)
+        if line.startswith(marker):
+            return seen
+    pytest.fail(f"the program never printed {marker!r}: " + "".join(seen[-20:]))
+
+
+def children_of(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def test_sigterm_to_the_tool_stops_the_program_and_keeps_the_report(ready, tmp_path):
+    child = start_run(tmp_path)
+    try:
+        seen = wait_for(child, "step 10 ")
+        os.kill(child.pid, signal.SIGTERM)  # the tool alone, as a job scheduler would
+        out, err = child.communicate(timeout=240)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    err = "".join(seen) + err
+    assert child.returncode == 143, err[-3000:]  # 128 + SIGTERM, as a shell reports it
+    assert "was interrupted" in err and "Traceback" not in err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(runner.OUTPUT_NAMES)
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["steps"]["summary"]["steps"] >= 10
+
+
+def test_nsys_killed_mid_capture_is_one_line_naming_the_program_left_running(ready, tmp_path):
+    child = start_run(tmp_path)
+    nsys_pid = None
+    try:
+        seen = wait_for(child, "step 5 ")
+        nsys_pid = children_of(child.pid)[0]
+        os.kill(nsys_pid, signal.SIGKILL)
+        child.wait(timeout=120)  # the tool returns; the orphaned program still holds the pipes open
+        alive = nsys_mod.group_members(nsys_pid)
+        os.killpg(nsys_pid, signal.SIGKILL)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+        if nsys_pid:
+            try:
+                os.killpg(nsys_pid, signal.SIGKILL)  # the orphaned program, which the tool rightly left alone
+            except ProcessLookupError:
+                pass
+    err = "".join(seen) + err
+    assert child.returncode == 5, err[-3000:]
+    flat = " ".join(err.split())  # rich wraps the line at the terminal width
+    assert flat.count("nvtx-trace: nsys was killed (SIGKILL) while profiling") == 1, err[-2000:]
+    assert alive and f"kill -INT -{nsys_pid}" in flat  # said where the program still runs, and left it alone
+    assert "Traceback" not in err and "exited with status" not in err  # the program did not exit
+
+
+def test_export_stopped_by_the_file_size_limit_says_so_and_keeps_the_report(ready, tmp_path):
+    """`ulimit -f` stands in for a full disk: the export dies of SIGXFSZ half-way."""
+    source = tmp_path / "made"
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(source), "--trace", "nvtx",
+                           str(SLOW), "--steps", "20"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = tmp_path / "r.nsys-rep"
+    shutil.copy(source / "report.nsys-rep", rep)
+    digest = hashlib.sha256(rep.read_bytes()).hexdigest()
+    limit = (source / "report.sqlite").stat().st_size // 4  # room for a quarter of the export
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    started = time.time()
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(rep)], cwd=tmp_path,
+                          capture_output=True, text=True, preexec_fn=small_files)
+    assert proc.returncode == 5, proc.stderr[-3000:]
+    assert "file-size limit" in proc.stderr and str(rep.name) in proc.stderr and "Traceback" not in proc.stderr
+    assert hashlib.sha256(rep.read_bytes()).hexdigest() == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["made", "r.nsys-rep"]  # no partial export left
+    assert time.time() - started < 120
