@@ -79,6 +79,17 @@ def test_rows_stamped_outside_the_capture_session_are_left_out(tmp_path, base):
     assert [f.kind for f in got.findings][:2] == [f.kind for f in base.findings][:2]
 
 
+def test_rows_on_a_device_the_report_does_not_list_are_left_out(tmp_path, base):
+    """Three kernels on a "GPU 7" the report never lists: without the check, a second GPU 99 % idle."""
+    path = changed(tmp_path, "unknown_device", f"UPDATE {KERNEL} SET deviceId = 7 WHERE rowid IN (11, 12, 13)")
+    got = analyze(path)
+    assert [d.device_id for d in got.idle.devices] == [0]
+    assert any(w.startswith("3 kernel row(s) on a device the report does not list (deviceId 7)") for w in got.warnings)
+    # independent: SQL over device 0's kernels, memcpys and memsets
+    assert got.idle.devices[0].busy_ns == sql_union_busy(path, 0)["busy"]
+    assert [f.kind for f in got.findings] == [f.kind for f in base.findings]
+
+
 def test_steps_that_end_before_they_start_are_left_out_with_a_warning(tmp_path):
     path = changed(tmp_path, "backwards_steps",
                    "UPDATE NVTX_EVENTS SET end = start - 1000 WHERE textId IN "
@@ -100,6 +111,9 @@ def test_a_second_rank_on_a_second_gpu(tmp_path, base):
         f"CREATE TEMP TABLE k AS SELECT * FROM {KERNEL}",
         f"UPDATE temp.k SET deviceId = 1, globalPid = (globalPid & ~(0xFFFFFF << 24)) | ({RANK2_PID} << 24)",
         f"INSERT INTO {KERNEL} SELECT * FROM temp.k",
+        "CREATE TEMP TABLE g AS SELECT * FROM TARGET_INFO_GPU",  # the report lists its second GPU
+        "UPDATE temp.g SET id = 1",
+        "INSERT INTO TARGET_INFO_GPU SELECT * FROM temp.g",
     )
     got = analyze(path)
     assert [d.device_id for d in got.idle.devices] == [0, 1]

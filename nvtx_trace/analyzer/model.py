@@ -120,6 +120,19 @@ class Trace:
             "memset": {"corr": "correlationId", "bytes": "bytes"}}[table_key]}
         return {k: c if c == "NULL" or self.reader.has(table, c) else "NULL" for k, c in wanted.items()}
 
+    @cached_property
+    def listed_devices(self) -> np.ndarray | None:
+        return validity.listed_devices(self.reader)
+
+    def _on_listed_devices(self, key: str, cols: dict) -> dict:
+        ok = validity.on_listed_devices(cols["device_id"], self.listed_devices)
+        if ok is None:
+            return cols
+        unknown = sorted({int(d) for d in cols["device_id"][~ok]})[:5]
+        self.warnings.append(f"{int((~ok).sum())} {key} row(s) on a device the report does not list "
+                             f"(deviceId {', '.join(map(str, unknown))}) were left out")
+        return {k: v[ok] for k, v in cols.items()}
+
     def _read_gpu_table(self, key: str) -> dict[str, np.ndarray]:
         """One scan of a GPU activity table (the kernel table is the largest of long runs).
 
@@ -133,6 +146,7 @@ class Trace:
             self.warnings.append(f"{int((~valid).sum())} {key} row(s) without a valid start/end (ending before "
                                  "they start, or outside the capture session) were left out")
             cols = {k: v[valid] for k, v in cols.items()}
+        cols = self._on_listed_devices(key, cols)
         for request in self._launch_requests:
             if request[0] == key:
                 keep = np.isin(cols[request[1]], request[2])

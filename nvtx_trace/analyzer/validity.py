@@ -14,7 +14,6 @@ from nvtx_trace.analyzer.reader import GPU_OP_TABLES
 SESSION_SLACK_NS = 1_000_000_000
 
 
-
 def session_on_event_clock(reader) -> tuple[int, int] | None:
     """The capture session on the events' own clock, or None when it cannot be told.
 
@@ -55,3 +54,21 @@ def corrupt_ranges(start: np.ndarray, end: np.ndarray, is_open: np.ndarray,
         lo, hi = session
         bad |= (start > hi + SESSION_SLACK_NS) | (~is_open & (end < lo - SESSION_SLACK_NS))
     return bad
+
+
+def listed_devices(reader) -> np.ndarray | None:
+    """GPU ids the report's own device table lists (None when it has none to check against)."""
+    if not reader.has("TARGET_INFO_GPU", "id"):
+        return None
+    ids = [r[0] for r in reader.conn.execute("SELECT DISTINCT id FROM TARGET_INFO_GPU") if isinstance(r[0], int)]
+    return np.array(ids, np.int64) if ids else None
+
+
+def on_listed_devices(device_id: np.ndarray, listed: np.ndarray | None) -> np.ndarray | None:
+    """Mask of GPU rows on a listed device, or None when there is nothing to drop. A row on a device the
+    report does not list is corrupt (a "GPU 7" with three kernels would become a 99 %-idle finding); if no
+    row matches at all, the ids mean something else in this export and every row is kept."""
+    if listed is None or not len(device_id):
+        return None
+    ok = np.isin(device_id, listed)
+    return None if ok.all() or not ok.any() else ok
