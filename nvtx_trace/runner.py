@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -235,8 +236,8 @@ def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
 
     site_dir = None
     if mode == "command" and opts.autotrace:
-        site_dir = Path(tempfile.mkdtemp(prefix="nvtx-trace-site-"))
-        write_sitecustomize(site_dir)
+        # named now, made by execute(): a plan that is refused or never run leaves nothing in /tmp
+        site_dir = Path(tempfile.gettempdir()) / f"nvtx-trace-site-{os.getpid()}-{secrets.token_hex(6)}"
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site_dir), env.get("PYTHONPATH")) if p)
 
     supported = nsys_mod.supported_options(nsys)
@@ -348,6 +349,9 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
 
 def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     opts = plan.options or RunOptions(target=plan.argv)
+    if plan.site_dir is not None:
+        plan.site_dir.mkdir(mode=0o700)
+        write_sitecustomize(plan.site_dir)
     try:
         prof = nsys_mod.profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra,
                                 env=plan.env, progress=progress)

@@ -342,9 +342,7 @@ def test_plans_for_a_module_a_command_and_no_autotrace(ready, tmp_path):
     plain = runner.plan_run(runner.RunOptions(target=[str(SLOW)], autotrace=False, out=tmp_path / "b",
                                               nsys_args=["--osrt-threshold=5000"]), nsys=ready)
     assert plain.argv == [sys.executable, str(SLOW)] and plain.extra[-1] == "--osrt-threshold=5000"
-    import shutil
-
-    shutil.rmtree(cmd.site_dir)
+    assert not cmd.site_dir.exists()  # only execute() makes it: a plan never run leaves nothing in /tmp
 
 
 def test_auto_capture_mode_needs_a_cuda_build_of_torch_not_only_a_driver(ready, tmp_path, monkeypatch):
