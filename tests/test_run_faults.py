@@ -65,6 +65,18 @@ def children_of(pid: int) -> list[int]:
     return kids
 
 
+def agents_of(nsys_pid: int) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "--start-agent" in text and f"-{nsys_pid} " in text:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
 def test_sigterm_to_the_tool_stops_the_program_and_keeps_the_report(ready, tmp_path):
     child = start_run(tmp_path)
     try:
@@ -100,6 +112,8 @@ def test_nsys_killed_mid_capture_is_one_line_naming_the_program_left_running(rea
                 os.killpg(nsys_pid, signal.SIGKILL)  # the orphaned program, which the tool rightly left alone
             except ProcessLookupError:
                 pass
+            for agent in agents_of(nsys_pid):  # nsys's own agent outlives a killed nsys
+                os.kill(agent, signal.SIGKILL)
     err = "".join(seen) + err
     assert child.returncode == 5, err[-3000:]
     flat = " ".join(err.split())  # rich wraps the line at the terminal width

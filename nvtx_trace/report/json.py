@@ -13,59 +13,28 @@ from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import _plain
 
 SCHEMA_VERSION = 1
+KEY_ORDER = ("schema_version", "tool", "report", "min_gap_ns", "trace", "window", "devices", "idle_causes", "steps",
+             "dataloader", "transposes", "pageable_h2d", "sync", "instrumentation", "profiler", "findings",
+             "skipped", "warnings")
 
 
 def to_dict(a) -> dict:
+    from nvtx_trace.analyzer.units import UNITS
+
     out = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "nvtx-trace", "version": __version__},
         "report": {"path": str(a.path), "nsys_version": a.nsys_version, "schema_version": a.schema_version},
         "min_gap_ns": int(a.min_gap_ns),
         "trace": {"start_ns": int(a.trace_start_ns), "end_ns": int(a.trace_end_ns)},
-        "window": a.window or None,
-        "devices": [],
-        "idle_causes": None,
-        "steps": None,
-        "dataloader": None,
-        "transposes": None,
-        "pageable_h2d": None,
-        "sync": None,
-        "instrumentation": a.instrumentation.to_dict() if a.instrumentation else None,
-        "profiler": a.instrumentation.profiler_dict() if a.instrumentation else None,
-        "findings": [f.to_dict() for f in a.findings],
-        "skipped": dict(a.skipped),
-        "warnings": list(a.warnings),
     }
-    if a.idle:
-        out["devices"] = [{
-            "device_id": d.device_id, "name": d.name, "pids": d.pids, "span_start_ns": d.span_start_ns,
-            "span_end_ns": d.span_end_ns, "span_ns": d.span_ns, "busy_ns": d.busy_ns, "utilization": d.utilization,
-            "gap_count": d.gap_count, "gap_idle_ns": d.gap_idle_ns,
-            "window_utilization": a.window_utilization.get(d.device_id),
-        } for d in a.idle.devices]
-        out["idle_causes"] = {"window": a.window_causes, "whole_trace": a.idle.causes}
-    if a.steps:
-        table = a.steps.table.astype(object)
-        for what in ("gpu_busy", "loader_wait", "sync_wait"):
-            if what not in a.steps.measured:  # not captured: unknown, not zero
-                table[f"{what}_ns"] = None
-        out["steps"] = {"source": a.steps.source, "summary": a.steps.summary(), "table": table}
-    if a.loader:
-        out["dataloader"] = {"loaders": a.loader.loaders, "workers": a.loader.workers,
-                             "worker_restarts": a.loader.restarts}
-    if a.layout:
-        lay = a.layout
-        out["transposes"] = {"count": lay.count, "time_ns": lay.time_ns, "kernel_time_ns": lay.kernel_time_ns,
-                             "kernel_time_fraction": lay.kernel_time_fraction, "kernels": lay.by_kernel,
-                             "modules": lay.by_module}
-    if a.pageable:
-        p = a.pageable
-        out["pageable_h2d"] = {"count": p.count, "bytes": p.bytes, "time_ns": p.time_ns, "api_ns": p.api_ns,
-                               "bandwidth_gbps": p.bandwidth_gbps, "pinned_count": p.pinned_count,
-                               "pinned_bytes": p.pinned_bytes, "pinned_time_ns": p.pinned_time_ns,
-                               "pinned_bandwidth_gbps": p.pinned_bandwidth_gbps, "sources": p.by_source}
-    if a.sync:
-        out["sync"] = {"count": a.sync.count, "blocked_ns": a.sync.blocked_ns, "sources": a.sync.by_source}
+    for unit in UNITS:  # each analysis unit writes its own sections (docs/json-schema.md)
+        if unit.to_json is not None:
+            out.update(unit.to_json(a))
+    out["skipped"] = dict(a.skipped)
+    out["warnings"] = list(a.warnings)
+    first = [k for k in KEY_ORDER if k in out]  # the documented order reads best; new sections follow it
+    out = {k: out[k] for k in first + [k for k in out if k not in KEY_ORDER]}
     return _finite(_plain(out))
 
 
