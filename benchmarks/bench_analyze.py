@@ -49,14 +49,15 @@ GPU_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI
 
 def floor_queries(path: Path) -> list[str]:
     """The analyzer's reads as plain SELECTs: every column and row it loads, taken from its own plan."""
-    from nvtx_trace.analyzer import announce_launches
+    from nvtx_trace.analyzer import pipeline
     from nvtx_trace.analyzer.model import RUNTIME_COLUMNS, Trace
+    from nvtx_trace.analyzer.units import UNITS
     from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RANGE_EVENT_TYPES, Reader
 
     reader = Reader(path)
     try:
         trace = Trace(reader)
-        announce_launches(trace)
+        pipeline.announce(UNITS, trace)
         q = [f"SELECT {', '.join(trace.gpu_table_columns(key).values())} FROM {table}"
              for key, table in GPU_OP_TABLES.items() if reader.has(table)]
         q.append("SELECT start, end, globalTid, textId, domainId FROM NVTX_EVENTS "

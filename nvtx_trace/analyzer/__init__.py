@@ -25,10 +25,8 @@ from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.gpu_idle import IdleResult
 from nvtx_trace.analyzer.instrumentation import Instrumentation
 from nvtx_trace.analyzer.layout import LayoutResult
-from nvtx_trace.analyzer.layout import launch_filter as layout_launches
 from nvtx_trace.analyzer.model import Trace
 from nvtx_trace.analyzer.pageable import PageableResult
-from nvtx_trace.analyzer.pageable import launch_filter as pageable_launches
 from nvtx_trace.analyzer.reader import Reader
 from nvtx_trace.analyzer.steps import StepsResult
 from nvtx_trace.analyzer.sync import SyncResult
@@ -101,7 +99,7 @@ def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
 
 def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps: int | None) -> Analysis:
     trace = Trace(reader)
-    announce_launches(trace)
+    pipeline.announce(UNITS, trace)  # what the units will ask of the runtime table, before anything is read
     trace.start_runtime_read()  # runs while this thread reads the GPU tables
     try:
         return _run_analyses(trace, reader, min_gap_ns, loader_pattern, warmup_steps)
@@ -126,11 +124,3 @@ def _run_analyses(trace: Trace, reader: Reader, min_gap_ns: int, loader_pattern:
                                          loader_pattern=loader_pattern, warmup_steps=warmup_steps))
     result.warnings = trace.warnings
     return result
-
-
-def announce_launches(trace: Trace) -> None:
-    """The GPU ops whose launching CPU calls the analyses need (layout transposes, host-to-device copies):
-    announced before anything is read, so one runtime pass serves every analysis."""
-    for request in (layout_launches(trace), pageable_launches(trace)):
-        if request is not None:
-            trace.want_launches(*request)

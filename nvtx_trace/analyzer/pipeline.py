@@ -32,6 +32,15 @@ class Unit:
     needs: tuple[str, ...] = ()  # units whose results it reads
     to_json: Callable[[Any], dict] | None = None  # Analysis -> {summary.json key: value}
     tables: Callable[[Any], dict] | None = None  # Analysis -> {name: DataFrame} for notebooks
+    launches: Callable[[Any], tuple | None] | None = None  # Trace -> the GPU ops whose launching calls it reads
+
+
+def announce(units: list[Unit], trace) -> None:
+    """Every unit's launch request, declared before any table is read: one runtime pass serves them all."""
+    for unit in units:
+        request = unit.launches(trace) if unit.launches is not None else None
+        if request is not None:
+            trace.want_launches(*request)
 
 
 def ordered(units: list[Unit]) -> list[Unit]:

@@ -15,7 +15,9 @@ from nvtx_trace.analyzer.dataloader import analyze_loader
 from nvtx_trace.analyzer.gpu_idle import analyze_idle, describe_gaps, summarize_causes
 from nvtx_trace.analyzer.instrumentation import analyze_instrumentation
 from nvtx_trace.analyzer.layout import analyze_layout
+from nvtx_trace.analyzer.layout import launch_filter as layout_launches
 from nvtx_trace.analyzer.pageable import analyze_pageable
+from nvtx_trace.analyzer.pageable import launch_filter as pageable_launches
 from nvtx_trace.analyzer.pipeline import Context, Unit
 from nvtx_trace.analyzer.rules import build_findings
 from nvtx_trace.analyzer.steps import analyze_steps
@@ -238,8 +240,8 @@ def _findings(ctx: Context) -> None:
 UNITS: list[Unit] = [
     Unit("loader", _loader, to_json=_loader_json, tables=_loader_tables),
     Unit("idle", _idle, to_json=_idle_json, tables=_idle_tables),
-    Unit("layout", _layout, to_json=_layout_json, tables=_layout_tables),
-    Unit("pageable", _pageable, to_json=_pageable_json,
+    Unit("layout", _layout, to_json=_layout_json, tables=_layout_tables, launches=layout_launches),
+    Unit("pageable", _pageable, to_json=_pageable_json, launches=pageable_launches,
          tables=lambda a: {"pageable_sources": a.pageable.by_source} if a.pageable else {}),
     Unit("top_kernels", _top_kernels,
          tables=lambda a: {"top_kernels": a.top_kernels} if a.top_kernels is not None else {}),
