@@ -103,7 +103,8 @@ def main(argv=None) -> int:
     p.add_argument("--nsys", default=os.environ.get("NSYS"))
     p.add_argument("--log", default="overhead_runs.log")
     p.add_argument("--json", default=None, help="write every run's figures here")
-    p.add_argument("--env", action="append", default=[], help="KEY=VALUE for the tool's runs (e.g. NVTX_AUTOTRACE_MODULE_DEPTH=2)")
+    p.add_argument("--env", action="append", default=[],
+                   help="KEY=VALUE for the tool's runs (e.g. NVTX_AUTOTRACE_MODULE_DEPTH=2)")
     args = p.parse_args(argv)
     programs = [s for s in args.programs.split(",") if s]
     configs = [c for c in args.configs.split(",") if c]
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
         est = med([r.get("cost_ns_per_step") for r in tool])
         rps = med([r.get("ranges_per_step") for r in tool])
 
-        def pct(a, b):
+        def pct(a, b, m=m):
             return f"{100 * (m[a] - m[b]) / m[b]:+.1f} %" if m.get(a) and m.get(b) else "-"
 
         diff = f"{m['tool'] - m['nsys']:.2f}" if m.get("tool") and m.get("nsys") else "-"

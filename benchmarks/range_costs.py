@@ -95,7 +95,7 @@ def backward_hooks(device: str, n: int) -> dict:
     out = {"backward node, no hook (per layer of 3 ops)": base}
     for name, h in (("grad_fn pre-hook (empty)", prehook), ("two grad_fn pre-hooks (empty)", two_prehooks),
                     ("tensor hook (empty)", tensorhook)):
-        out[f"backward, added per {name}"] = best_us(lambda: run(h), n, layers) - base
+        out[f"backward, added per {name}"] = best_us(lambda h=h: run(h), n, layers) - base
     seq = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(layers // 2)]).to(device)
 
     def full(hook):

@@ -1,6 +1,7 @@
 """A ResNet-18-style training loop with the classic input-pipeline mistakes, or without them.
 
-    python examples/resnet_train.py --variant flawed   # NCHW + fp16 autocast, pageable batches, 1 slow worker, .item() every step
+    python examples/resnet_train.py --variant flawed   # NCHW + fp16 autocast, pageable batches, 1 slow worker,
+                                                       # .item() every step
     python examples/resnet_train.py --variant fixed    # channels_last, pin_memory + non_blocking, enough workers
     torchrun --nproc_per_node=2 examples/resnet_train.py   # DistributedDataParallel, one GPU per rank
 

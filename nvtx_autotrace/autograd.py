@@ -25,10 +25,10 @@ from __future__ import annotations
 import threading
 
 import torch
-from nvtx_trace import names
 
 from nvtx_autotrace import _backend, _registry, steps
 from nvtx_autotrace._compile import compiling
+from nvtx_trace import names
 
 _open: dict[int, dict] = {}  # graph task id -> {_ModuleBackward: None} still open
 _queued: set[int] = set()

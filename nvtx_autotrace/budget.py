@@ -28,9 +28,9 @@ import statistics
 import time
 
 import torch
-from nvtx_trace import names
 
 from nvtx_autotrace import _backend, _registry, autograd, classwrap, modules, steps
+from nvtx_trace import names
 
 CLOCK = time.perf_counter_ns  # wall time of the calling thread: what the training step pays
 COUNT_STEPS = 2  # steps whose module calls are counted and timed before ranges are chosen

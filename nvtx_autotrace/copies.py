@@ -10,10 +10,10 @@ any expensive call, that a call is not a host-to-device copy.
 from __future__ import annotations
 
 import torch
-from nvtx_trace import names
 
 from nvtx_autotrace import _backend, _registry
 from nvtx_autotrace._compile import compiling
+from nvtx_trace import names
 
 
 def _device_type(d) -> str | None:

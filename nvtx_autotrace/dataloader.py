@@ -13,9 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
-from nvtx_trace import names
-
 from nvtx_autotrace import _backend, _registry, steps
+from nvtx_trace import names
 
 SITE_ATTR = "_nvtx_autotrace_site"
 LABEL_ATTR = "_nvtx_autotrace_label"

@@ -15,10 +15,10 @@ import threading
 import weakref
 
 import torch
-from nvtx_trace import names
 
 from nvtx_autotrace import _backend, _registry, autograd, steps
 from nvtx_autotrace._compile import compiling
+from nvtx_trace import names
 
 WRAPPERS = {
     "DistributedDataParallel": "module",

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import threading
 
-from nvtx_trace import names
-
 from nvtx_autotrace import _backend, _registry, steps
 from nvtx_autotrace._compile import compiling
+from nvtx_trace import names
 
 _tls = threading.local()
 

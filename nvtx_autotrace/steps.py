@@ -19,9 +19,8 @@ import threading
 import weakref
 from typing import Callable
 
-from nvtx_trace import names
-
 from nvtx_autotrace import _backend
+from nvtx_trace import names
 
 _lock = threading.Lock()
 _step = 0  # index of the running (or next) step == optimizer steps completed

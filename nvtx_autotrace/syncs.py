@@ -9,10 +9,10 @@ Only calls on CUDA tensors get a range: ``.item()`` on a CPU tensor waits for no
 from __future__ import annotations
 
 import torch
-from nvtx_trace import names
 
 from nvtx_autotrace import _backend, _registry
 from nvtx_autotrace._compile import compiling
+from nvtx_trace import names
 
 TENSOR_METHODS = ("item", "tolist", "numpy", "cpu")
 

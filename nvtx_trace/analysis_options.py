@@ -8,7 +8,6 @@ import re
 
 from nvtx_trace.errors import UsageError
 
-
 MAX_GAP_MS = 86_400_000.0  # one day: larger gaps mean nothing, and overflow int64 nanosecond arithmetic
 
 

@@ -108,7 +108,8 @@ MODULE_RE = re.compile(r"^(?P<phase>forward|backward) (?:(?P<path>\S+) )?\((?P<c
 H2D_COPY_RE = re.compile(r"^copy\.h2d (?P<bytes>\d+) B (?P<kind>pinned|pageable) non_blocking=(?P<nb>[01])$")
 SYNC_RE = re.compile(r"^sync (?P<what>\S+)$")
 
-DEFAULT_USER_LOADER_PATTERN = r"(?i)^(data|data ?load(er|ing)?|load(ing)?[ _]?(data|batch)|next[ _]?batch|fetch[ _]?batch|get[ _]?batch|wait[ _]?(for[ _])?(data|batch))$"
+DEFAULT_USER_LOADER_PATTERN = (r"(?i)^(data|data ?load(er|ing)?|load(ing)?[ _]?(data|batch)|next[ _]?batch"
+                               r"|fetch[ _]?batch|get[ _]?batch|wait[ _]?(for[ _])?(data|batch))$")
 """User ranges that mean "waiting for the next batch" (``--loader-pattern`` overrides it)."""
 
 

@@ -51,6 +51,7 @@ KNOWN_IMPORTERS: tuple[str, ...] = ("/usr/lib/nsight-systems/host-linux-*/Qdstrm
 
 _VERSION_RE = re.compile(r"(?<![\d.])(\d{4}\.\d+\.\d+)")
 from nvtx_trace.export_file import SQLITE_MAGIC as _SQLITE_MAGIC  # noqa: E402
+
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
 

@@ -31,8 +31,13 @@ from typing import Callable, Sequence
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.errors import NsysFailedError, NvtxTraceError, UsageError
-from nvtx_trace.output_paths import (check_folder_writable, check_unclaimed, claim_folder, describe_unreadable,
-                                     write_atomically)
+from nvtx_trace.output_paths import (
+    check_folder_writable,
+    check_unclaimed,
+    claim_folder,
+    describe_unreadable,
+    write_atomically,
+)
 from nvtx_trace.target_python import python_probe as _python_probe
 
 Progress = Callable[[str], None]

@@ -9,7 +9,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 pytestmark = pytest.mark.torch
@@ -325,8 +324,8 @@ def test_a_cuda_capture_window_without_cuda_never_stops_the_program(torch):
     assert proc.stderr.count("cannot start the cuda capture window") == 1
     plain = subprocess.run([sys.executable, "tests/scripts/cpu_train.py", "--workers", "0"], cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
-    assert [l for l in proc.stdout.splitlines() if l.startswith("loss")] == \
-        [l for l in plain.stdout.splitlines() if l.startswith("loss")]
+    assert [line for line in proc.stdout.splitlines() if line.startswith("loss")] == \
+        [line for line in plain.stdout.splitlines() if line.startswith("loss")]
 
 
 FAULTS = [  # (module, attribute): an internal helper each instrumentation feature calls while the program runs

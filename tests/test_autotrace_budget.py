@@ -11,7 +11,6 @@ import sys
 import warnings
 
 import pytest
-
 from conftest import ROOT
 
 pytestmark = pytest.mark.torch

@@ -14,8 +14,8 @@ import sys
 from collections import Counter, defaultdict
 
 import pytest
-
 from conftest import ROOT, installed_nsys, need
+
 from nvtx_trace import names
 
 pytestmark = [pytest.mark.nsys, pytest.mark.torch, pytest.mark.slow]

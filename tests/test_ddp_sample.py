@@ -4,11 +4,11 @@ figures, per-rank steps and loader advice, checked against NVIDIA's gpu-starv ru
 from __future__ import annotations
 
 import pytest
-
 from conftest import SAMPLES
+from test_analyzer_gpu_reports import nsys_csv, sql, sql_union_busy
+
 from nvtx_trace import names
 from nvtx_trace.analyzer import analyze
-from test_analyzer_gpu_reports import nsys_csv, sql, sql_union_busy
 
 PATH = SAMPLES / "resnet_ddp_flawed.sqlite"
 RANGE_NAMES = """SELECT n.globalTid >> 24 & 0xFFFFFF AS pid, s.value AS name, n.start, n.end

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT, need
+
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.cli import main
 from nvtx_trace.commands import doctor as doc

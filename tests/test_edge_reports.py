@@ -8,10 +8,10 @@ import shutil
 import sqlite3
 
 import pytest
-
 from conftest import SAMPLES
-from nvtx_trace.analyzer import analyze
 from test_analyzer_gpu_reports import sql, sql_union_busy
+
+from nvtx_trace.analyzer import analyze
 
 SOURCE = SAMPLES / "resnet_flawed.sqlite"
 RANK2_PID = 4242  # the second rank's pid in the two-rank build
@@ -106,7 +106,7 @@ def test_a_second_rank_on_a_second_gpu(tmp_path, base):
     shift = f"(({RANK2_PID} - (globalTid >> 24 & 0xFFFFFF)) << 24)"
     path = changed(
         tmp_path, "two_ranks",
-        f"INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS",  # the copies get their new thread ids below
+        "INSERT INTO NVTX_EVENTS SELECT * FROM NVTX_EVENTS",  # the copies get their new thread ids below
         f"UPDATE NVTX_EVENTS SET globalTid = globalTid + {shift} WHERE rowid > (SELECT max(rowid) / 2 FROM NVTX_EVENTS)",
         f"CREATE TEMP TABLE k AS SELECT * FROM {KERNEL}",
         f"UPDATE temp.k SET deviceId = 1, globalPid = (globalPid & ~(0xFFFFFF << 24)) | ({RANK2_PID} << 24)",

@@ -61,7 +61,8 @@ def open_page(chromium: str, page: Path, tmp: Path, screenshot: Path | None = No
     """Load the page from file:// in a fresh profile; return (DOM after the scripts ran, console log lines)."""
     args = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=30000",
             "--window-size=1400,3000"]
-    out = subprocess.run(args + ["--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180, check=False)
+    out = subprocess.run(args + ["--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=180,
+                         check=False)
     console = [line for line in out.stderr.splitlines() if ":CONSOLE" in line]
     if screenshot is not None:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
@@ -172,9 +173,9 @@ def test_page_is_self_contained_and_carries_no_host_details(flawed, tmp_path):
 
 def test_cli_writes_the_html_and_refuses_to_overwrite(tmp_path):
     out = tmp_path / "r.html"
-    run = lambda *extra: subprocess.run(
-        ["nvtx-trace", "analyze", str(ROOT / "sample_reports" / "resnet_flawed_user.sqlite"), "--html", str(out),
-         *extra], capture_output=True, text=True, timeout=120, check=False)
+    def run(*extra):
+        return subprocess.run(["nvtx-trace", "analyze", str(ROOT / "sample_reports" / "resnet_flawed_user.sqlite"),
+                               "--html", str(out), *extra], capture_output=True, text=True, timeout=120, check=False)
     first = run()
     assert first.returncode == 0, first.stderr
     assert out.stat().st_size > 1_000_000 and f"Wrote {out}" in first.stderr.replace("\n", "")

@@ -89,8 +89,9 @@ def test_analyzer_runs_where_torch_cannot_be_imported(tmp_path):
 
 
 def test_every_command_has_help_with_an_example():
-    from nvtx_trace.cli import app
     import typer.main
+
+    from nvtx_trace.cli import app
 
     group = typer.main.get_command(app)
     assert {"analyze"} <= set(group.commands)

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ctrl_c_when, installed_nsys, need
+
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.errors import BadReportError, NsysFailedError, NsysNotFoundError
 

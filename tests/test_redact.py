@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES, need
+
 from nvtx_trace import cli
 from nvtx_trace.errors import BadReportError, UsageError
 from nvtx_trace.redact import REDACTED, parse_environment, redact

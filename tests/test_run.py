@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
-import statistics
 import os
+import re
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, ctrl_c_when, installed_nsys, need
+
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace import runner
 from nvtx_trace.errors import NsysNotFoundError

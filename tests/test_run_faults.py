@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, installed_nsys, need
+
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace import runner
 
@@ -27,8 +27,8 @@ SLOW = ROOT / "tests" / "scripts" / "slow_loader_train.py"
 @pytest.fixture(scope="module")
 def ready():
     nsys = installed_nsys()
-    need(nsys is not None, "needs nsys")
-    need(importlib_ok("torch") and importlib_ok("nvtx"), "needs torch and nvtx")
+    need("nsys", nsys is not None)
+    need("torch and nvtx", importlib_ok("torch") and importlib_ok("nvtx"))
     return nsys
 
 

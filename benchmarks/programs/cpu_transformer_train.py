@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     gen = torch.Generator().manual_seed(1)
     times, cpu, losses = [], [], []
     t0, c0 = time.perf_counter(), time.thread_time()
-    for it in range(args.warmup + args.steps):
+    for _it in range(args.warmup + args.steps):
         idx = torch.randint(0, 512, (8, 33), generator=gen)
         logits = model(idx[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), idx[:, 1:].reshape(-1))

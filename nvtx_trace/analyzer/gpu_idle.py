@@ -111,7 +111,10 @@ def analyze_idle(trace: Trace, min_gap_ns: int, user_loader_pattern: str) -> Idl
             gap_count=int(gaps[0].size), gap_idle_ns=iv.total(gaps), busy=busy,
         )
         devices.append(dev)
-        in_pids = lambda df: df[df["pid"].isin(pids)]  # noqa: E731
+
+        def in_pids(df, pids=pids):
+            return df[df["pid"].isin(pids)]
+
         cause_sets = _cause_sets(gaps, in_pids(ranges), {k: m[ranges["pid"].isin(pids).to_numpy()] for k, m in masks.items()},
                                  in_pids(syncs), in_pids(copies), in_pids(slow_api))
         frame = _split_gaps(int(device_id), gaps, cause_sets)

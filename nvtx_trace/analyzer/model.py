@@ -299,7 +299,8 @@ class Trace:
                 pass
 
     def runtime_filter(self) -> str:
-        """SQL condition of the one runtime pass: calls named by PRELOAD_FILTERS, calls of at least SLOW_API_NS, and the launches announced."""
+        """SQL condition of the one runtime pass: calls named by PRELOAD_FILTERS, calls of at least SLOW_API_NS,
+        and the launches announced."""
         ids = [i for i, n in self.api_names.items() if any(f.search(n) for f in PRELOAD_FILTERS)]
         cond = [f"end - start >= {SLOW_API_NS}"]
         if ids:

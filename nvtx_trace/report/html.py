@@ -28,8 +28,8 @@ import pandas as pd
 from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import ms, pct, size
 from nvtx_trace.analyzer.instrumentation import depth_text
-from nvtx_trace.output_paths import write_atomically
 from nvtx_trace.errors import NvtxTraceError
+from nvtx_trace.output_paths import write_atomically
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import stepchart, timeline
 
@@ -166,16 +166,15 @@ def _headline(d: dict) -> str:
         median = s.get("step_ns_median")
         cards.append(
             f"<div class='card'><div class='label'>nvtx_autotrace's own cost</div>"
-            f"<div class='big'>{num(cost, ms(cost) if cost is not None else 'not measured', 'instrumentation.cost_ns_per_step')}"
+            f"<div class='big'>"
+            f"{num(cost, ms(cost) if cost is not None else 'not measured', 'instrumentation.cost_ns_per_step')}"
             f"<small> CPU per step{' (' + esc(pct(cost / median)) + ' of the median step)' if cost and median else ''}"
             f"</small></div>"
             f"<div>{num(inst['ranges_per_step'], format(inst['ranges_per_step'], '.0f'), 'instrumentation.ranges_per_step')}"
             f" ranges per step; {esc(inst['method'])}"
             + (f"; {esc(depth)}" if depth else "")
             + "</div>"
-            + (f"<div>profiler's own tracing {num(prof['cost_ns_per_step'], ms(prof['cost_ns_per_step']), 'profiler.cost_ns_per_step')}"
-               f" a step (steps took {num(prof['outside_capture_step_ns'], ms(prof['outside_capture_step_ns']), 'profiler.outside_capture_step_ns')}"
-               " just before the capture)</div>" if prof and prof.get("cost_ns_per_step") is not None else "")
+            + (_profiler_line(prof) if prof and prof.get("cost_ns_per_step") is not None else "")
             + "</div>")
     causes = (d.get("idle_causes") or {}).get("window") or []
     if causes:
@@ -208,6 +207,12 @@ def _headline(d: dict) -> str:
     if not cards:
         return "<p class='muted'>This report holds no GPU activity.</p>"
     return "<div class='cards'>" + "".join(cards) + "</div>"
+
+
+def _profiler_line(prof: dict) -> str:
+    cost, ref = prof["cost_ns_per_step"], prof["outside_capture_step_ns"]
+    return (f"<div>profiler's own tracing {num(cost, ms(cost), 'profiler.cost_ns_per_step')} a step (steps took "
+            f"{num(ref, ms(ref), 'profiler.outside_capture_step_ns')} just before the capture)</div>")
 
 
 def _findings(d: dict) -> str:
@@ -246,7 +251,8 @@ def _evidence(ev, depth: int = 0) -> str:
     if isinstance(ev, dict):
         if not ev:
             return ""
-        return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{_evidence(v, depth + 1) if isinstance(v, (dict, list)) else _fmt(k, v)}</dd>"
+        return "<dl>" + "".join(f"<dt>{esc(k)}</dt>"
+                                f"<dd>{_evidence(v, depth + 1) if isinstance(v, (dict, list)) else _fmt(k, v)}</dd>"
                                 for k, v in ev.items()) + "</dl>"
     if isinstance(ev, list):
         if ev and all(isinstance(r, dict) for r in ev):

@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(SlowPoints(args.steps * 4, 2.0), batch_size=4, num_workers=args.workers)
-    for step, (x, y) in enumerate(loader):
+    for step, (x, y) in enumerate(loader):  # noqa: B007 - the count is printed after the loop
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
