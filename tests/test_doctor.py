@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT, need
 
 from nvtx_trace import nsys as nsys_mod
+from nvtx_trace.cli import doctor as doc
 from nvtx_trace.cli import main
-from nvtx_trace.commands import doctor as doc
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_incompatible_nvtx_blocks_run(monkeypatch):
 
 
 def test_doctor_does_not_import_torch_in_its_own_process():
-    code = ("import sys; from nvtx_trace.commands import doctor; doctor.check_python(sys.executable, None); "
+    code = ("import sys; from nvtx_trace.cli import doctor; doctor.check_python(sys.executable, None); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -1,4 +1,7 @@
-"""The nvtx-trace command line: the one place where errors become messages and exit codes."""
+"""The nvtx-trace command line: the one place where errors become messages and exit codes.
+
+One module per verb (``nvtx_trace/cli/<verb>.py``), each defining one typer command function.
+"""
 
 from __future__ import annotations
 
@@ -22,15 +25,15 @@ def _root() -> None:
 
 
 def _register() -> None:
-    # Each verb lives in nvtx_trace/commands/<verb>.py; keep this list in CLI order.
-    from nvtx_trace.commands import analyze
+    # Each verb lives in nvtx_trace/cli/<verb>.py; keep this list in CLI order.
+    from nvtx_trace.cli import analyze
 
     app.command("analyze")(analyze.analyze)
     for verb in ("run", "redact", "doctor"):
         try:
-            module = __import__(f"nvtx_trace.commands.{verb}", fromlist=[verb])
+            module = __import__(f"nvtx_trace.cli.{verb}", fromlist=[verb])
         except ModuleNotFoundError as exc:
-            if exc.name != f"nvtx_trace.commands.{verb}":
+            if exc.name != f"nvtx_trace.cli.{verb}":
                 raise
             continue
         app.command(verb, context_settings=getattr(module, "CONTEXT_SETTINGS", None))(getattr(module, verb))
@@ -74,7 +77,3 @@ def main(argv: list[str] | None = None) -> int:
             return exc.exit_code
         raise
     return code if isinstance(code, int) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,1 +1,0 @@
-"""One module per CLI verb; each defines one typer command function."""
