@@ -317,6 +317,11 @@ class _Forwarder:
             signal.signal(sig, old)
 
 
+def profile_command(nsys: Nsys, stem, trace: Sequence[str], extra: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """The one place the ``nsys profile`` command line is built (run prints it, profile runs it)."""
+    return [str(nsys.path), "profile", "-o", str(stem), "-f", "true", "-t", ",".join(trace), *extra, *argv]
+
+
 def profile(
     nsys: Nsys,
     argv: Sequence[str],
@@ -341,7 +346,7 @@ def profile(
     rep_path, qd_path = stem.with_name(stem.name + ".nsys-rep"), stem.with_name(stem.name + ".qdstrm")
     for stale in (rep_path, qd_path):
         stale.unlink(missing_ok=True)
-    cmd = [str(nsys.path), "profile", "-o", str(stem), "-f", "true", "-t", ",".join(trace), *extra, *argv]
+    cmd = profile_command(nsys, stem, trace, extra, argv)
     pipe = subprocess.PIPE if capture_output else None
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     try:

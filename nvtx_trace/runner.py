@@ -102,8 +102,7 @@ class Plan:
         return self.out_dir / name
 
     def nsys_command(self) -> list[str]:
-        return [str(self.nsys.path), "profile", "-o", str(self.stem), "-f", "true", "-t", ",".join(self.trace),
-                *self.extra, *self.argv]
+        return nsys_mod.profile_command(self.nsys, self.stem, self.trace, self.extra, self.argv)
 
 
 @dataclass
