@@ -63,6 +63,8 @@ class Analysis:
     window_utilization: dict[int, float] = field(default_factory=dict)  # device -> busy share of the window
     module_ranges_per_step: float = 0.0  # nvtx_autotrace module ranges per steady step (their CPU cost shows)
     instrumentation: Instrumentation | None = None  # nvtx_autotrace's own ranges and their measured cost
+    nvtx_ranges: pd.DataFrame | None = None  # every NVTX range, for the HTML timeline's lanes
+    nvtx_threads: dict[int, str] = field(default_factory=dict)  # their threads' labels
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:

@@ -233,6 +233,14 @@ def _window_tables(a) -> dict:
     return {"window_causes": a.window_causes, "gap_activity": a.gap_activity} if a.window_causes is not None else {}
 
 
+def _lanes(ctx: Context) -> None:
+    """The NVTX ranges and thread labels the HTML timeline draws: kept here so no renderer reads a file."""
+    ranges = ctx.trace.ranges
+    ctx.result.nvtx_ranges = ranges
+    ctx.result.nvtx_threads = {int(g): ctx.trace.thread_label(int(g)) for g in pd.unique(ranges["gtid"])} \
+        if len(ranges) else {}
+
+
 def _findings(ctx: Context) -> None:
     ctx.result.findings = build_findings(ctx.result)
 
@@ -252,6 +260,7 @@ UNITS: list[Unit] = [
     Unit("window", _window, needs=("steps",), to_json=lambda a: {"window": a.window or None}),
     Unit("instrumentation", _instrumentation, needs=("window", "steps"), to_json=_instrumentation_json),
     Unit("window_figures", _window_figures, needs=("idle", "window"), tables=_window_tables),
+    Unit("lanes", _lanes),
     Unit("findings", _findings, needs=("loader", "idle", "layout", "pageable", "sync", "steps", "window",
                                        "instrumentation", "window_figures"),
          to_json=lambda a: {"findings": [f.to_dict() for f in a.findings]}),

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import html as _html
 import json as _json
-import sqlite3
 from pathlib import Path
 from string import Template
 
@@ -28,7 +27,6 @@ import pandas as pd
 from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import ms, pct, size
 from nvtx_trace.analyzer.instrumentation import depth_text
-from nvtx_trace.errors import NvtxTraceError
 from nvtx_trace.output_paths import write_atomically
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import stepchart, timeline
@@ -50,27 +48,8 @@ def script_json(obj) -> str:
 
 
 def load_lanes(a) -> tuple[pd.DataFrame | None, dict[int, str]]:
-    """NVTX ranges and thread labels for the timeline, re-read (read-only, NVTX only) from the report.
-
-    Analysis deliberately keeps no Trace; an Analysis that carries ``nvtx_ranges``
-    (and ``nvtx_threads``) is used as is.
-    """
-    ranges = getattr(a, "nvtx_ranges", None)
-    if ranges is not None:
-        return ranges, dict(getattr(a, "nvtx_threads", {}) or {})
-    try:
-        from nvtx_trace.analyzer.model import Trace
-        from nvtx_trace.analyzer.reader import Reader
-
-        reader = Reader(Path(a.path))
-    except (OSError, sqlite3.Error, NvtxTraceError):  # report moved or unreadable: the page renders and says so
-        return None, {"error": f"NVTX lanes are not drawn: {Path(str(a.path)).name} could not be re-read"}
-    try:
-        trace = Trace(reader)
-        ranges = trace.ranges
-        return ranges, {int(g): trace.thread_label(int(g)) for g in pd.unique(ranges["gtid"])}
-    finally:
-        reader.close()
+    """NVTX ranges and thread labels for the timeline, as the analysis kept them (the ``lanes`` unit)."""
+    return getattr(a, "nvtx_ranges", None), dict(getattr(a, "nvtx_threads", None) or {})
 
 
 def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread_labels=None) -> str:
