@@ -110,3 +110,27 @@ def ctrl_c_when(child: subprocess.Popen, marker: str, timeout: float) -> tuple[s
         if child.poll() is None:
             child.kill()
     return out, "".join(seen) + err
+
+
+# ---------------------------------------------------------------- markers, so that a unit loop needs no name lists
+# (README, "Development": python -m pytest -q -m "not slow" runs in well under 20 s on 2 cores)
+NSYS_MODULES = {"test_run", "test_run_faults", "test_autotrace_nsys", "test_nsys", "test_doctor"}
+TORCH_MODULES = {"test_autotrace", "test_autotrace_budget", "test_autotrace_nsys", "test_run", "test_run_faults",
+                 "test_gpu_autotrace_samples"}
+SLOW_MODULES = NSYS_MODULES | {  # each spawns CLI or training processes, or trains, per test
+    "test_bad_input", "test_autotrace", "test_autotrace_budget", "test_gpu_autotrace_samples", "test_redact",
+    "test_json_and_imports"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        if module in NSYS_MODULES:
+            item.add_marker(pytest.mark.nsys)
+        if module in TORCH_MODULES:
+            item.add_marker(pytest.mark.torch)
+        if "chromium" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.browser)
+        if module in SLOW_MODULES or "chromium" in getattr(item, "fixturenames", ()) \
+                or item.name.startswith("test_cli_") or "million" in item.name:
+            item.add_marker(pytest.mark.slow)
