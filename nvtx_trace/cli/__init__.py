@@ -19,9 +19,49 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from nvtx_trace import __version__
+
+        print(f"nvtx-trace {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
     """Find out why the GPU sits idle while a PyTorch model trains (Nsight Systems + NVTX)."""
+
+
+def _plain_metavars() -> None:
+    """Help shows flags bare and values as one word in capitals (PATH, INT), not `<bool>` / `<str>` tags.
+
+    typer 0.2x draws each option's type from ``display_type_rich``; anything else (another typer)
+    keeps its own look."""
+    try:
+        from typer.core import TyperArgument, TyperOption
+    except ImportError:  # pragma: no cover - another typer layout
+        return
+    for cls in (TyperOption, TyperArgument):
+        original = getattr(cls, "display_type_rich", None)
+        if original is None:  # pragma: no cover
+            continue
+
+        def display(self, ctx, _original=original, _argument=cls is TyperArgument):
+            if getattr(self, "is_flag", False) or getattr(self, "count", False) or _argument:
+                return None  # flags take no value; an argument's name column already says what it is
+            shown = _original(self, ctx)
+            if self.metavar is not None or not shown:
+                return shown
+            word = shown.strip("<>").upper()
+            return {"STR": "TEXT"}.get(word, word)
+
+        cls.display_type_rich = display
+
+
+_plain_metavars()
 
 
 def _register() -> None:

@@ -14,15 +14,17 @@ from nvtx_trace.output_paths import check_outputs, describe_unreadable, write_at
 
 
 def analyze(
-    report: Path = typer.Argument(..., help="Nsight Systems export: .sqlite, or .nsys-rep/.qdrep (needs nsys)."),
-    json_out: Optional[str] = typer.Option(None, "--json", help="Write the JSON summary to PATH ('-' for stdout)."),
+    report: Path = typer.Argument(
+        ..., metavar="REPORT", help="Nsight Systems export: .sqlite, or .nsys-rep/.qdrep (needs nsys)."),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH",
+                                           help="Write the JSON summary to PATH ('-' for stdout)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the HTML summary to PATH."),
     min_gap_ms: float = typer.Option(1.0, "--min-gap-ms", help="Smallest GPU idle gap to report, in ms."),
     loader_pattern: Optional[str] = typer.Option(
         None, "--loader-pattern", help="Regex of user NVTX ranges that mean 'waiting for the next batch'."),
     warmup_steps: Optional[int] = typer.Option(
         None, "--warmup-steps", help="Steps to leave out of the steady state (default: detected)."),
-    nsys: Optional[str] = typer.Option(None, "--nsys", help="nsys to export a .nsys-rep with."),
+    nsys: Optional[str] = typer.Option(None, "--nsys", metavar="PATH", help="nsys to export a .nsys-rep with."),
     html_max_points: int = typer.Option(
         20_000, "--html-max-points", help="Drawing budget of the HTML timeline; bigger traces are aggregated."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),

@@ -19,7 +19,7 @@ def default_output(report: Path) -> Path:
 
 
 def redact(
-    report: Path = typer.Argument(..., help="Nsight Systems SQLite export (nsys export --type sqlite)."),
+    report: Path = typer.Argument(..., metavar="REPORT", help="Nsight Systems SQLite export (nsys export --type sqlite)."),
     out: Optional[Path] = typer.Option(
         None, "-o", "--output", help="Where to write the redacted copy (default: REPORT.redacted.sqlite)."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite OUT if it exists."),

@@ -23,16 +23,18 @@ def run(
     target: List[str] = typer.Argument(
         None, metavar="SCRIPT.py [ARGS]... | -m MODULE [ARGS]... | -- COMMAND [ARGS]...",
         help="What to run; every argument after it is passed to it unchanged."),
-    module: bool = typer.Option(False, "-m", "--module", help="TARGET is a module name, run like python -m."),
+    module: bool = typer.Option(False, "-m", "--module", help="What follows is a module name, run like python -m."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Folder for the outputs (default: ./nvtx-trace-out/<name>-<time>/)."),
     force: bool = typer.Option(False, "--force", "-f", help="Allow an --out folder that already holds outputs."),
     warmup_steps: Optional[int] = typer.Option(
-        None, "--warmup-steps", help="Capture window: first training step to profile (with --steps)."),
+        None, "--warmup-steps", help="Warm-up steps left out: the capture window starts at step N (with --steps)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Capture window: number of steps to profile."),
     capture_mode: str = typer.Option(
-        "auto", "--capture-mode", help="How the window is cut: cuda (cudaProfilerApi), nvtx, or auto."),
-    python: Optional[str] = typer.Option(None, "--python", help="Interpreter for SCRIPT/MODULE (default: this one)."),
+        "auto", "--capture-mode",
+        help="How the window is cut: cuda (cudaProfilerApi), nvtx, or auto (cuda when the program's torch has "
+             "CUDA and a GPU is present, else nvtx)."),
+    python: Optional[str] = typer.Option(None, "--python", help="Python that runs the script or module (default: this one)."),
     no_autotrace: bool = typer.Option(False, "--no-autotrace", help="Run without nvtx_autotrace's ranges."),
     autotrace_depth: Optional[str] = typer.Option(
         None, "--autotrace-depth",
@@ -50,7 +52,7 @@ def run(
 ) -> int:
     """Profile a training script under Nsight Systems with automatic NVTX ranges, then
     print why the GPU idles and write report.nsys-rep, report.sqlite, summary.json and
-    summary.html into a fresh folder. The program's exit code is ours.
+    summary.html into a fresh folder. nvtx-trace exits with the program's exit code.
 
     Examples: nvtx-trace run train.py --epochs 1 |
     nvtx-trace run --warmup-steps 10 --steps 20 -m mypkg.train |
