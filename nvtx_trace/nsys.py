@@ -474,6 +474,8 @@ def export_sqlite(nsys: Nsys, rep: str | os.PathLike, out: str | os.PathLike | N
                                "-o", str(tmp), str(rep)], timeout=None)
         except OSError as exc:
             raise NsysFailedError(f"could not run {nsys.path} export: {exc}") from exc
+        if is_sqlite(tmp):
+            _mark_source(tmp, rep)
         if not is_sqlite(tmp):
             space = _space_problem(out.parent, proc.returncode, proc.stdout + proc.stderr)
             if space:
@@ -507,10 +509,45 @@ def _writable(directory: Path) -> bool:
     return os.access(directory, os.W_OK)
 
 
-def _fresh_sqlite(candidate: Path, rep: Path) -> bool:
+PROVENANCE_TABLE = "nvtx_trace_source"  # written into the exports we make: which report they came from
+
+
+def _fingerprint(rep: Path) -> tuple[str, int, str]:
+    """(name, size, SHA-256 of the first and last MiB): cheap on multi-GB reports, and changes with them."""
+    size = rep.stat().st_size
+    digest = hashlib.sha256()
+    with open(rep, "rb") as f:
+        digest.update(f.read(1 << 20))
+        if size > 2 << 20:
+            f.seek(-(1 << 20), os.SEEK_END)
+            digest.update(f.read(1 << 20))
+    return rep.name, size, digest.hexdigest()
+
+
+def _mark_source(db: Path, rep: Path) -> None:
+    name, size, head = _fingerprint(rep)
+    conn = sqlite3.connect(db)
     try:
-        return candidate.stat().st_mtime >= rep.stat().st_mtime and is_sqlite(candidate)
-    except OSError:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {PROVENANCE_TABLE} (name TEXT, size INTEGER, sha256 TEXT)")
+        conn.execute(f"DELETE FROM {PROVENANCE_TABLE}")
+        conn.execute(f"INSERT INTO {PROVENANCE_TABLE} VALUES (?, ?, ?)", (name, size, head))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _fresh_sqlite(candidate: Path, rep: Path) -> bool:
+    """An export we made from exactly this report (another export beside it, however new, is not trusted)."""
+    if not candidate.is_file() or not is_sqlite(candidate):
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{candidate}?mode=ro", uri=True)
+        try:
+            row = conn.execute(f"SELECT name, size, sha256 FROM {PROVENANCE_TABLE}").fetchone()
+        finally:
+            conn.close()
+        return row is not None and tuple(row) == _fingerprint(rep)
+    except (OSError, sqlite3.Error):
         return False
 
 
@@ -532,8 +569,9 @@ def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
                   progress: Progress | None = None) -> Path:
     """An SQLite export for ``path`` (.sqlite, .nsys-rep, .qdrep or .qdstrm), never modifying it.
 
-    A fresh export next to the report is reused; otherwise one is made next to it, or in
-    the cache directory when that directory is not writable.
+    An export we made from exactly this report (provenance table, fingerprint of the report)
+    is reused; otherwise one is made next to it, or in the cache directory when that folder is
+    not writable or already holds an export we did not make from this report.
     """
     path = Path(path)
     if not path.is_file():
@@ -558,7 +596,9 @@ def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
                 f"exporting it needs nsys ({exc}), or export it on a machine that has nsys: "
                 f"nsys export --type sqlite {path}"
             ) from None
-    target = beside if _writable(path.parent) else cached
+    # never over an export we did not make from this report: that one goes to the cache instead
+    foreign = is_sqlite(beside) and not _fresh_sqlite(beside, path)  # (a broken file is replaced)
+    target = beside if _writable(path.parent) and not foreign else cached
     target.parent.mkdir(parents=True, exist_ok=True)
     rep = path
     if suffix == ".qdstrm":

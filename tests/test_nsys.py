@@ -3,6 +3,7 @@ program, import the .qdstrm when nsys cannot, export and read the range back wit
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ctrl_c_when, installed_nsys, need
+from conftest import ROOT, ctrl_c_when, installed_nsys, need
 
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.errors import BadReportError, NsysFailedError, NsysNotFoundError
@@ -201,6 +202,24 @@ def test_ensure_sqlite_replaces_a_newer_but_broken_export(real_nsys, profiled, t
     assert not nsys_mod.is_sqlite(garbage)
     db = nsys_mod.ensure_sqlite(rep, real_nsys)
     assert db == garbage and nsys_mod.is_sqlite(db) and RANGE in nvtx_ranges(db)
+
+
+def test_ensure_sqlite_never_trusts_or_overwrites_an_export_it_did_not_make_from_this_report(
+    real_nsys, profiled, tmp_path, monkeypatch
+):
+    """A newer, valid, unrelated r.sqlite beside r.nsys-rep: not analyzed as if it were r's, and not replaced."""
+    rep = tmp_path / "r.nsys-rep"
+    shutil.copy(profiled.rep, rep)
+    other = tmp_path / "r.sqlite"
+    shutil.copy(ROOT / "sample_reports" / "cpu_slow_loader.sqlite", other)
+    before = hashlib.sha256(other.read_bytes()).hexdigest()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    db = nsys_mod.ensure_sqlite(rep, real_nsys)
+    assert db != other and (tmp_path / "cache" / "nvtx-trace") in db.parents and RANGE in nvtx_ranges(db)
+    assert hashlib.sha256(other.read_bytes()).hexdigest() == before
+    assert nsys_mod.ensure_sqlite(rep, real_nsys) == db  # ours, from this report: reused
+    rep.write_bytes(rep.read_bytes() + b"\0")  # the report changed: its old export is not reused
+    assert not nsys_mod._fresh_sqlite(db, rep)
 
 
 def test_ensure_sqlite_exports_to_the_cache_when_the_directory_is_read_only(
