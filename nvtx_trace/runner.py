@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.analysis_options import check_analysis_options
-from nvtx_trace.errors import NsysFailedError, NvtxTraceError, UsageError
+from nvtx_trace.errors import BadReportError, NsysFailedError, NvtxTraceError, UsageError
 from nvtx_trace.output_paths import (
     check_folder_writable,
     check_unclaimed,
@@ -449,6 +449,8 @@ def next_command(result: RunResult) -> str | None:
     html = result.plan.path("summary.html")
     if html in result.written:
         return f"open {_display(html)}"
+    if isinstance(result.error, BadReportError):
+        return None  # the report holds nothing to analyze: analyzing it again would say the same
     if result.sqlite:
         return f"nvtx-trace analyze {_display(result.sqlite)} --html {_display(html)}"
     if result.profile and result.profile.rep:

@@ -144,3 +144,14 @@ def test_export_stopped_by_the_file_size_limit_says_so_and_keeps_the_report(read
     assert hashlib.sha256(rep.read_bytes()).hexdigest() == digest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["made", "r.nsys-rep"]  # no partial export left
     assert time.time() - started < 120
+
+
+def test_a_run_that_captured_nothing_suggests_no_command_that_would_fail(ready, tmp_path):
+    script = tmp_path / "crash_at_once.py"
+    script.write_text("import sys\nsys.exit(4)\n")
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx",
+                           "--no-autotrace", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 4, proc.stderr[-2000:]  # the program's own exit code
+    assert "nothing to analyze" in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
+    assert "Next:" not in proc.stderr  # analyzing that report again would fail the same way
+    assert (tmp_path / "out" / "report.nsys-rep").is_file()  # what was captured is kept
