@@ -223,13 +223,18 @@ def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
     if "error" in probe:
         raise UsageError(probe["error"])
     problem = nsys_mod.nvtx_problem(probe.get("nvtx"), nsys.version)
-    if problem:
-        notes.append(problem)
     if opts.autotrace and not probe.get("autotrace"):
         raise UsageError(f"nvtx_autotrace is not importable by {python}; pip install nvtx-trace there, "
                          "or pass --no-autotrace")
+    # a long run that would record no range of ours is refused before it starts, with the fix
+    install = f"{python} -m pip install 'nvtx==0.2.11'"
     if opts.autotrace and not probe.get("nvtx"):
-        notes.append(f"the nvtx package is missing for {python}: no ranges will be recorded (pip install nvtx)")
+        raise UsageError(f"the nvtx package is missing for {python}, so no range would be recorded; "
+                         f"install it with: {install} (a version every nsys records), or pass --no-autotrace")
+    if opts.autotrace and problem:
+        raise UsageError(f"{problem}; install the one it records with: {install}, or pass --no-autotrace")
+    if problem:
+        notes.append(problem)
 
     if mode == "script":
         argv = [python, *(["-m", "nvtx_autotrace"] if opts.autotrace else []), *opts.target]

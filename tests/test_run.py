@@ -384,3 +384,26 @@ def test_generated_sitecustomize_installs_autotrace_with_torch_and_chains_to_the
              "print(os.environ.get('OLD_SITECUSTOMIZE_RAN'), a, 'nvtx_autotrace' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["1", "False", "True"], out.stderr[-2000:]
+
+
+def _fake_python(tmp_path: Path, nvtx: str | None) -> str:
+    """An interpreter that answers run's probe as a Python without (or with this) nvtx would."""
+    fake = tmp_path / f"python-nvtx-{nvtx}"
+    fake.write_text("#!/bin/sh\necho '" + json.dumps({"nvtx": nvtx, "autotrace": True, "torch_cuda": False}) + "'\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_run_refuses_before_starting_when_no_range_would_be_recorded(ready, tmp_path):
+    from nvtx_trace.errors import UsageError
+
+    opts = dict(target=[str(SLOW)], out=tmp_path / "o")
+    with pytest.raises(UsageError) as err:
+        runner.plan_run(runner.RunOptions(python=_fake_python(tmp_path, None), **opts), nsys=ready)
+    assert "nvtx package is missing" in str(err.value) and "pip install 'nvtx==0.2.11'" in str(err.value)
+    if nsys_mod.nvtx_problem("0.2.17", ready.version):  # e.g. Debian's 2022.4: 0.2.17 is not recorded
+        with pytest.raises(UsageError, match="not recorded"):
+            runner.plan_run(runner.RunOptions(python=_fake_python(tmp_path, "0.2.17"), **opts), nsys=ready)
+    plan = runner.plan_run(runner.RunOptions(python=_fake_python(tmp_path, None), autotrace=False, **opts),
+                           nsys=ready)  # without our ranges there is nothing to refuse
+    assert not (tmp_path / "o").exists() and plan.argv[1:] == [str(SLOW)]
