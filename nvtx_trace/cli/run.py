@@ -42,7 +42,8 @@ def run(
     autotrace_budget: Optional[float] = typer.Option(
         None, "--autotrace-budget", help="With depth auto: module ranges may cost this % of a step (default 0.5)."),
     trace: Optional[str] = typer.Option(
-        None, "--trace", "-t", help="nsys -t list (default: cuda,nvtx,osrt,cudnn,cublas where supported)."),
+        None, "--trace", "-t",
+        help="nsys -t list (default: cuda,nvtx, what the analysis reads; add e.g. osrt,cudnn,cublas for the GUI)."),
     nsys_args: Optional[str] = typer.Option(
         None, "--nsys-args", help='Extra nsys profile options, e.g. "--sample=process-tree".'),
     nsys: Optional[str] = typer.Option(None, "--nsys", help="nsys binary or install folder (default: $NSYS, PATH)."),
