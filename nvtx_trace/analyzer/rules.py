@@ -19,7 +19,6 @@ def build_findings(a) -> list:
     # Idle time is summed over GPUs, so shares are of GPU time: the window times the number of GPUs.
     cause_ns = causes.groupby("cause")["idle_ns"].sum().to_dict() if causes is not None and len(causes) else {}
     gpu_ns = window_ns * max(1, len(a.idle.devices) if a.idle else 1)
-    out += _gpu_idle(a, cause_ns, gpu_ns)
     out += _dataloader(a, cause_ns.get("dataloader", 0), gpu_ns if a.idle else window_ns)
     out += _layout(a)
     out += _pageable(a)
@@ -28,6 +27,11 @@ def build_findings(a) -> list:
     keep = _after_own_cost(a, cause_ns, sum(s[0] for s in short.values()))
     out += _cpu_overhead(a, cause_ns, gpu_ns, keep)
     out += _launch_bound(a, window_ns, short, keep)
+    # Impacts add up: idle time a cause finding already counts is not counted again. What is left,
+    # idle in gaps whose cause has no finding of its own, is one finding; the total is a headline figure.
+    covered = {f.evidence.get("cause") for f in out if isinstance(f.evidence, dict)}
+    covered |= {{"dataloader_stall": "dataloader", "sync": "sync"}.get(f.kind) for f in out}
+    out += _gpu_idle(a, {c: ns for c, ns in cause_ns.items() if c not in covered}, gpu_ns)
     return sorted(out, key=lambda f: f.impact_ns, reverse=True)
 
 
@@ -38,10 +42,13 @@ def _of_window(a, share: float) -> str:
 
 
 def _gpu_idle(a, cause_ns: dict, window_ns: int) -> list[Finding]:
+    """Idle in gaps >= --min-gap-ms whose causes (``cause_ns``: those no other finding counts) have no
+    finding of their own."""
     if not a.idle:
         return []
     in_window = gaps_in(a.idle.gaps, (a.window["start_ns"], a.window["end_ns"]))
-    idle = int(in_window["duration_ns"].sum())
+    in_window = in_window[in_window["cause"].isin(list(cause_ns))] if "cause" in in_window else in_window
+    idle = int(sum(cause_ns.values()))
     if idle < THRESHOLDS["min_impact_ns"] or idle < THRESHOLDS["gpu_idle_fraction"] * window_ns:
         return []
     ranked = sorted(cause_ns.items(), key=lambda kv: kv[1], reverse=True)
@@ -49,12 +56,12 @@ def _gpu_idle(a, cause_ns: dict, window_ns: int) -> list[Finding]:
     top, top_ns = ranked[0]
     parts = ", ".join(f"{labels[c]}: {pct(ns / idle)}" for c, ns in ranked[:3] if ns)
     devs = ", ".join(f"GPU {d} {pct(u)} busy" for d, u in a.window_utilization.items())
-    fix = {"dataloader": "Feed the GPU faster: see the data-loader finding for the numbers."}.get(top, CAUSE_FIXES.get(top, ""))
+    fix = CAUSE_FIXES.get(top, "")
     return [Finding(
         kind="gpu_idle",
-        title=f"GPU idle {ms(idle)} ({pct(idle / window_ns)} of {a.window['source']}"
+        title=f"GPU idle {ms(idle)} ({pct(idle / window_ns)} of the window"
               + (f", summed over {len(a.idle.devices)} GPUs" if len(a.idle.devices) > 1 else "")
-              + f") in gaps >= {ms(a.min_gap_ns)}; {parts}",
+              + f") in gaps >= {ms(a.min_gap_ns)} that no other finding counts; {parts}",
         impact_ns=idle,
         fix=fix,
         threshold=f"gaps >= {ms(a.min_gap_ns)} covering >= {pct(THRESHOLDS['gpu_idle_fraction'])} of the window",
@@ -108,7 +115,7 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
     title = head + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over {int(top['waits'])} batches"
     return [Finding(
         kind="dataloader_stall", title=title, impact_ns=int(cost),
-        fix="DataLoader(" + "; ".join(fixes) + ")" if fixes else "Speed up the dataset's __getitem__ / collate.",
+        fix="In the DataLoader: " + "; ".join(fixes) if fixes else "Speed up the dataset's __getitem__ / collate.",
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
         evidence={"loaders": a.loader.loaders, "workers": a.loader.workers,
                   "compute_ns_per_step": int(compute) if compute else None},
@@ -155,7 +162,8 @@ def _pageable(a) -> list[Finding]:
         bw += f" vs {p.pinned_bandwidth_gbps:.1f} GB/s for pinned copies in the same report"
     cost = max(p.api_ns, p.time_ns)
     src = p.by_source.head(3)
-    where = "; ".join(f"{r} via {api}" for r, api in zip(src["range"], src["api"]))
+    where = "; ".join(f"{'the training step (no narrower range)' if r == 'step N' else r} via {api}"
+                      for r, api in zip(src["range"], src["api"]))
     return [Finding(
         kind="pageable_h2d",
         title=f"{p.count} host-to-device copies from pageable memory {scope} ({size(p.bytes)}) took {ms(p.time_ns)} on the GPU "
