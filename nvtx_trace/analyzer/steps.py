@@ -49,9 +49,26 @@ class StepsResult:
             "step_ns_mean": int(d.mean()),
             "step_ns_p90": int(np.percentile(d, 90)),
             "step_ns_std": int(d.std()),
+            "modes": two_modes(d),
             **{f"{what}_fraction": (float(s[f"{what}_ns"].sum() / d.sum()) if d.sum() else 0.0)
                if what in self.measured else None for what in ("gpu_busy", "loader_wait", "sync_wait")},
         }
+
+
+def two_modes(durations: np.ndarray, ratio: float = 3.0, min_share: float = 0.2) -> dict | None:
+    """Steps of two kinds (a slow one every other step, a loader that keeps up only sometimes): the widest
+    jump between sorted durations, if it is >= ``ratio`` x and each side holds >= ``min_share`` of the steps.
+    A median then describes neither kind, so the summary names both."""
+    d = np.sort(np.asarray(durations, dtype=np.float64))
+    if len(d) < 4 or d[0] <= 0:
+        return None
+    jumps = d[1:] / d[:-1]
+    k = int(np.argmax(jumps))
+    low, high = d[:k + 1], d[k + 1:]
+    if jumps[k] < ratio or min(len(low), len(high)) < max(2, min_share * len(d)):
+        return None
+    return {"low_ns": int(np.median(low)), "high_ns": int(np.median(high)), "low_steps": int(len(low)),
+            "high_steps": int(len(high))}
 
 
 def find_step_ranges(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str]:

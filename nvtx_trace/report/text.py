@@ -29,11 +29,17 @@ def render(a, console: Console) -> None:
     if a.steps:
         s = a.steps.summary()
         if s:
+            unknown = any(v is None for k, v in s.items() if k.endswith("_fraction"))
             console.print(
                 f"Steps ({a.steps.source}): {s['steps']} ({s['warmup_steps']} warm-up left out); steady state "
                 f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}; GPU busy {_pct(s['gpu_busy_fraction'])}, "
                 f"waiting for data {_pct(s['loader_wait_fraction'])}, in host syncs {_pct(s['sync_wait_fraction'])} "
-                "of step time" + (" (-: not captured)" if None in s.values() else ""))
+                "of step time" + (" (-: not captured)" if unknown else ""), highlight=False)
+            modes = s.get("modes")
+            if modes:
+                console.print(f"Steps come in two kinds: {modes['low_steps']} of about {ms(modes['low_ns'])} and "
+                              f"{modes['high_steps']} of about {ms(modes['high_ns'])} (mean {ms(s['step_ns_mean'])}); "
+                              "the median describes neither", highlight=False)
     inst = a.instrumentation
     if inst:
         cost = "not measured" if inst.cost_ns_per_step is None else f"{ms(inst.cost_ns_per_step)} of CPU time per step"
