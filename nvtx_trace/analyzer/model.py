@@ -153,11 +153,17 @@ class Trace:
                 self._launch_rows[request] = {c: v[keep] for c, v in cols.items()}
         if key == "kernel" and self.kernel_name_column:
             self._kernel_times = _time_by_id(cols["name_id"], cols["end_ns"] - cols["start_ns"])
-        return {c: cols[c] for c in ("start_ns", "end_ns", "device_id", "gpid")}
+        kept = {c: cols[c] for c in ("start_ns", "end_ns", "device_id", "gpid")}
+        # kernel names as string ids (-1 for copies, memsets and unnamed kernels): the step inference reads them
+        name_id = cols.get("name_id") if key == "kernel" else None
+        kept["name_id"] = np.asarray(name_id, np.int64) if name_id is not None and name_id.dtype.kind in "iu" \
+            else np.full(len(cols["start_ns"]), -1, np.int64)
+        return kept
 
     @cached_property
     def gpu_ops(self) -> pd.DataFrame:
-        """Every kernel, memcpy and memset: start_ns, end_ns, device_id, pid, kind (code), sorted by start."""
+        """Every kernel, memcpy and memset: start_ns, end_ns, device_id, pid, kind (code), name_id (kernels' name
+        string id, else -1), sorted by start."""
         parts = []
         for code, key in enumerate(GPU_OP_TABLES):
             if self.reader.has(GPU_OP_TABLES[key]):
@@ -165,12 +171,13 @@ class Trace:
                 cols["kind"] = np.full(len(cols["start_ns"]), code, np.int8)
                 parts.append(cols)
         if not parts:
-            return pd.DataFrame({c: np.empty(0, np.int64) for c in ("start_ns", "end_ns", "device_id", "pid", "kind")})
+            return pd.DataFrame({c: np.empty(0, np.int64)
+                                 for c in ("start_ns", "end_ns", "device_id", "pid", "kind", "name_id")})
         start = np.concatenate([p["start_ns"] for p in parts])
         order = np.argsort(start, kind="stable")  # each table is nearly sorted: timsort is ~linear
         data = {"start_ns": start[order]}
         del start
-        for c in ("end_ns", "device_id", "gpid", "kind"):  # one column at a time: bounded extra memory
+        for c in ("end_ns", "device_id", "gpid", "kind", "name_id"):  # one column at a time: bounded extra memory
             data[c] = np.concatenate([p.pop(c) for p in parts])[order]
         data["pid"] = pid_of(data.pop("gpid"))
         return pd.DataFrame(data, copy=False)

@@ -23,10 +23,12 @@ WARMUP_FACTOR = 1.5  # a leading step slower than this x the median of the rest 
 @dataclass
 class StepsResult:
     table: pd.DataFrame  # step, start_ns, end_ns, duration_ns, gpu_busy_ns, loader_wait_ns, sync_wait_ns, warmup
-    source: str  # which ranges defined the steps
+    source: str  # summary.json steps.source: "nvtx" (step ranges) or "inferred:<method>"
     warmup_steps: int
     pid: int  # the training process whose steps these are
     measured: tuple[str, ...] = ("gpu_busy", "loader_wait", "sync_wait")  # the rest is unknown, not zero
+    how: str = "`step N` ranges"  # the same, in words
+    confidence: float | None = None  # inferred steps: share of steady-state kernels that repeat at the period
 
     @property
     def steady(self) -> pd.DataFrame:
@@ -81,7 +83,7 @@ def find_step_ranges(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     auto = np.array([bool(m) and c.startswith(names.STEP_PREFIX) and c == names.step(int(m.group(1)))
                      for c, m in index.items()], dtype=bool)
     any_step = np.array([bool(m) for m in index.values()], dtype=bool)
-    for mask, source in ((auto, "`step N` ranges"), (any_step, "user step ranges")):
+    for mask, source in ((auto, "`step N` ranges"), (any_step, "user step ranges (`step N`, `iteration N`)")):
         rows = ranges[mask[codes]] if len(cats) else ranges.iloc[:0]
         if len(rows):
             # One training thread: the one with the most step ranges.
@@ -107,12 +109,21 @@ def _drop_steps_without_optimizer(steps: pd.DataFrame, ranges: pd.DataFrame) -> 
 
 
 def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, loader_waits: pd.DataFrame | None,
-                  sync_calls: pd.DataFrame | None, warmup_steps: int | None = None) -> StepsResult | None:
+                  sync_calls: pd.DataFrame | None, warmup_steps: int | None = None,
+                  infer=None) -> StepsResult | None:
     """Per-step GPU busy time and waits, all of the training process (one rank of a DDP job).
 
     None for an input means it was not captured: its fraction is reported as unknown, not as zero.
+    Without step ranges, ``infer()`` (infer_steps.InferredSteps or None) may find the steps.
     """
-    steps, source = find_step_ranges(ranges)
+    steps, how = find_step_ranges(ranges)
+    source, confidence = "nvtx", None
+    if not len(steps) and infer is not None:
+        found = infer()
+        if found is not None:
+            steps, source, confidence = found.steps, found.method, found.confidence
+            how = (f"inferred from the kernel sequence, which repeats every {found.period_kernels} kernels "
+                   f"({found.confidence:.0%} of the steady state)")
     if not len(steps):
         return None
     start = steps["start_ns"].to_numpy()
@@ -132,7 +143,8 @@ def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, l
     table["warmup"] = np.arange(len(table)) < n_warm
     measured = tuple(what for what, given in (("gpu_busy", busy_by_pid), ("loader_wait", loader_waits),
                                               ("sync_wait", sync_calls)) if given is not None)
-    return StepsResult(table=table, source=source, warmup_steps=n_warm, pid=pid, measured=measured)
+    return StepsResult(table=table, source=source, warmup_steps=n_warm, pid=pid, measured=measured, how=how,
+                       confidence=confidence)
 
 
 def _before_instrumentation_settled(ranges: pd.DataFrame, pid: int, step_starts: np.ndarray) -> int:

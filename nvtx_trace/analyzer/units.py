@@ -13,6 +13,7 @@ import pandas as pd
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.dataloader import analyze_loader
 from nvtx_trace.analyzer.gpu_idle import analyze_idle, describe_gaps, summarize_causes
+from nvtx_trace.analyzer.infer_steps import infer_steps
 from nvtx_trace.analyzer.instrumentation import analyze_instrumentation
 from nvtx_trace.analyzer.layout import analyze_layout
 from nvtx_trace.analyzer.layout import launch_filter as layout_launches
@@ -160,10 +161,12 @@ def _steps(ctx: Context) -> None:
     for dev in a.idle.devices if a.idle else []:
         for pid in dev.pids:
             busy_by_pid[pid] = iv.merge(busy_by_pid.get(pid, iv.empty()), dev.busy)
+    infer = (lambda: infer_steps(ctx.trace.gpu_ops)) if ctx.trace.has_gpu_activity else None
     a.steps = analyze_steps(ctx.trace.ranges, busy_by_pid if a.idle else None, a.loader.waits if a.loader else None,
-                            a.sync.calls if a.sync else None, ctx.warmup_steps)
+                            a.sync.calls if a.sync else None, ctx.warmup_steps, infer=infer)
     if a.steps is None:
-        a.skipped["steps"] = "no step ranges (`step N` from nvtx_autotrace, or user ranges like `step 3`)"
+        a.skipped["steps"] = ("no step ranges (`step N` from nvtx_autotrace, or user ranges like `step 3`), and the "
+                              "kernel sequence shows no repeating iteration")
 
 
 def _steps_json(a) -> dict:
@@ -173,7 +176,8 @@ def _steps_json(a) -> dict:
     for what in ("gpu_busy", "loader_wait", "sync_wait"):
         if what not in a.steps.measured:  # not captured: unknown, not zero
             table[f"{what}_ns"] = None
-    return {"steps": {"source": a.steps.source, "summary": a.steps.summary(), "table": table}}
+    return {"steps": {"source": a.steps.source, "how": a.steps.how, "confidence": a.steps.confidence,
+                      "summary": a.steps.summary(), "table": table}}
 
 
 def _window(ctx: Context) -> None:
@@ -185,8 +189,10 @@ def _window(ctx: Context) -> None:
                     "source": f"whole trace (all {len(a.steps.table)} steps counted as warm-up)"}
     elif window:
         first, last = int(a.steps.steady["step"].iloc[0]), int(a.steps.steady["step"].iloc[-1])
+        inferred = ", inferred from the kernel sequence" if a.steps.source != "nvtx" else ""
         a.window = {"start_ns": window[0], "end_ns": window[1],
-                    "source": f"steady-state steps {first}-{last} ({a.steps.warmup_steps} warm-up step(s) left out)"}
+                    "source": f"steady-state steps {first}-{last} ({a.steps.warmup_steps} warm-up step(s) left out"
+                              f"{inferred})"}
     else:
         a.window = {"start_ns": lo, "end_ns": hi, "source": "whole trace (no step ranges)"}
 

@@ -79,8 +79,7 @@ def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread
         "findings": _findings(d),
         "timeline_section": _timeline_section(tl, notes, max_points) if tl.figure["data"] else
         "<p class='muted'>No GPU activity or NVTX ranges to draw.</p>",
-        "steps_section": _steps_section(d, step_note) if bd is not None else
-        "<p class='muted'>No step ranges (<code>step N</code>) in this report, so no per-step breakdown.</p>",
+        "steps_section": _steps_section(d, step_note) if bd is not None else _no_step_chart(a),
         "tables": _tables(a, d),
         "plotly_js": js,
         "data_json": script_json({"figures": figures}),
@@ -186,6 +185,15 @@ def _headline(d: dict) -> str:
     if not cards:
         return "<p class='muted'>This report holds no GPU activity.</p>"
     return "<div class='cards'>" + "".join(cards) + "</div>"
+
+
+def _no_step_chart(a) -> str:
+    """Why there is no per-step chart, in the report's own terms (never 'no steps' when there are steps)."""
+    if a.steps is not None and len(a.steps.table):
+        why = f"{len(a.steps.table)} steps, but no GPU activity to break them down by"
+    else:
+        why = "no step ranges (<code>step N</code>) and no repeating kernel sequence to infer steps from"
+    return f"<p class='muted'>No per-step breakdown: {why}.</p>"
 
 
 def _profiler_line(prof: dict) -> str:

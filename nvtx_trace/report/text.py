@@ -31,7 +31,7 @@ def render(a, console: Console) -> None:
         if s:
             unknown = any(v is None for k, v in s.items() if k.endswith("_fraction"))
             console.print(
-                f"Steps ({a.steps.source}): {s['steps']} ({s['warmup_steps']} warm-up left out); steady state "
+                f"Steps ({a.steps.how}): {s['steps']} ({s['warmup_steps']} warm-up left out); steady state "
                 f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}; GPU busy {_pct(s['gpu_busy_fraction'])}, "
                 f"waiting for data {_pct(s['loader_wait_fraction'])}, in host syncs {_pct(s['sync_wait_fraction'])} "
                 "of step time" + (" (-: not captured)" if unknown else ""), highlight=False)

@@ -1,0 +1,117 @@
+"""Training steps found in the trace's own rhythm, for reports without step ranges.
+
+A report captured with plain ``nsys profile`` has no ``step N`` ranges; analyzed as one
+window, start-up (CUDA context, one-time uploads, cuDNN autotuning) dominates it. But a
+training loop launches the same kernels in the same order every iteration, so the
+sequence of kernel names on the busiest GPU repeats with a fixed period P (in kernels):
+``name[i] == name[i + P]`` for nearly every i of the steady state.
+
+1. Candidate periods come from the kernels themselves: for each kernel name that recurs,
+   the median distance (in kernels) between its bursts of occurrences.
+2. Each candidate P is scored by how often the sequence repeats at that shift over the
+   second half of the trace (the steady state); the smallest P scoring >= MIN_MATCH wins
+   (a multiple of the period matches as well; a layer's period does not, since backward
+   layers and the head differ from forward layers).
+3. The phase: iterations are cut before the kernel that, in the median iteration, follows
+   the longest GPU gap (loading the next batch, the optimizer's sync, ``loss.item()``).
+4. Steps are the spans between consecutive cuts from the first position where the repeat
+   holds; everything before is start-up.
+
+The result is a table of steps in the shape the step analysis reads, its method, and the
+match fraction as a confidence figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+MIN_MATCH = 0.9  # share of steady-state positions where the sequence repeats at the period
+MIN_STEPS = 4
+MAX_CANDIDATES = 200  # kernel names tried as period markers (the most frequent first)
+
+
+@dataclass
+class InferredSteps:
+    steps: pd.DataFrame  # step, start_ns, end_ns, pid (GPU-side spans of one process's iterations)
+    method: str  # "inferred:kernel-period"
+    confidence: float  # share of steady-state kernels that repeat at the period
+    period_kernels: int
+    startup_end_ns: int  # where the first inferred step begins: before it, start-up
+
+
+def infer_steps(gpu_ops: pd.DataFrame) -> InferredSteps | None:
+    """Iterations of the process that launches the most kernels on its busiest GPU, or None."""
+    kernels = gpu_ops[(gpu_ops["kind"] == 0) & (gpu_ops["name_id"] >= 0)]
+    if len(kernels) < MIN_STEPS * 4:
+        return None
+    (device, pid), _ = max(kernels.groupby(["device_id", "pid"]).groups.items(), key=lambda kv: len(kv[1]))
+    mine = kernels[(kernels["device_id"] == device) & (kernels["pid"] == pid)].sort_values("start_ns")
+    names = mine["name_id"].to_numpy()
+    start, end = mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy()
+    period, match = _best_period(names)
+    if period is None:
+        return None
+    first = _first_repeating(names, period)
+    phase = _phase(start, end, first, period)
+    cuts = np.arange(first + phase, len(names), period)
+    if len(cuts) < MIN_STEPS + 1:
+        return None
+    ends = start[cuts[1:]]
+    if len(names) - cuts[-1] >= period:  # the last whole iteration: no next cut, it ends with its own kernels
+        cuts = np.append(cuts, cuts[-1] + period)
+        ends = np.append(ends, end[cuts[-1] - 1])
+    steps = pd.DataFrame({"step": np.arange(len(cuts) - 1), "start_ns": start[cuts[:-1]], "end_ns": ends,
+                          "pid": int(pid)})
+    return InferredSteps(steps=steps, method="inferred:kernel-period", confidence=round(float(match), 3),
+                         period_kernels=int(period), startup_end_ns=int(start[cuts[0]]))
+
+
+def _candidate_periods(names: np.ndarray) -> list[int]:
+    ids, counts = np.unique(names, return_counts=True)
+    order = np.argsort(-counts)[:MAX_CANDIDATES]
+    periods = set()
+    for name in ids[order]:
+        pos = np.flatnonzero(names == name)
+        if len(pos) < MIN_STEPS:
+            continue
+        gaps = np.diff(pos)
+        burst_starts = pos[np.concatenate(([True], gaps > max(2, np.median(gaps) // 4)))]
+        if len(burst_starts) >= MIN_STEPS:
+            periods.add(int(np.median(np.diff(burst_starts))))
+    return sorted(p for p in periods if 0 < p <= len(names) // MIN_STEPS)
+
+
+def _best_period(names: np.ndarray) -> tuple[int | None, float]:
+    tail = names[len(names) // 2:]
+    best, best_match = None, 0.0
+    for p in _candidate_periods(names):
+        if p >= len(tail):
+            break
+        match = float(np.mean(tail[p:] == tail[:-p]))
+        if match >= MIN_MATCH and (best is None or match > best_match + 0.02):
+            best, best_match = p, match  # the smallest period that repeats (its multiples repeat too)
+        if best is not None and p > best and match >= MIN_MATCH:
+            break
+    return best, best_match
+
+
+def _first_repeating(names: np.ndarray, period: int) -> int:
+    """First position from which the sequence keeps repeating (start-up kernels do not)."""
+    same = names[period:] == names[:-period]
+    window = max(1, period // 2)
+    run = np.convolve(same.astype(np.int32), np.ones(window, np.int32), mode="valid") >= window * MIN_MATCH
+    hits = np.flatnonzero(run)
+    return int(hits[0]) if len(hits) else 0
+
+
+def _phase(start: np.ndarray, end: np.ndarray, first: int, period: int) -> int:
+    """Offset within the period whose kernel follows the longest GPU gap in the median iteration."""
+    n_iter = (len(start) - first - 1) // period
+    if n_iter < 1:
+        return 0
+    idx = first + 1 + np.arange(n_iter * period)
+    gaps = np.maximum(start[idx] - end[idx - 1], 0).reshape(n_iter, period)
+    return int((np.argmax(np.median(gaps, axis=0)) + 1) % period)

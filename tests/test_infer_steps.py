@@ -1,0 +1,53 @@
+"""Steps found without step ranges: every GPU sample with its `step N` ranges deleted, against the original."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from nvtx_trace.analyzer import analyze
+
+SAMPLES = ROOT / "sample_reports"
+WITH_STEPS = ["resnet_flawed", "resnet_fixed", "resnet_flawed_user", "resnet_fixed_user", "resnet_ddp_flawed"]
+
+
+def without_steps(name: str, tmp_path):
+    copy = tmp_path / f"{name}.nosteps.sqlite"
+    shutil.copy(SAMPLES / f"{name}.sqlite", copy)
+    with sqlite3.connect(copy) as db:
+        gone = db.execute("DELETE FROM NVTX_EVENTS WHERE coalesce(text, (SELECT value FROM StringIds "
+                          "WHERE id = textId)) GLOB 'step [0-9]*'").rowcount
+    assert gone > 0
+    return copy
+
+
+@pytest.mark.parametrize("name", WITH_STEPS)
+def test_inferred_steps_match_the_step_ranges_they_replace(name, tmp_path):
+    original, inferred = analyze(SAMPLES / f"{name}.sqlite"), analyze(without_steps(name, tmp_path))
+    assert original.steps.source == "nvtx" and inferred.steps.source == "inferred:kernel-period"
+    assert inferred.steps.confidence >= 0.9
+    assert abs(len(inferred.steps.table) - len(original.steps.table)) <= 1
+    want, got = original.steps.summary()["step_ns_median"], inferred.steps.summary()["step_ns_median"]
+    assert got == pytest.approx(want, rel=0.10)
+    # independent of the analyzer's own step table: the median of the deleted ranges, in plain SQL
+    with sqlite3.connect(SAMPLES / f"{name}.sqlite") as db:
+        durations = [r[0] for r in db.execute(
+            "SELECT e.end - e.start FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+            "WHERE coalesce(e.text, s.value) GLOB 'step [0-9]*'")]
+    assert got == pytest.approx(float(np.median(durations)), rel=0.10)
+    # start-up stays out: the window begins no earlier than the original's, and no new finding appears
+    assert inferred.window["start_ns"] >= original.window["start_ns"]
+    assert {f.kind for f in inferred.findings} <= {f.kind for f in original.findings}
+    assert "inferred from the kernel sequence" in inferred.window["source"]
+
+
+def test_no_gpu_or_too_few_iterations_says_why(tmp_path):
+    cpu = analyze(without_steps("cpu_slow_loader", tmp_path))
+    assert cpu.steps is None and "no repeating iteration" in cpu.skipped["steps"]
+    assert cpu.window["source"] == "whole trace (no step ranges)"
+    short = analyze(without_steps("gpt2_window_h100", tmp_path))  # 4 steps of grad accumulation: too few
+    assert short.steps is None and "no repeating iteration" in short.skipped["steps"]
