@@ -221,7 +221,9 @@ def _fmt(key: str, v) -> str:
     if isinstance(v, bool) or v is None:
         return esc(v)
     if isinstance(v, (int, float)):
-        if key.endswith("_ns"):
+        if key in ("pid", "worker", "step", "device_id", "tid"):  # identifiers, not quantities: no separators
+            return esc(str(int(v)))
+        if key.endswith("_ns") or "_ns_" in key:  # fetch_ns_median too: every time carries its unit
             return esc(ms(v))
         if key.endswith(("fraction", "share", "utilization")):
             return esc(pct(v))
