@@ -51,3 +51,18 @@ def test_no_gpu_or_too_few_iterations_says_why(tmp_path):
     assert cpu.window["source"] == "whole trace (no step ranges)"
     short = analyze(without_steps("gpt2_window_h100", tmp_path))  # 4 steps of grad accumulation: too few
     assert short.steps is None and "no repeating iteration" in short.skipped["steps"]
+
+
+def test_startup_is_its_own_section_and_its_slow_calls_match_sql(tmp_path):
+    path = without_steps("resnet_flawed", tmp_path)
+    a = analyze(path)
+    st = a.startup
+    first = int(a.steps.table["start_ns"].min())
+    assert st.end_ns == first and st.start_ns == a.trace_start_ns and st.duration_ns > 0
+    assert a.window["start_ns"] >= st.end_ns  # no per-step figure or finding looks at start-up
+    # independent: the same slow runtime calls, summed in plain SQL
+    with sqlite3.connect(path) as db:
+        (total,) = db.execute("SELECT sum(min(end - start, ?)) FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                              "WHERE end - start >= 50000 AND start < ?", (first - a.trace_start_ns, first)).fetchone()
+    assert sum(st.parts.values()) == total
+    assert "CUDA context and module loading" in st.parts

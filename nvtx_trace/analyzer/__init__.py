@@ -28,6 +28,7 @@ from nvtx_trace.analyzer.layout import LayoutResult
 from nvtx_trace.analyzer.model import Trace
 from nvtx_trace.analyzer.pageable import PageableResult
 from nvtx_trace.analyzer.reader import Reader
+from nvtx_trace.analyzer.startup import Startup
 from nvtx_trace.analyzer.steps import StepsResult
 from nvtx_trace.analyzer.sync import SyncResult
 from nvtx_trace.analyzer.units import UNITS, why_missing
@@ -63,6 +64,7 @@ class Analysis:
     window_utilization: dict[int, float] = field(default_factory=dict)  # device -> busy share of the window
     module_ranges_per_step: float = 0.0  # nvtx_autotrace module ranges per steady step (their CPU cost shows)
     instrumentation: Instrumentation | None = None  # nvtx_autotrace's own ranges and their measured cost
+    startup: Startup | None = None  # trace start to the first step: once, never a per-step finding
     nvtx_ranges: pd.DataFrame | None = None  # every NVTX range, for the HTML timeline's lanes
     nvtx_threads: dict[int, str] = field(default_factory=dict)  # their threads' labels
 

@@ -21,6 +21,7 @@ from nvtx_trace.analyzer.pageable import analyze_pageable
 from nvtx_trace.analyzer.pageable import launch_filter as pageable_launches
 from nvtx_trace.analyzer.pipeline import Context, Unit
 from nvtx_trace.analyzer.rules import build_findings
+from nvtx_trace.analyzer.startup import analyze_startup
 from nvtx_trace.analyzer.steps import analyze_steps
 from nvtx_trace.analyzer.sync import analyze_sync
 
@@ -239,6 +240,18 @@ def _window_tables(a) -> dict:
     return {"window_causes": a.window_causes, "gap_activity": a.gap_activity} if a.window_causes is not None else {}
 
 
+def _startup(ctx: Context) -> None:
+    a = ctx.result
+    if not a.steps or not len(a.steps.table):
+        return
+    busy = None
+    if a.idle:
+        sets = [d.busy for d in a.idle.devices if a.steps.pid in d.pids] or [d.busy for d in a.idle.devices]
+        busy = sets[0] if len(sets) == 1 else iv.union(np.concatenate([s[0] for s in sets]),
+                                                       np.concatenate([s[1] for s in sets]))
+    a.startup = analyze_startup(ctx.trace, int(a.steps.table["start_ns"].min()), busy)
+
+
 def _lanes(ctx: Context) -> None:
     """The NVTX ranges and thread labels the HTML timeline draws: kept here so no renderer reads a file."""
     ranges = ctx.trace.ranges
@@ -266,6 +279,8 @@ UNITS: list[Unit] = [
     Unit("window", _window, needs=("steps",), to_json=lambda a: {"window": a.window or None}),
     Unit("instrumentation", _instrumentation, needs=("window", "steps"), to_json=_instrumentation_json),
     Unit("window_figures", _window_figures, needs=("idle", "window"), tables=_window_tables),
+    Unit("startup", _startup, needs=("steps", "idle"),
+         to_json=lambda a: {"startup": a.startup.to_dict() if a.startup else None}),
     Unit("lanes", _lanes),
     Unit("findings", _findings, needs=("loader", "idle", "layout", "pageable", "sync", "steps", "window",
                                        "instrumentation", "window_figures"),

@@ -40,6 +40,12 @@ def render(a, console: Console) -> None:
                 console.print(f"Steps come in two kinds: {modes['low_steps']} of about {ms(modes['low_ns'])} and "
                               f"{modes['high_steps']} of about {ms(modes['high_ns'])} (mean {ms(s['step_ns_mean'])}); "
                               "the median describes neither", highlight=False)
+    st = a.startup
+    if st is not None and st.duration_ns > 0:
+        parts = ", ".join(f"{k} {ms(v)}" for k, v in list(st.parts.items())[:3])
+        console.print(f"Start-up: {ms(st.duration_ns)} before the first step" + (f" (slow CUDA calls: {parts})"
+                      if parts else "") + "; it happens once and is left out of every per-step figure",
+                      highlight=False)
     inst = a.instrumentation
     if inst:
         cost = "not measured" if inst.cost_ns_per_step is None else f"{ms(inst.cost_ns_per_step)} of CPU time per step"

@@ -1,0 +1,59 @@
+"""Start-up: from the trace's start to the first training step, with its own breakdown.
+
+Start-up happens once (CUDA context and module loading, pinned host allocations, the model's
+upload, cuDNN/cuBLAS autotuning, the first batch); it never yields a per-step finding or fix.
+Its parts are measured from the calls the one runtime pass already holds (calls of at least
+SLOW_API_NS, copies and syncs) and the GPU operations before the first step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer.model import SLOW_API_NS, api_base_name
+
+# What a slow CUDA call in start-up is, by its name (the first matching group wins).
+GROUPS = (
+    ("CUDA context and module loading", ("cuInit", "cuDevicePrimaryCtx", "cuCtx", "cuModule", "cuLibrary",
+                                         "cudaFree", "cudaSetDevice", "cudaGetDevice", "cuGetProcAddress",
+                                         "cudaDeviceGetAttribute", "cuKernelGet")),
+    ("pinned host allocations", ("cudaHostAlloc", "cudaMallocHost", "cuMemHostAlloc", "cudaHostRegister")),
+    ("device allocations", ("cudaMalloc", "cuMemAlloc", "cuMemCreate", "cuMemMap")),
+    ("copies and syncs", ("cudaMemcpy", "cuMemcpy", "Synchronize", "cudaStreamWait", "cudaEventSynchronize")),
+)
+
+
+@dataclass
+class Startup:
+    start_ns: int
+    end_ns: int
+    gpu_busy_ns: int
+    parts: dict[str, int] = field(default_factory=dict)  # group -> CPU time in slow CUDA calls of that kind
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    def to_dict(self) -> dict:
+        return {"start_ns": self.start_ns, "end_ns": self.end_ns, "duration_ns": self.duration_ns,
+                "gpu_busy_ns": self.gpu_busy_ns, "slow_cuda_calls_ns": self.parts}
+
+
+def analyze_startup(trace, first_step_ns: int, busy) -> Startup | None:
+    """Start-up of a trace whose first step begins at ``first_step_ns``; None when it is negligible."""
+    lo = trace.bounds[0]
+    if first_step_ns <= lo:
+        return None
+    gpu_busy = int(iv.Coverage(busy).measure(lo, first_step_ns)) if busy is not None else 0
+    parts: dict[str, int] = {}
+    calls = trace.api_calls(min_duration_ns=SLOW_API_NS) if trace.reader.has("CUPTI_ACTIVITY_KIND_RUNTIME") else None
+    if calls is not None and len(calls):
+        calls = calls[calls["start_ns"].to_numpy() < first_step_ns]
+        names = trace.api_names
+        for name_id, dur in zip(calls["name_id"].to_numpy(), (calls["end_ns"] - calls["start_ns"]).to_numpy()):
+            base = api_base_name(names.get(int(name_id), ""))
+            group = next((g for g, prefixes in GROUPS if base.startswith(prefixes)), "other slow CUDA calls")
+            parts[group] = parts.get(group, 0) + int(min(dur, first_step_ns - lo))
+    return Startup(start_ns=int(lo), end_ns=int(first_step_ns), gpu_busy_ns=gpu_busy,
+                   parts=dict(sorted(parts.items(), key=lambda kv: -kv[1])))
