@@ -343,6 +343,7 @@ HOSTILE = {  # name: (argv with {tmp}/{sample}/{report} placeholders, or a maker
     "html_max_points_too_small": (lambda t: ["analyze", SAMPLE, "--html-max-points", "5"], "--html-max-points"),
     "json_parent_missing": (lambda t: ["analyze", SAMPLE, "--json", t / "no" / "x.json"], "does not exist"),
     "json_empty_path": (lambda t: ["analyze", SAMPLE, "--json", ""], "empty path"),
+    "step_range_bad_regex": (lambda t: ["analyze", SAMPLE, "--step-range", "(unclosed"], "--step-range"),
     "warmup_steps_negative": (lambda t: ["analyze", SAMPLE, "--warmup-steps", "-3"], "--warmup-steps"),
     "run_missing_script": (lambda t: ["run", t / "nope.py"], "no such script"),
     "run_missing_python": (lambda t: ["run", "--python", t / "no-python", _script(t)], "not found"),

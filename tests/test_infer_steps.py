@@ -66,3 +66,17 @@ def test_startup_is_its_own_section_and_its_slow_calls_match_sql(tmp_path):
                               "WHERE end - start >= 50000 AND start < ?", (first - a.trace_start_ns, first)).fetchone()
     assert sum(st.parts.values()) == total
     assert "CUDA context and module loading" in st.parts
+
+
+def test_step_range_names_the_users_own_step_ranges(tmp_path):
+    path = without_steps("resnet_flawed_user", tmp_path)
+    a = analyze(path, step_range="^forward$")
+    assert a.steps.source == "user:^forward$" and "user ranges matching" in a.steps.how
+    with sqlite3.connect(path) as db:
+        durations = [r[0] for r in db.execute(
+            "SELECT e.end - e.start FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+            "WHERE coalesce(e.text, s.value) = 'forward'")]
+    assert len(a.steps.table) == len(durations)
+    assert a.steps.table["duration_ns"].median() == float(np.median(durations))
+    nothing = analyze(path, step_range="^no such range$")
+    assert nothing.steps is None and "no NVTX range matches --step-range" in nothing.skipped["steps"]

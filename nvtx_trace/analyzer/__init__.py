@@ -81,9 +81,9 @@ class Analysis:
 
 
 def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
-            warmup_steps: int | None = None, nsys: str | None = None) -> Analysis:
+            warmup_steps: int | None = None, nsys: str | None = None, step_range: str | None = None) -> Analysis:
     """Load a report (.sqlite, or .nsys-rep/.qdrep exported on the fly) and run every analysis it allows."""
-    check_analysis_options(min_gap_ms, loader_pattern, warmup_steps)
+    check_analysis_options(min_gap_ms, loader_pattern, warmup_steps, step_range)
     path = Path(path)
     if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
         from nvtx_trace.nsys import ensure_sqlite, find_nsys
@@ -93,7 +93,7 @@ def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
         reader = Reader(path)
         try:
             return _analyze(reader, int(round(min_gap_ms * 1e6)),
-                            loader_pattern or names.DEFAULT_USER_LOADER_PATTERN, warmup_steps)
+                            loader_pattern or names.DEFAULT_USER_LOADER_PATTERN, warmup_steps, step_range)
         finally:
             reader.close()
     except sqlite3.DatabaseError as exc:
@@ -101,18 +101,19 @@ def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
                              "if it was cut short, export it again") from None
 
 
-def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps: int | None) -> Analysis:
+def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps: int | None,
+             step_range: str | None = None) -> Analysis:
     trace = Trace(reader)
     pipeline.announce(UNITS, trace)  # what the units will ask of the runtime table, before anything is read
     trace.start_runtime_read()  # runs while this thread reads the GPU tables
     try:
-        return _run_analyses(trace, reader, min_gap_ns, loader_pattern, warmup_steps)
+        return _run_analyses(trace, reader, min_gap_ns, loader_pattern, warmup_steps, step_range)
     finally:
         trace.close()
 
 
 def _run_analyses(trace: Trace, reader: Reader, min_gap_ns: int, loader_pattern: str,
-                  warmup_steps: int | None) -> Analysis:
+                  warmup_steps: int | None, step_range: str | None = None) -> Analysis:
     lo, hi = trace.bounds
     result = Analysis(path=reader.info.path, nsys_version=reader.info.nsys_version,
                       schema_version=reader.info.schema_version, min_gap_ns=min_gap_ns,
@@ -125,6 +126,7 @@ def _run_analyses(trace: Trace, reader: Reader, min_gap_ns: int, loader_pattern:
         result.skipped["nvtx"] = why_missing(trace, "NvtxEvents", "NVTX", "NVTX ranges",
                                              "-t nvtx and run under nvtx_autotrace")
     pipeline.run(UNITS, pipeline.Context(trace=trace, reader=reader, result=result, min_gap_ns=min_gap_ns,
-                                         loader_pattern=loader_pattern, warmup_steps=warmup_steps))
+                                         loader_pattern=loader_pattern, warmup_steps=warmup_steps,
+                                         step_range=step_range))
     result.warnings = trace.warnings
     return result

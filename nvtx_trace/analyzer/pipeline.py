@@ -23,6 +23,7 @@ class Context:
     min_gap_ns: int
     loader_pattern: str
     warmup_steps: int | None
+    step_range: str | None = None  # --step-range: the user's own ranges that are the steps
 
 
 @dataclass(frozen=True)

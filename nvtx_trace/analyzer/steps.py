@@ -8,6 +8,7 @@ blame the wrong thing, so they are reported but excluded from the summary.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,10 +74,13 @@ def two_modes(durations: np.ndarray, ratio: float = 3.0, min_share: float = 0.2)
             "high_steps": int(len(high))}
 
 
-def find_step_ranges(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """The step ranges to use: nvtx_autotrace's when present, else the user's."""
+def find_step_ranges(ranges: pd.DataFrame, step_range: str | None = None) -> tuple[pd.DataFrame, str]:
+    """The step ranges to use: those matching ``step_range`` when given, else nvtx_autotrace's when present,
+    else the user's ``step N`` / ``iteration N``."""
     if not len(ranges):
         return ranges, ""
+    if step_range is not None:
+        return _user_step_ranges(ranges, step_range), f"user ranges matching {step_range!r}"
     cats = ranges["name"].cat.categories
     codes = ranges["name"].cat.codes.to_numpy()
     index = {c: names.STEP_RE.match(c) for c in cats}
@@ -92,6 +96,17 @@ def find_step_ranges(ranges: pd.DataFrame) -> tuple[pd.DataFrame, str]:
             rows = rows.assign(step=[int(index[str(n)].group(1)) for n in rows["name"]])
             return _drop_steps_without_optimizer(rows, ranges), source
     return ranges.iloc[:0], ""
+
+
+def _user_step_ranges(ranges: pd.DataFrame, step_range: str) -> pd.DataFrame:
+    """Ranges whose name matches ``step_range``, on the thread that has most of them, numbered in time order."""
+    pattern = re.compile(step_range)
+    rows = ranges[name_mask(ranges["name"], lambda n: bool(pattern.search(n)))]
+    if not len(rows):
+        return rows
+    main = rows["gtid"].value_counts().idxmax()
+    rows = rows[rows["gtid"] == main].sort_values("start_ns", ignore_index=True)
+    return rows.assign(step=np.arange(len(rows)))
 
 
 def _drop_steps_without_optimizer(steps: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
@@ -110,14 +125,14 @@ def _drop_steps_without_optimizer(steps: pd.DataFrame, ranges: pd.DataFrame) -> 
 
 def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, loader_waits: pd.DataFrame | None,
                   sync_calls: pd.DataFrame | None, warmup_steps: int | None = None,
-                  infer=None) -> StepsResult | None:
+                  infer=None, step_range: str | None = None) -> StepsResult | None:
     """Per-step GPU busy time and waits, all of the training process (one rank of a DDP job).
 
     None for an input means it was not captured: its fraction is reported as unknown, not as zero.
     Without step ranges, ``infer()`` (infer_steps.InferredSteps or None) may find the steps.
     """
-    steps, how = find_step_ranges(ranges)
-    source, confidence = "nvtx", None
+    steps, how = find_step_ranges(ranges, step_range)
+    source, confidence = ("nvtx" if step_range is None else f"user:{step_range}"), None
     if not len(steps) and infer is not None:
         found = infer()
         if found is not None:

@@ -162,10 +162,13 @@ def _steps(ctx: Context) -> None:
     for dev in a.idle.devices if a.idle else []:
         for pid in dev.pids:
             busy_by_pid[pid] = iv.merge(busy_by_pid.get(pid, iv.empty()), dev.busy)
-    infer = (lambda: infer_steps(ctx.trace.gpu_ops)) if ctx.trace.has_gpu_activity else None
+    infer = (lambda: infer_steps(ctx.trace.gpu_ops)) if ctx.trace.has_gpu_activity and not ctx.step_range else None
     a.steps = analyze_steps(ctx.trace.ranges, busy_by_pid if a.idle else None, a.loader.waits if a.loader else None,
-                            a.sync.calls if a.sync else None, ctx.warmup_steps, infer=infer)
-    if a.steps is None:
+                            a.sync.calls if a.sync else None, ctx.warmup_steps, infer=infer,
+                            step_range=ctx.step_range)
+    if a.steps is None and ctx.step_range is not None:
+        a.skipped["steps"] = f"no NVTX range matches --step-range {ctx.step_range!r}"
+    elif a.steps is None:
         a.skipped["steps"] = ("no step ranges (`step N` from nvtx_autotrace, or user ranges like `step 3`), and the "
                               "kernel sequence shows no repeating iteration")
 

@@ -22,6 +22,10 @@ def analyze(
     min_gap_ms: float = typer.Option(1.0, "--min-gap-ms", help="Smallest GPU idle gap to report, in ms."),
     loader_pattern: Optional[str] = typer.Option(
         None, "--loader-pattern", help="Regex of user NVTX ranges that mean 'waiting for the next batch'."),
+    step_range: Optional[str] = typer.Option(
+        None, "--step-range", metavar="REGEX",
+        help="NVTX ranges that are the training steps (your own, e.g. '^train_step$'); default: `step N` ranges, "
+             "else steps inferred from the kernel sequence."),
     warmup_steps: Optional[int] = typer.Option(
         None, "--warmup-steps", help="Steps to leave out of the steady state (default: detected)."),
     nsys: Optional[str] = typer.Option(None, "--nsys", metavar="PATH", help="nsys to export a .nsys-rep with."),
@@ -41,7 +45,7 @@ def analyze(
 
     if html_max_points < 100:
         raise UsageError(f"--html-max-points must be at least 100 (got {html_max_points})")
-    check_analysis_options(min_gap_ms, loader_pattern, warmup_steps)
+    check_analysis_options(min_gap_ms, loader_pattern, warmup_steps, step_range)
     for flag, value in (("--json", json_out), ("--html", html_out)):
         if value is not None and not str(value).strip():
             raise UsageError(f"{flag} was given an empty path; give a file path" + (" or '-'" if flag == "--json" else ""))
@@ -53,7 +57,7 @@ def analyze(
     err = Console(stderr=True)
     with err.status("Analyzing…", spinner="dots"):
         result = run_analysis(report, min_gap_ms=min_gap_ms, loader_pattern=loader_pattern,
-                              warmup_steps=warmup_steps, nsys=nsys)
+                              warmup_steps=warmup_steps, nsys=nsys, step_range=step_range)
     # Files first: a closed stdout (`| head -1`) must not cost the user the files they asked for.
     if json_out and json_out != "-":
         write_atomically(json_out, json_report.render(result))
