@@ -1,5 +1,9 @@
 """Training steps found in the trace's own rhythm, for reports without step ranges.
 
+Two methods: NVTX ranges that recur once per iteration (``infer_from_ranges``: nvtx_autotrace's
+``optimizer.step``, or a user's ``forward``/``train_step``), and, without such ranges, the
+kernel sequence's period (``infer_steps``), described here.
+
 A report captured with plain ``nsys profile`` has no ``step N`` ranges; analyzed as one
 window, start-up (CUDA context, one-time uploads, cuDNN autotuning) dominates it. But a
 training loop launches the same kernels in the same order every iteration, so the
@@ -40,6 +44,7 @@ class InferredSteps:
     confidence: float  # share of steady-state kernels that repeat at the period
     period_kernels: int
     startup_end_ns: int  # where the first inferred step begins: before it, start-up
+    marker: str = ""  # inferred:nvtx-period: the recurring range that marks each iteration
 
 
 def infer_steps(gpu_ops: pd.DataFrame) -> InferredSteps | None:
@@ -115,3 +120,51 @@ def _phase(start: np.ndarray, end: np.ndarray, first: int, period: int) -> int:
     idx = first + 1 + np.arange(n_iter * period)
     gaps = np.maximum(start[idx] - end[idx - 1], 0).reshape(n_iter, period)
     return int((np.argmax(np.median(gaps, axis=0)) + 1) % period)
+
+
+def infer_from_ranges(ranges: pd.DataFrame, prefer: str = "optimizer.step ") -> InferredSteps | None:
+    """Iterations from NVTX ranges that recur once per iteration on the training thread (no ``step N``).
+
+    ``optimizer.step`` ranges (nvtx_autotrace's, one per step by construction) decide when present:
+    too few of them is no answer, rather than a finer rhythm (a ``backward`` per micro-batch). Otherwise
+    the recurring range with the most occurrences whose starts are evenly spaced (a layer called twice
+    per iteration is not). Steps run from one occurrence's start to the next.
+    """
+    if not len(ranges):
+        return None
+    closed = ranges[~ranges["open"]] if "open" in ranges else ranges
+    if not len(closed):
+        return None
+    main = closed["gtid"].value_counts().idxmax()  # the training thread: most ranges (not a loader worker)
+    closed = closed[closed["gtid"] == main]
+    names = closed["name"].astype(str)
+    opt = closed[names.str.startswith(prefer).to_numpy()]
+    if len(opt):
+        if len(opt) <= MIN_STEPS:
+            return None
+        # by construction one per step; cut where they end, as nvtx_autotrace's own step ranges are
+        return _from_rows(opt.sort_values("start_ns"), str(opt["name"].iloc[0]), confidence=1.0, at="end_ns")
+    best = None
+    for name, n in names.value_counts().items():
+        if n <= MIN_STEPS:
+            break
+        rows = closed[(names == name).to_numpy()].sort_values("start_ns")
+        score = _evenness(rows["start_ns"].to_numpy())
+        if score >= 0.8 and (best is None or (n, score) > best[0]):
+            best = ((n, score), rows, name)
+    return _from_rows(best[1], best[2]) if best is not None else None
+
+
+def _evenness(starts: np.ndarray) -> float:
+    diffs = np.diff(starts)
+    med = float(np.median(diffs)) if len(diffs) else 0.0
+    return float(np.mean(np.abs(diffs - med) <= 0.5 * med)) if med > 0 else 0.0
+
+
+def _from_rows(rows: pd.DataFrame, name: str, confidence: float | None = None, at: str = "start_ns") -> InferredSteps:
+    starts = rows[at].to_numpy()
+    steps = pd.DataFrame({"step": np.arange(len(starts) - 1), "start_ns": starts[:-1], "end_ns": starts[1:],
+                          "pid": int(rows["pid"].iloc[0])})
+    conf = confidence if confidence is not None else _evenness(starts)
+    return InferredSteps(steps=steps, method="inferred:nvtx-period", confidence=round(conf, 3),
+                         period_kernels=0, startup_end_ns=int(starts[0]), marker=name)

@@ -138,7 +138,8 @@ def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, l
         if found is not None:
             steps, source, confidence = found.steps, found.method, found.confidence
             how = (f"inferred from the kernel sequence, which repeats every {found.period_kernels} kernels "
-                   f"({found.confidence:.0%} of the steady state)")
+                   f"({found.confidence:.0%} of the steady state)") if not found.marker else \
+                (f"inferred from the range `{found.marker}`, which recurs once per iteration")
     if not len(steps):
         return None
     start = steps["start_ns"].to_numpy()
@@ -152,7 +153,7 @@ def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, l
     table["sync_wait_ns"] = iv.Coverage(sync_wait).measure(start, end)
     settled = _before_instrumentation_settled(ranges, pid, start)  # also under a capture window's own warm-up
     if warmup_steps is None:
-        n_warm = max(detect_warmup(table["duration_ns"].to_numpy()), settled)
+        n_warm = max(detect_warmup(table["duration_ns"].to_numpy(), first_is_warmup=source == "nvtx"), settled)
     else:
         n_warm = max(min(warmup_steps, len(table)), settled)
     table["warmup"] = np.arange(len(table)) < n_warm
@@ -181,13 +182,16 @@ def union_of_process(intervals: pd.DataFrame | None, pid: int) -> iv.Set:
     return iv.union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())
 
 
-def detect_warmup(durations: np.ndarray) -> int:
-    """The first step, plus the steps right after it that are still much slower than the typical one."""
+def detect_warmup(durations: np.ndarray, first_is_warmup: bool = True) -> int:
+    """The first step, plus the steps right after it that are still much slower than the typical one.
+
+    Inferred steps begin where the rhythm does, after the start-up: their first step is warm-up only
+    when it is slow too (``first_is_warmup=False``)."""
     n = len(durations)
     if n < 3:
         return 0
     typical = np.median(durations[1:])
-    k = 1
+    k = 1 if first_is_warmup else 0
     while k < n // 2 and durations[k] > WARMUP_FACTOR * typical:
         k += 1
     return k

@@ -13,7 +13,7 @@ import pandas as pd
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.dataloader import analyze_loader
 from nvtx_trace.analyzer.gpu_idle import analyze_idle, describe_gaps, summarize_causes
-from nvtx_trace.analyzer.infer_steps import infer_steps
+from nvtx_trace.analyzer.infer_steps import infer_from_ranges, infer_steps
 from nvtx_trace.analyzer.instrumentation import analyze_instrumentation
 from nvtx_trace.analyzer.layout import analyze_layout
 from nvtx_trace.analyzer.layout import launch_filter as layout_launches
@@ -162,7 +162,7 @@ def _steps(ctx: Context) -> None:
     for dev in a.idle.devices if a.idle else []:
         for pid in dev.pids:
             busy_by_pid[pid] = iv.merge(busy_by_pid.get(pid, iv.empty()), dev.busy)
-    infer = (lambda: infer_steps(ctx.trace.gpu_ops)) if ctx.trace.has_gpu_activity and not ctx.step_range else None
+    infer = None if ctx.step_range else (lambda: _infer(ctx.trace))
     a.steps = analyze_steps(ctx.trace.ranges, busy_by_pid if a.idle else None, a.loader.waits if a.loader else None,
                             a.sync.calls if a.sync else None, ctx.warmup_steps, infer=infer,
                             step_range=ctx.step_range)
@@ -184,6 +184,16 @@ def _steps_json(a) -> dict:
                       "summary": a.steps.summary(), "table": table}}
 
 
+def _infer(trace):
+    """nvtx_autotrace's optimizer ranges mark iterations exactly; else the kernel sequence's period; else a
+    range that recurs evenly on the training thread (a CPU-only report)."""
+    by_ranges = infer_from_ranges(trace.ranges)
+    if by_ranges is not None and by_ranges.marker.startswith("optimizer.step "):
+        return by_ranges
+    by_kernels = infer_steps(trace.gpu_ops) if trace.has_gpu_activity else None
+    return by_kernels or by_ranges
+
+
 def _window(ctx: Context) -> None:
     a = ctx.result
     lo, hi = a.trace_start_ns, a.trace_end_ns
@@ -193,7 +203,8 @@ def _window(ctx: Context) -> None:
                     "source": f"whole trace (all {len(a.steps.table)} steps counted as warm-up)"}
     elif window:
         first, last = int(a.steps.steady["step"].iloc[0]), int(a.steps.steady["step"].iloc[-1])
-        inferred = ", inferred from the kernel sequence" if a.steps.source != "nvtx" else ""
+        inferred = {"inferred:kernel-period": ", inferred from the kernel sequence",
+                    "inferred:nvtx-period": ", inferred from a recurring range"}.get(a.steps.source, "")
         a.window = {"start_ns": window[0], "end_ns": window[1],
                     "source": f"steady-state steps {first}-{last} ({a.steps.warmup_steps} warm-up step(s) left out"
                               f"{inferred})"}
