@@ -115,8 +115,9 @@ class Budget:
             self.mark(n)  # after the calibration: the reference steps start clean
 
     def mark(self, n: int) -> None:
-        if len(self.marks) < MAX_REFERENCE_STEPS + 1:
-            self.marks.setdefault(n, time.perf_counter())
+        self.marks.setdefault(n, time.perf_counter())
+        if len(self.marks) > MAX_REFERENCE_STEPS + 1:  # the latest steps are the ones "just before" a window
+            del self.marks[min(self.marks)]
 
     def reference(self, until: int) -> tuple[int, int]:
         """(median ns, count) of the steps run with the chosen ranges before step ``until``: before a capture

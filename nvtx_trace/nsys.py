@@ -457,7 +457,7 @@ def is_sqlite(path: str | os.PathLike) -> bool:
 
 
 def export_sqlite(nsys: Nsys, rep: str | os.PathLike, out: str | os.PathLike | None = None,
-                  *, progress: Progress | None = None) -> Path:
+                  *, progress: Progress | None = None, source: Path | None = None) -> Path:
     """``nsys export --type sqlite`` into a temporary name, checked, then renamed onto ``out``.
 
     An interrupted export leaves a file that is not a database, so ``out`` is only ever
@@ -475,7 +475,11 @@ def export_sqlite(nsys: Nsys, rep: str | os.PathLike, out: str | os.PathLike | N
         except OSError as exc:
             raise NsysFailedError(f"could not run {nsys.path} export: {exc}") from exc
         if is_sqlite(tmp):
-            _mark_source(tmp, rep)
+            try:
+                _mark_source(tmp, Path(source or rep))  # the file the user named (a .qdstrm, not its import)
+            except (OSError, sqlite3.Error) as exc:
+                raise NsysFailedError(f"could not finish the export of {rep} ({exc}); free some space and "
+                                      "export it again") from None
         if not is_sqlite(tmp):
             space = _space_problem(out.parent, proc.returncode, proc.stdout + proc.stderr)
             if space:
@@ -518,8 +522,8 @@ def _fingerprint(rep: Path) -> tuple[str, int, str]:
     digest = hashlib.sha256()
     with open(rep, "rb") as f:
         digest.update(f.read(1 << 20))
-        if size > 2 << 20:
-            f.seek(-(1 << 20), os.SEEK_END)
+        if size > 1 << 20:
+            f.seek(max(1 << 20, size - (1 << 20)))
             digest.update(f.read(1 << 20))
     return rep.name, size, digest.hexdigest()
 
@@ -605,7 +609,7 @@ def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
         rep = target.with_suffix(".nsys-rep")
         if not (rep.is_file() and rep.stat().st_mtime >= path.stat().st_mtime):
             rep = import_qdstrm(nsys, path, rep, progress=progress)
-    return export_sqlite(nsys, rep, target, progress=progress)
+    return export_sqlite(nsys, rep, target, progress=progress, source=path)
 
 
 def nvtx_problem(nvtx_version: str | None, nsys_version: str) -> str | None:

@@ -371,7 +371,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         if plan.site_dir is not None:
             shutil.rmtree(plan.site_dir, ignore_errors=True)
     code = prof.returncode
-    if code < 0 and not prof.interrupted:  # nsys itself was killed: the program's own status is unknown
+    if code < 0 and not prof.interrupted and prof.rep is None:  # nsys was killed before writing a report
         result = RunResult(plan=plan, exit_code=0, profile=prof)
         _fail(result, NsysFailedError(_nsys_killed(prof)))
         return result

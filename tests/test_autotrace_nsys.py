@@ -98,7 +98,8 @@ def test_every_step_has_its_range_and_one_optimizer_step(run):
         assert len(inside) == 1, f"step {k}"
         assert s[5] >= inside[0][5]  # the step ends when its optimizer step does
         if k not in (0, 1, RANGED_STEPS):  # models are looked up before step 1, costs measured before step 3
-            assert s[4] == pytest.approx(steps[names.step(k - 1)][5], abs=200_000)  # back to back
+            # back to back: only the boundary callbacks run between them (< 1 ms even on a loaded 2-core VM)
+            assert s[4] == pytest.approx(steps[names.step(k - 1)][5], abs=1_000_000)
     # between steps 2 and 3 the instrumentation measured its own costs (and says so in one range)
     record = next(r for r in rows if r[0] == main and r[3].startswith(names.INSTRUMENTATION_PREFIX))
     assert steps[names.step(2)][5] <= record[4] and record[5] <= steps[names.step(3)][4]

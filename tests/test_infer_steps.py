@@ -69,8 +69,9 @@ def test_startup_is_its_own_section_and_its_slow_calls_match_sql(tmp_path):
     assert a.window["start_ns"] >= st.end_ns  # no per-step figure or finding looks at start-up
     # independent: the same slow runtime calls, summed in plain SQL
     with sqlite3.connect(path) as db:
-        (total,) = db.execute("SELECT sum(min(end - start, ?)) FROM CUPTI_ACTIVITY_KIND_RUNTIME "
-                              "WHERE end - start >= 50000 AND start < ?", (first - a.trace_start_ns, first)).fetchone()
+        (total,) = db.execute("SELECT sum(min(end, ?2) - max(start, ?1)) FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                              "WHERE end - start >= 50000 AND start < ?2 AND end > ?1",
+                              (a.trace_start_ns, first)).fetchone()
     assert sum(st.parts.values()) == total
     assert "CUDA context and module loading" in st.parts
 

@@ -243,6 +243,8 @@ def test_ensure_sqlite_imports_a_bare_qdstrm(real_nsys, profiled, tmp_path):
     shutil.copy(profiled.qdstrm, qd)
     db = nsys_mod.ensure_sqlite(qd, real_nsys)
     assert db == tmp_path / "only.sqlite" and RANGE in nvtx_ranges(db)
+    stamp = db.stat().st_mtime_ns
+    assert nsys_mod.ensure_sqlite(qd, real_nsys) == db and db.stat().st_mtime_ns == stamp  # made from it: reused
 
 
 def test_ensure_sqlite_without_nsys_says_where_to_export(profiled, tmp_path, no_nsys_anywhere):

@@ -60,12 +60,13 @@ def infer_steps(gpu_ops: pd.DataFrame) -> InferredSteps | None:
     if period is None:
         return None
     first = _first_repeating(names, period)
+    last = _last_repeating(names, period)  # evaluation or tear-down after training is not cut into steps
     phase = _phase(start, end, first, period)
-    cuts = np.arange(first + phase, len(names), period)
+    cuts = np.arange(first + phase, last + 1, period)
     if len(cuts) < MIN_STEPS + 1:
         return None
     ends = start[cuts[1:]]
-    if len(names) - cuts[-1] >= period:  # the last whole iteration: no next cut, it ends with its own kernels
+    if last + 1 - cuts[-1] >= period:  # the last whole iteration: no next cut, it ends with its own kernels
         cuts = np.append(cuts, cuts[-1] + period)
         ends = np.append(ends, end[cuts[-1] - 1])
     steps = pd.DataFrame({"step": np.arange(len(cuts) - 1), "start_ns": start[cuts[:-1]], "end_ns": ends,
@@ -112,6 +113,15 @@ def _first_repeating(names: np.ndarray, period: int) -> int:
     return int(hits[0]) if len(hits) else 0
 
 
+def _last_repeating(names: np.ndarray, period: int) -> int:
+    """Last position up to which the sequence still repeats (one past the last kernel of the last period)."""
+    same = names[period:] == names[:-period]
+    window = max(1, period // 2)
+    run = np.convolve(same.astype(np.int32), np.ones(window, np.int32), mode="valid") >= window * MIN_MATCH
+    hits = np.flatnonzero(run)
+    return int(hits[-1] + window + period - 1) if len(hits) else len(names) - 1
+
+
 def _phase(start: np.ndarray, end: np.ndarray, first: int, period: int) -> int:
     """Offset within the period whose kernel follows the longest GPU gap in the median iteration."""
     n_iter = (len(start) - first - 1) // period
@@ -127,8 +137,8 @@ def infer_from_ranges(ranges: pd.DataFrame, prefer: str = "optimizer.step ") -> 
 
     ``optimizer.step`` ranges (nvtx_autotrace's, one per step by construction) decide when present:
     too few of them is no answer, rather than a finer rhythm (a ``backward`` per micro-batch). Otherwise
-    the recurring range with the most occurrences whose starts are evenly spaced (a layer called twice
-    per iteration is not). Steps run from one occurrence's start to the next.
+    the least frequent range that still recurs evenly (a layer called twice per iteration does not; a
+    range per micro-batch can, which the text says). Steps run from one occurrence's start to the next.
     """
     if not len(ranges):
         return None
@@ -150,8 +160,8 @@ def infer_from_ranges(ranges: pd.DataFrame, prefer: str = "optimizer.step ") -> 
             break
         rows = closed[(names == name).to_numpy()].sort_values("start_ns")
         score = _evenness(rows["start_ns"].to_numpy())
-        if score >= 0.8 and (best is None or (n, score) > best[0]):
-            best = ((n, score), rows, name)
+        if score >= 0.8 and (best is None or (-n, score) > best[0]):  # the coarsest even rhythm: not a layer's
+            best = ((-n, score), rows, name)
     return _from_rows(best[1], best[2]) if best is not None else None
 
 

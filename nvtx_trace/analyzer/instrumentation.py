@@ -31,7 +31,7 @@ class Instrumentation:
     settings: dict = field(default_factory=dict)  # what the process measured and chose (depths, unit costs, budget)
     module_ranges_per_step: float = 0.0
     outside_capture_step_ns: float | None = None  # median step just before the capture window, same ranges
-    profiler_cost_ns_per_step: float | None = None  # captured median - that - our ranges' cost: the profiler's own
+    profiler_cost_ns_per_step: float | None = None  # captured median - that: the profiler's own
 
     def to_dict(self) -> dict:
         return {"ranges_per_step": self.ranges_per_step, "cost_ns_per_step": self.cost_ns_per_step,
@@ -56,7 +56,7 @@ class Instrumentation:
         if ref is None or not ref or captured_step_ns is None:
             return
         self.outside_capture_step_ns = ref
-        diff = max(0.0, captured_step_ns - ref - (self.cost_ns_per_step or 0.0))
+        diff = max(0.0, captured_step_ns - ref)  # the ranges ran in the reference steps too
         if diff <= traced_per_step * MAX_TRACE_COST_NS:
             self.profiler_cost_ns_per_step = diff
 

@@ -30,8 +30,9 @@ def build_findings(a) -> list:
     # Impacts add up: idle time a cause finding already counts is not counted again. What is left,
     # idle in gaps whose cause has no finding of its own, is one finding; the total is a headline figure.
     covered = {f.evidence.get("cause") for f in out if isinstance(f.evidence, dict)}
-    covered |= {{"dataloader_stall": "dataloader", "sync": "sync"}.get(f.kind) for f in out}
-    out += _gpu_idle(a, {c: ns for c, ns in cause_ns.items() if c not in covered}, gpu_ns)
+    covered |= {{"dataloader_stall": "dataloader", "sync": "sync", "pageable_h2d": "copy"}.get(f.kind) for f in out}
+    left = {c: int(ns * keep) if c in CPU_CAUSES else ns for c, ns in cause_ns.items() if c not in covered}
+    out += _gpu_idle(a, left, gpu_ns)  # (the tool's own share of CPU-bound idle is out of it too)
     return sorted(out, key=lambda f: f.impact_ns, reverse=True)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.model import SLOW_API_NS, api_base_name
 
@@ -40,20 +42,24 @@ class Startup:
                 "gpu_busy_ns": self.gpu_busy_ns, "slow_cuda_calls_ns": self.parts}
 
 
-def analyze_startup(trace, first_step_ns: int, busy) -> Startup | None:
-    """Start-up of a trace whose first step begins at ``first_step_ns``; None when it is negligible."""
+def analyze_startup(trace, first_step_ns: int, busy, step_ns: float) -> Startup | None:
+    """Start-up of a trace whose first step begins at ``first_step_ns``; None when it is shorter than one
+    step (``step_ns``): a capture window that opens at a step boundary has no start-up."""
     lo = trace.bounds[0]
-    if first_step_ns <= lo:
+    if first_step_ns - lo < step_ns:
         return None
     gpu_busy = int(iv.Coverage(busy).measure(lo, first_step_ns)) if busy is not None else 0
     parts: dict[str, int] = {}
     calls = trace.api_calls(min_duration_ns=SLOW_API_NS) if trace.reader.has("CUPTI_ACTIVITY_KIND_RUNTIME") else None
     if calls is not None and len(calls):
-        calls = calls[calls["start_ns"].to_numpy() < first_step_ns]
+        s = np.clip(calls["start_ns"].to_numpy(), lo, first_step_ns)  # only what falls inside start-up
+        e = np.clip(calls["end_ns"].to_numpy(), lo, first_step_ns)
         names = trace.api_names
-        for name_id, dur in zip(calls["name_id"].to_numpy(), (calls["end_ns"] - calls["start_ns"]).to_numpy()):
+        for name_id, dur in zip(calls["name_id"].to_numpy(), e - s):
+            if dur <= 0:
+                continue
             base = api_base_name(names.get(int(name_id), ""))
             group = next((g for g, prefixes in GROUPS if base.startswith(prefixes)), "other slow CUDA calls")
-            parts[group] = parts.get(group, 0) + int(min(dur, first_step_ns - lo))
+            parts[group] = parts.get(group, 0) + int(dur)
     return Startup(start_ns=int(lo), end_ns=int(first_step_ns), gpu_busy_ns=gpu_busy,
                    parts=dict(sorted(parts.items(), key=lambda kv: -kv[1])))

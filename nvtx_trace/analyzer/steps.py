@@ -139,7 +139,9 @@ def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, l
             steps, source, confidence = found.steps, found.method, found.confidence
             how = (f"inferred from the kernel sequence, which repeats every {found.period_kernels} kernels "
                    f"({found.confidence:.0%} of the steady state)") if not found.marker else \
-                (f"inferred from the range `{found.marker}`, which recurs once per iteration")
+                (f"inferred from the range `{found.marker}`, which " + ("marks each iteration"
+                 if found.marker.startswith(names.OPTIMIZER_STEP_PREFIX) else "recurs evenly (each may be a "
+                 "micro-batch: name the real step ranges with --step-range)"))
     if not len(steps):
         return None
     start = steps["start_ns"].to_numpy()

@@ -263,7 +263,8 @@ def _startup(ctx: Context) -> None:
         sets = [d.busy for d in a.idle.devices if a.steps.pid in d.pids] or [d.busy for d in a.idle.devices]
         busy = sets[0] if len(sets) == 1 else iv.union(np.concatenate([s[0] for s in sets]),
                                                        np.concatenate([s[1] for s in sets]))
-    a.startup = analyze_startup(ctx.trace, int(a.steps.table["start_ns"].min()), busy)
+    a.startup = analyze_startup(ctx.trace, int(a.steps.table["start_ns"].min()), busy,
+                                float(np.median(a.steps.table["duration_ns"])))
 
 
 def _lanes(ctx: Context) -> None:
