@@ -16,17 +16,17 @@ def check_analysis_options(min_gap_ms: float = 1.0, loader_pattern: str | None =
     if not math.isfinite(min_gap_ms) or not 0 <= min_gap_ms <= MAX_GAP_MS:
         raise UsageError(f"--min-gap-ms must be a number from 0 to {MAX_GAP_MS:.0f} (one day) (got {min_gap_ms}); "
                          "example: --min-gap-ms 0.5")
-    if loader_pattern is not None:
-        try:
-            re.compile(loader_pattern)
-        except re.error as exc:
-            raise UsageError(f"--loader-pattern {loader_pattern!r} is not a valid regular expression ({exc}); "
-                             "example: --loader-pattern '^data'") from None
-    if step_range is not None:
-        try:
-            re.compile(step_range)
-        except re.error as exc:
-            raise UsageError(f"--step-range {step_range!r} is not a valid regular expression ({exc}); "
-                             "example: --step-range '^train_step$'") from None
+    _check_regex("--loader-pattern", loader_pattern, "'^data'")
+    _check_regex("--step-range", step_range, "'^train_step$'")
     if warmup_steps is not None and warmup_steps < 0:
         raise UsageError(f"--warmup-steps must be >= 0 (got {warmup_steps})")
+
+
+def _check_regex(option: str, value: str | None, example: str) -> None:
+    if value is None:
+        return
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise UsageError(f"{option} {value!r} is not a valid regular expression ({exc}); "
+                         f"example: {option} {example}") from None
