@@ -529,12 +529,14 @@ def _fingerprint(rep: Path) -> tuple[str, int, str]:
 
 
 def _mark_source(db: Path, rep: Path) -> None:
+    """Write which report this export came from into the export itself (a table of one row)."""
+    import sqlite_utils
+
     name, size, head = _fingerprint(rep)
     conn = sqlite3.connect(db)
     try:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {PROVENANCE_TABLE} (name TEXT, size INTEGER, sha256 TEXT)")
-        conn.execute(f"DELETE FROM {PROVENANCE_TABLE}")
-        conn.execute(f"INSERT INTO {PROVENANCE_TABLE} VALUES (?, ?, ?)", (name, size, head))
+        table = sqlite_utils.Database(conn)[PROVENANCE_TABLE]
+        table.insert({"id": 1, "name": name, "size": size, "sha256": head}, pk="id", replace=True)
         conn.commit()
     finally:
         conn.close()
