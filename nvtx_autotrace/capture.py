@@ -31,18 +31,22 @@ RANGE = "capture"
 NSYS_NVTX_CAPTURE = f"{RANGE}@{DOMAIN}"  # the -p value that matches the range below
 MODES = ("nvtx", "cuda")
 
-_state = {"window": None, "started": False, "stopped": False, "remove": None, "pid": None}
+_state = {"window": None, "started": False, "stopped": False, "remove": None, "pid": None, "exit": False}
 
 
 def parse(text: str) -> tuple[int, int, str]:
-    """``"N:M"`` or ``"N:M:mode"`` -> (first step, step count, mode)."""
+    """``"N:M"``, ``"N:M:mode"`` or ``"N:M:mode:exit"`` -> (first step, step count, mode); ``exit`` (read by
+    ``stops_after``) ends the program once the window closed."""
     parts = [p.strip() for p in str(text).split(":")]
+    if len(parts) == 4 and parts[3] == "exit":
+        parts = parts[:3]
     try:
         if len(parts) not in (2, 3):
             raise ValueError
         first, count = int(parts[0]), int(parts[1])
     except ValueError:
-        raise ValueError(f"{ENV}={text!r}: expected N:M or N:M:mode (first step, step count)") from None
+        raise ValueError(f"{ENV}={text!r}: expected N:M, N:M:mode or N:M:mode:exit (first step, step count)") \
+            from None
     mode = parts[2].lower() if len(parts) == 3 and parts[2] else "nvtx"
     if first < 0 or count < 1:
         raise ValueError(f"{ENV}={text!r}: needs N >= 0 and M >= 1")
@@ -109,6 +113,15 @@ def _on_boundary(step: int) -> None:
         remove = _state["remove"]
         if remove:
             remove()
+        if _state["exit"]:
+            # The window is captured: the rest of a long run would add nothing to the report. SystemExit
+            # leaves through the user's optimizer.step like a normal exit (finally blocks, workers shut down).
+            import sys
+
+            print(f"nvtx-trace: the program was stopped after step {step - 1}: its capture window "
+                  f"(steps {first}-{first + count - 1}) is recorded (nvtx-trace run --keep-running lets it finish)",
+                  file=sys.stderr, flush=True)
+            raise SystemExit(0)
 
 
 def install(spec: str | None = None) -> tuple[int, int, str] | None:
@@ -119,7 +132,8 @@ def install(spec: str | None = None) -> tuple[int, int, str] | None:
     if multiprocessing.parent_process() is not None:  # a spawned worker: not the training process
         return None
     window = parse(spec)
-    _state.update(window=window, pid=os.getpid(), started=False, stopped=False)
+    _state.update(window=window, pid=os.getpid(), started=False, stopped=False,
+                  exit=str(spec).strip().endswith(":exit"))
     _state["remove"] = steps.on_step_boundary(_on_boundary)
     if window[0] == 0 or steps.current_step() >= window[0]:
         _safely("start", _start, window[2])
@@ -137,7 +151,7 @@ def uninstall() -> None:
             pass
     if _state["remove"]:
         _state["remove"]()
-    _state.update(window=None, started=False, stopped=False, remove=None, pid=None)
+    _state.update(window=None, started=False, stopped=False, remove=None, pid=None, exit=False)
 
 
 def state() -> dict:

@@ -67,6 +67,7 @@ class RunOptions:
     warmup_steps: int | None = None  # capture window: first step profiled
     steps: int | None = None  # capture window: number of steps profiled
     capture_mode: str = "auto"  # auto | cuda | nvtx
+    keep_running: bool = False  # after a capture window, let the program run on (default: stop it)
     trace: list[str] | None = None  # -t list (default: TRAINING_TRACES this nsys supports)
     nsys_args: list[str] = field(default_factory=list)  # extra `nsys profile` options, verbatim
     out: Path | None = None  # the run's folder (default: ./nvtx-trace-out/<name>-<time>)
@@ -277,8 +278,9 @@ def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
             extra += ["--capture-range=nvtx", "--nvtx-capture", NVTX_CAPTURE_RANGE, "--capture-range-end=stop"]
             env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
             how = f"an NVTX range {NVTX_CAPTURE_RANGE}"
-        env[CAPTURE_ENV] = f"{opts.warmup_steps}:{opts.steps}:{cmode}"
-        capture = f"steps {opts.warmup_steps}-{last} only (started/stopped at step boundaries with {how})"
+        env[CAPTURE_ENV] = f"{opts.warmup_steps}:{opts.steps}:{cmode}" + ("" if opts.keep_running else ":exit")
+        capture = (f"steps {opts.warmup_steps}-{last} only (started/stopped at step boundaries with {how})"
+                   + ("" if opts.keep_running else "; the program is stopped after them (--keep-running: not)"))
     extra += list(opts.nsys_args)
 
     out_dir = output_dir(opts, mode, now)

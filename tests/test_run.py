@@ -183,7 +183,7 @@ def window_run(ready, tmp_path_factory):
     """-m module run profiling steps 6-8 of 12 (module ranges settle at step 3, steps 3-5 are timed as the
     reference outside the window); the program then exits with 3."""
     out = tmp_path_factory.mktemp("window") / "out"
-    proc = cli(["--out", str(out), "--trace", "nvtx", "--warmup-steps", "6", "--steps", "3",
+    proc = cli(["--out", str(out), "--trace", "nvtx", "--warmup-steps", "6", "--steps", "3", "--keep-running",
                 "-m", "slow_loader_train", "--steps", "12", "--workers", "0", "--exit-code", "3"], cwd=SCRIPTS)
     return proc, out
 
@@ -206,6 +206,19 @@ def test_capture_window_holds_exactly_the_asked_steps(window_run):
     assert summary["instrumentation"]["cost_ns_per_step"] is not None
     waits = ranges_by_pid(out / "report.sqlite", WAIT)
     assert sum(waits.values()) <= 4, waits  # batches of steps 6-8 (+ the one in flight at the edge)
+
+
+def test_a_window_run_stops_the_program_after_the_window_by_default(ready, tmp_path):
+    """A training script that would run 3000 steps returns within seconds of its window, exit code 0."""
+    started = time.time()
+    proc = cli(["--out", str(tmp_path / "out"), "--trace", "nvtx", "--warmup-steps", "4", "--steps", "2",
+                str(SLOW), "--steps", "3000", "--workers", "0"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    flat = " ".join(proc.stderr.split())
+    assert "the program was stopped after step 5" in flat and "--keep-running" in flat
+    assert "step 6 loss" not in proc.stderr and "step 2999" not in proc.stderr
+    assert step_ranges(tmp_path / "out" / "report.sqlite") == ["step 4", "step 5"]
+    assert time.time() - started < 120  # 3000 steps of 16 ms would take minutes
 
 
 def test_profiler_cost_is_measured_against_the_steps_just_before_the_window(window_run):

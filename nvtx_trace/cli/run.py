@@ -30,6 +30,8 @@ def run(
     warmup_steps: Optional[int] = typer.Option(
         None, "--warmup-steps", help="Warm-up steps left out: the capture window starts at step N (with --steps)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Capture window: number of steps to profile."),
+    keep_running: bool = typer.Option(
+        False, "--keep-running", help="After the window, let the program run to its end (default: stop it there)."),
     capture_mode: str = typer.Option(
         "auto", "--capture-mode",
         help="How the window is cut: cuda (cudaProfilerApi), nvtx, or auto (cuda when the program's torch has "
@@ -66,7 +68,7 @@ def run(
     err = Console(stderr=True, highlight=False)
     opts = runner.RunOptions(
         target=list(target or []), module=module, python=python, autotrace=not no_autotrace,
-        warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode,
+        warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode, keep_running=keep_running,
         trace=[t for t in trace.split(",") if t] if trace else None,
         nsys_args=shlex.split(nsys_args) if nsys_args else [], out=out, force=force, nsys=nsys,
         min_gap_ms=min_gap_ms, html_max_points=html_max_points, autotrace_depth=autotrace_depth,
