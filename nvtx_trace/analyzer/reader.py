@@ -175,6 +175,16 @@ class Reader:
         names = self.strings({n for _, n in rows})
         return {int(g): names[int(n)] for g, n in rows}
 
+    def cpu_cores(self) -> int | None:
+        """Logical CPUs of the profiled machine (TARGET_INFO_SYSTEM_ENV ``CpuCores``), or None."""
+        if not self.has("TARGET_INFO_SYSTEM_ENV", "name") or not self.has("TARGET_INFO_SYSTEM_ENV", "value"):
+            return None
+        row = self.conn.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'CpuCores'").fetchone()
+        try:
+            return int(row[0]) if row and int(row[0]) > 0 else None
+        except (TypeError, ValueError):
+            return None
+
     def process_names(self) -> dict[int, str]:
         if not self.has("PROCESSES"):
             return {}

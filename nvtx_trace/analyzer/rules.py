@@ -90,10 +90,23 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
     if int(top["workers"]) and compute:
         need = workers_needed(top["fetch_ns_median"], compute)
         have = int(top["workers"])
-        if need > have:
+        usable = _usable_workers(a)
+        if need > have and (usable is None or need <= usable):
             fixes.append(f"num_workers={need} (now {have}): a worker needs {ms(top['fetch_ns_median'])} per batch and "
                          f"a step computes in {ms(compute)}, so {have} worker(s) deliver a batch every "
                          f"{ms(top['fetch_ns_median'] / have)}; each worker needs a free CPU core")
+        elif need > have:  # more workers than the machine has cores for: say so, and what else is left
+            cores = (f"this machine has {a.cpu_cores} CPU cores for {_ranks(a)} training process(es) and each "
+                     "worker needs one")
+            cheaper = ("make each batch cheaper to load (decode or augment on the GPU, cache decoded samples, "
+                       "smaller inputs)")
+            if usable > have:
+                fixes.append(f"num_workers={usable} (now {have}; {need} would keep up, but {cores}): a batch then "
+                             f"arrives every {ms(top['fetch_ns_median'] / usable)} against a step of {ms(compute)}, "
+                             f"so also {cheaper}")
+            else:
+                fixes.append(f"{cheaper}: {need} workers would keep up with a step of {ms(compute)} "
+                             f"({ms(top['fetch_ns_median'])} per batch each), but {cores}, and {have} already run")
         else:
             fixes.append(f"prefetch_factor=4 or more: {have} workers are enough on average "
                          f"({ms(top['fetch_ns_median'])} per batch each, step {ms(compute)}) but batches arrive in bursts")
@@ -121,6 +134,20 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
         evidence={"loaders": a.loader.loaders, "workers": a.loader.workers,
                   "compute_ns_per_step": int(compute) if compute else None},
     )]
+
+
+def _ranks(a) -> int:
+    """Training processes on this machine, each with its own loader workers (DDP ranks)."""
+    pids = set(a.loader.waits["pid"]) if a.loader is not None and len(a.loader.waits) else set()
+    return max(1, len(pids))
+
+
+def _usable_workers(a) -> int | None:
+    """Loader workers a training process can have without oversubscribing the report's CPU cores (one core
+    per rank for the training loop itself); None when the report does not say how many cores there are."""
+    if not a.cpu_cores:
+        return None
+    return max(1, a.cpu_cores // _ranks(a) - 1)
 
 
 def _wait_in_window(a) -> int:

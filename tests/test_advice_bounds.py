@@ -1,0 +1,52 @@
+"""Advice never exceeds the machine the report was captured on: worker counts fit its CPU cores."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+
+import pytest
+
+from conftest import ROOT
+from nvtx_trace.analyzer import analyze
+
+SAMPLES = ROOT / "sample_reports"
+
+
+def with_cores(name: str, cores: int, tmp_path):
+    copy = tmp_path / f"{name}.{cores}cores.sqlite"
+    shutil.copy(SAMPLES / f"{name}.sqlite", copy)
+    with sqlite3.connect(copy) as db:
+        assert db.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'CpuCores'", (str(cores),)).rowcount
+    return copy
+
+
+def advised_workers(a) -> tuple[int | None, int]:
+    stall = next(f for f in a.findings if f.kind == "dataloader_stall")
+    have = int(a.loader.loaders.sort_values("wait_ns", ascending=False).iloc[0]["workers"])
+    m = re.search(r"num_workers=(\d+)", stall.fix)
+    return (int(m.group(1)) if m else None), have
+
+
+@pytest.mark.parametrize("name", ["cpu_slow_loader", "resnet_ddp_flawed"])
+def test_worker_advice_fits_the_cores_in_the_report(name):
+    a = analyze(SAMPLES / f"{name}.sqlite")
+    (cores,) = sqlite3.connect(SAMPLES / f"{name}.sqlite").execute(
+        "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'CpuCores'").fetchone()  # independent of the reader
+    ranks = a.loader.waits["pid"].nunique()
+    advised, have = advised_workers(a)
+    assert a.cpu_cores == int(cores)
+    assert advised is None or advised <= max(have, int(cores) // ranks - 1)
+
+
+def test_fewer_cores_bound_the_advice_and_more_cores_free_it(tmp_path):
+    need_line = re.compile(r"num_workers=(\d+) \(now (\d+)\)")
+    few = analyze(with_cores("resnet_ddp_flawed", 4, tmp_path))  # 2 ranks: one worker each at most
+    advised, have = advised_workers(few)
+    assert advised is None or advised <= max(have, 4 // 2 - 1)
+    stall = next(f for f in few.findings if f.kind == "dataloader_stall")
+    assert "4 CPU cores for 2 training process(es)" in stall.fix and "cheaper to load" in stall.fix
+    many = analyze(with_cores("resnet_ddp_flawed", 64, tmp_path))
+    stall = next(f for f in many.findings if f.kind == "dataloader_stall")
+    assert need_line.search(stall.fix) and "CPU cores" not in stall.fix  # nothing to bound
