@@ -7,8 +7,8 @@ import shutil
 import sqlite3
 
 import pytest
-
 from conftest import ROOT
+
 from nvtx_trace.analyzer import analyze
 
 SAMPLES = ROOT / "sample_reports"
