@@ -50,3 +50,25 @@ def test_fewer_cores_bound_the_advice_and_more_cores_free_it(tmp_path):
     many = analyze(with_cores("resnet_ddp_flawed", 64, tmp_path))
     stall = next(f for f in many.findings if f.kind == "dataloader_stall")
     assert need_line.search(stall.fix) and "CPU cores" not in stall.fix  # nothing to bound
+
+
+def test_loader_prediction_is_never_faster_than_the_measured_compute():
+    """predicted.step_ns against an independent SQL computation of the compute time per step
+    (step range minus the batch waits inside it, median over the steady steps)."""
+    a = analyze(SAMPLES / "resnet_flawed.sqlite")
+    stall = next(f for f in a.findings if f.kind == "dataloader_stall")
+    with sqlite3.connect(SAMPLES / "resnet_flawed.sqlite") as db:
+        rows = db.execute("""
+            SELECT s.start, s.end, (SELECT coalesce(sum(w.end - w.start), 0) FROM NVTX_EVENTS w
+                                    JOIN StringIds ws ON ws.id = w.textId
+                                    WHERE ws.value GLOB 'dataloader.next *' AND w.start >= s.start AND w.end <= s.end
+                                      AND w.globalTid = s.globalTid)
+            FROM NVTX_EVENTS s JOIN StringIds ss ON ss.id = s.textId
+            WHERE ss.value GLOB 'step [0-9]*' ORDER BY s.start""").fetchall()
+    steady = rows[a.steps.warmup_steps:len(a.steps.table)]
+    compute = sorted(end - start - wait for start, end, wait in steady)[len(steady) // 2]
+    p = stall.predicted
+    assert p["step_ns"] >= 0.98 * compute  # never faster than the GPU/CPU work the step itself needs
+    assert p["step_ns"] + p["saving_ns"] == a.steps.summary()["step_ns_median"]
+    assert stall.recommend["num_workers"] <= a.cpu_cores - 1 and stall.recommend["pin_memory"] is True
+    assert "Expected: step" in stall.fix

@@ -29,10 +29,14 @@ class Finding:
     fix: str
     evidence: dict = field(default_factory=dict)
     threshold: str = ""
+    recommend: dict | None = None  # the fix as settings, e.g. {"num_workers": 11, "pin_memory": True}
+    predicted: dict | None = None  # {step_ns, saving_ns, basis}: the steady step after the fix, from measured parts
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "title": self.title, "impact_ns": int(self.impact_ns), "fix": self.fix,
-                "threshold": self.threshold, "evidence": _plain(self.evidence)}
+                "threshold": self.threshold, "evidence": _plain(self.evidence),
+                "recommend": _plain(self.recommend) if self.recommend else None,
+                "predicted": _plain(self.predicted) if self.predicted else None}
 
 
 def ms(ns: float) -> str:

@@ -84,13 +84,19 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
     top = loaders.iloc[0]
     steady = a.steps.steady if a.steps else None
     fixes = []
+    recommend: dict = {}
     compute = None
     if steady is not None and len(steady):
         compute = float(np.median(steady["duration_ns"] - steady["loader_wait_ns"]))
+    workers_after = None
     if int(top["workers"]) and compute:
         need = workers_needed(top["fetch_ns_median"], compute)
         have = int(top["workers"])
         usable = _usable_workers(a)
+        workers_after = min(need, usable) if usable is not None and need > have else max(need, have)
+        workers_after = max(workers_after, have)
+        if workers_after > have:
+            recommend["num_workers"] = int(workers_after)
         if need > have and (usable is None or need <= usable):
             fixes.append(f"num_workers={need} (now {have}): a worker needs {ms(top['fetch_ns_median'])} per batch and "
                          f"a step computes in {ms(compute)}, so {have} worker(s) deliver a batch every "
@@ -117,6 +123,7 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
                      + (f" while a step computes in {ms(compute)}" if compute else ""))
     if a.pageable and a.pageable.count:
         fixes.append("pin_memory=True (pageable host-to-device copies were found)")
+        recommend["pin_memory"] = True
     for loader, extra in a.loader.restarts.items():
         fixes.append(f"persistent_workers=True ({loader}: workers were re-created {extra} time(s))")
     n_gpus = len(a.idle.devices) if a.idle else 1
@@ -129,11 +136,33 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
     title = head + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over {int(top['waits'])} batches"
     return [Finding(
         kind="dataloader_stall", title=title, impact_ns=int(cost),
-        fix="In the DataLoader: " + "; ".join(fixes) if fixes else "Speed up the dataset's __getitem__ / collate.",
+        fix=("In the DataLoader: " + "; ".join(fixes) if fixes else "Speed up the dataset's __getitem__ / collate.")
+            + _predicted_text(predicted := _loader_prediction(a, top, compute, workers_after)),
+        recommend=recommend or None, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
         evidence={"loaders": a.loader.loaders, "workers": a.loader.workers,
                   "compute_ns_per_step": int(compute) if compute else None},
     )]
+
+
+def _loader_prediction(a, top, compute: float | None, workers: int | None) -> dict | None:
+    """The steady step once the loader keeps up as far as it can: never faster than the measured compute,
+    never faster than ``workers`` workers deliver batches at their measured fetch time."""
+    if not compute or not workers or not a.steps:
+        return None
+    now = float(a.steps.summary()["step_ns_median"])
+    delivery = float(top["fetch_ns_median"]) / workers
+    step = min(now, max(compute, delivery))
+    return {"step_ns": int(step), "saving_ns": int(now - step),
+            "basis": f"a step computes in {ms(compute)} without its waits; {workers} worker(s) at "
+                     f"{ms(top['fetch_ns_median'])} per batch deliver one every {ms(delivery)}"}
+
+
+def _predicted_text(predicted: dict | None) -> str:
+    if not predicted or predicted["saving_ns"] <= 0:
+        return ""
+    return (f". Expected: step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> about "
+            f"{ms(predicted['step_ns'])} ({predicted['basis']})")
 
 
 def _ranks(a) -> int:
