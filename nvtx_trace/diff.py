@@ -1,0 +1,89 @@
+"""Two runs side by side: did the change do what the first run's findings promised?
+
+Each side is a report (.sqlite, .nsys-rep), a summary.json, or a run folder (its summary.json,
+else its report.sqlite). Compared: the steady step median and GPU busy share, each finding by
+kind (and cause, for CPU-bound ones) as resolved / improved / unchanged / worse / new, and the
+before-run's predicted step beside the step measured after.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nvtx_trace.errors import BadReportError
+
+IMPROVED = 0.8  # an impact below this x the earlier one is an improvement; above 1/IMPROVED, worse
+
+
+def load_summary(path: Path) -> dict:
+    """summary.json of a report, a summary file, or a run folder."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "summary.json").is_file():
+            path = path / "summary.json"
+        elif (path / "report.sqlite").is_file():
+            path = path / "report.sqlite"
+        else:
+            raise BadReportError(f"{path}: a folder without summary.json or report.sqlite; give a report, a "
+                                 "summary.json or an nvtx-trace run folder")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise BadReportError(f"{path}: not a readable summary.json ({exc})") from None
+        if not isinstance(data, dict) or "findings" not in data:
+            raise BadReportError(f"{path}: not an nvtx-trace summary.json (no findings)")
+        return data
+    from nvtx_trace.analyzer import analyze
+    from nvtx_trace.report.json import to_dict
+
+    return json.loads(json.dumps(to_dict(analyze(path))))
+
+
+def _key(finding: dict) -> tuple[str, str]:
+    return finding["kind"], str((finding.get("evidence") or {}).get("cause") or "")
+
+
+def _median(summary: dict) -> int | None:
+    steps = summary.get("steps") or {}
+    return (steps.get("summary") or {}).get("step_ns_median")
+
+
+def compare(before: dict, after: dict) -> dict:
+    """The diff as the documented JSON (docs/json-schema.md, "diff")."""
+    b_med, a_med = _median(before), _median(after)
+    b_find = {_key(f): f for f in before.get("findings") or []}
+    a_find = {_key(f): f for f in after.get("findings") or []}
+    findings = []
+    for key in list(b_find) + [k for k in a_find if k not in b_find]:
+        b, a = b_find.get(key), a_find.get(key)
+        if a is None:
+            status = "resolved"
+        elif b is None:
+            status = "new"
+        elif a["impact_ns"] < IMPROVED * b["impact_ns"]:
+            status = "improved"
+        elif a["impact_ns"] > b["impact_ns"] / IMPROVED:
+            status = "worse"
+        else:
+            status = "unchanged"
+        row = {"kind": key[0], "cause": key[1] or None, "status": status,
+               "before_impact_ns": b["impact_ns"] if b else None, "after_impact_ns": a["impact_ns"] if a else None,
+               "title": (a or b)["title"]}
+        predicted = (b or {}).get("predicted") or None
+        if predicted and a_med:
+            row["predicted_step_ns"] = predicted["step_ns"]
+            row["measured_step_ns"] = a_med
+            row["prediction_error"] = (a_med - predicted["step_ns"]) / predicted["step_ns"]
+        findings.append(row)
+
+    def side(s: dict) -> dict:
+        summary = (s.get("steps") or {}).get("summary") or {}
+        return {"report": (s.get("report") or {}).get("path"), "step_ns_median": summary.get("step_ns_median"),
+                "steps_source": (s.get("steps") or {}).get("source"),
+                "gpu_busy_fraction": summary.get("gpu_busy_fraction"), "findings": len(s.get("findings") or [])}
+
+    change = (a_med - b_med) / b_med if a_med and b_med else None
+    return {"before": side(before), "after": side(after), "step_change": change,
+            "speedup": (b_med / a_med) if a_med and b_med else None, "findings": findings}
