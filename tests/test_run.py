@@ -363,10 +363,10 @@ def test_auto_capture_mode_needs_a_cuda_build_of_torch_not_only_a_driver(ready, 
     opts = dict(target=[str(SLOW)], warmup_steps=1, steps=2, trace=["cuda", "nvtx"])
     monkeypatch.setattr(runner, "_python_probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": False})
     cpu = runner.plan_run(runner.RunOptions(out=tmp_path / "a", **opts), nsys=ready)
-    assert cpu.env[runner.CAPTURE_ENV].endswith(":nvtx")
+    assert cpu.env[runner.CAPTURE_ENV] == "1:2:nvtx:exit"  # (exit: stop the program after the window)
     monkeypatch.setattr(runner, "_python_probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": True})
     gpu = runner.plan_run(runner.RunOptions(out=tmp_path / "b", **opts), nsys=ready)
-    assert gpu.env[runner.CAPTURE_ENV].endswith(":cuda")
+    assert gpu.env[runner.CAPTURE_ENV] == "1:2:cuda:exit"
     assert torch_has_cuda(importlib.util.find_spec("torch")) is False  # this machine: the CPU wheel
 
 
