@@ -80,3 +80,30 @@ def test_the_step_chart_uses_the_gpu_of_the_rank_whose_steps_it_shows(ddp):
     (device,) = [d.device_id for d in ddp.idle.devices if ddp.steps.pid in d.pids]
     assert set(gaps["device_id"]) == {device}
     assert len(stepchart.breakdown(ddp)) == len(ddp.steps.table)
+
+
+def _nccl_ns_in_window(device: int, window: dict) -> int:
+    """Plain SQL: NCCL kernel time on one GPU, kernels starting in the window (one stream: they never overlap)."""
+    (ns,) = sql(PATH, "SELECT sum(min(k.end, ?3) - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                      "JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'nccl%' AND k.deviceId = ?1 "
+                      "AND k.start >= ?2 AND k.start < ?3", device, window["start_ns"], window["end_ns"])[0]
+    return int(ns)
+
+
+def test_communication_is_split_from_compute_and_matches_sql(ddp):
+    comm = {d.device_id: d for d in ddp.communication.devices}
+    assert ddp.communication.matched  # both ranks issued the same collectives, paired one to one
+    for dev, d in comm.items():
+        assert d.communication_ns == pytest.approx(_nccl_ns_in_window(dev, ddp.window), rel=0.02)
+        assert 0 <= d.wait_ns <= d.communication_ns and d.compute_ns > 0
+
+
+def test_the_gpu_the_other_waits_for_is_the_straggler(ddp):
+    """Impact = the waiting GPU's all-reduce time minus the slow GPU's, over the steady window (SQL)."""
+    f = next(f for f in ddp.findings if f.kind == "straggler")
+    slow = f.evidence["slow_device_id"]
+    other = 1 - slow
+    expected = _nccl_ns_in_window(other, ddp.window) - _nccl_ns_in_window(slow, ddp.window)
+    assert f.impact_ns == pytest.approx(expected, rel=0.03)
+    assert f.evidence["slow_rank"] in {d.pid for d in ddp.communication.devices if d.device_id == slow}
+    assert set(f.evidence["wait_ns"]) == {"0", "1"} and "data loader" in f.title

@@ -20,6 +20,7 @@ import pandas as pd
 from nvtx_trace import names
 from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.analyzer import pipeline
+from nvtx_trace.analyzer.collectives import CommResult
 from nvtx_trace.analyzer.dataloader import LoaderResult
 from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.gpu_idle import IdleResult
@@ -66,6 +67,7 @@ class Analysis:
     instrumentation: Instrumentation | None = None  # nvtx_autotrace's own ranges and their measured cost
     startup: Startup | None = None  # trace start to the first step: once, never a per-step finding
     cpu_cores: int | None = None  # of the profiled machine, as the report says: advice never exceeds it
+    communication: CommResult | None = None  # per GPU: compute, communication, and waiting inside collectives
     nvtx_ranges: pd.DataFrame | None = None  # every NVTX range, for the HTML timeline's lanes
     nvtx_threads: dict[int, str] = field(default_factory=dict)  # their threads' labels
 

@@ -23,6 +23,7 @@ def build_findings(a) -> list:
     out += _layout(a)
     out += _pageable(a)
     out += _sync(a, cause_ns.get("sync", 0), gpu_ns)
+    out += _straggler(a, gpu_ns)
     short = {dev.device_id: _short_idle(a, dev) for dev in a.idle.devices} if a.idle and a.window else {}
     keep = _after_own_cost(a, cause_ns, sum(s[0] for s in short.values()))
     out += _cpu_overhead(a, cause_ns, gpu_ns, keep)
@@ -163,6 +164,47 @@ def _predicted_text(predicted: dict | None) -> str:
         return ""
     return (f". Expected: step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> about "
             f"{ms(predicted['step_ns'])} ({predicted['basis']})")
+
+
+def _straggler(a, window_ns: int) -> list[Finding]:
+    """The GPU the others wait for inside collectives: its waiting is least, theirs is the bill."""
+    c = a.communication
+    if c is None or len(c.devices) < 2:
+        return []
+    slow = min(c.devices, key=lambda d: d.wait_ns)
+    others = [d for d in c.devices if d is not slow]
+    impact = int(sum(d.wait_ns - slow.wait_ns for d in others))
+    if impact < THRESHOLDS["min_impact_ns"] or impact < THRESHOLDS["cause_fraction"] * window_ns:
+        return []
+    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+
+    def loader_wait(pid: int) -> int:
+        if a.loader is None or not len(a.loader.waits):
+            return 0
+        mine = a.loader.waits[a.loader.waits["pid"] == pid]
+        return int(iv.Coverage(iv.union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())).measure(w0, w1))
+
+    fastest = max(others, key=lambda d: d.wait_ns)
+    reasons = {"its data loader waits": loader_wait(slow.pid) - loader_wait(fastest.pid),
+               "its GPU computes": slow.compute_ns - fastest.compute_ns}
+    why, extra = max(reasons.items(), key=lambda kv: kv[1])
+    because = (f"; {why} {ms(extra)} more than GPU {fastest.device_id}'s rank in the window" if extra > 0
+               else "; its own loader and compute figures are no worse: look at its CPU work (logging, eval, "
+                    "checkpoints on that rank only)")
+    fix = {"its data loader waits": "Feed the slow rank faster: more DataLoader workers per rank (see the data-loader "
+                                    "finding), pinned memory, or a cheaper dataset; every rank waits for the last",
+           "its GPU computes": "Even out the work per rank: same batch size and sequence lengths on every rank "
+                               "(bucket or pad), no extra work on one rank, the same GPU model"}.get(why, "")
+    return [Finding(
+        kind="straggler",
+        title=f"GPU {slow.device_id} (pid {slow.pid}) arrives last at collectives: the other GPU(s) wait "
+              f"{ms(impact)} more inside NCCL kernels than it does (waits: "
+              + ", ".join(f"GPU {d.device_id} {ms(d.wait_ns)}" for d in c.devices) + ")" + because,
+        impact_ns=impact, fix=fix or "Find what the slow rank does that the others do not.",
+        threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
+        evidence={"slow_device_id": slow.device_id, "slow_rank": slow.pid,
+                  "wait_ns": {str(d.device_id): d.wait_ns for d in c.devices}, "matched": c.matched},
+    )]
 
 
 def _ranks(a) -> int:

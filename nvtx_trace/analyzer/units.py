@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer.collectives import analyze_collectives
 from nvtx_trace.analyzer.dataloader import analyze_loader
 from nvtx_trace.analyzer.gpu_idle import analyze_idle, describe_gaps, summarize_causes
 from nvtx_trace.analyzer.infer_steps import infer_from_ranges, infer_steps
@@ -254,6 +255,22 @@ def _window_tables(a) -> dict:
     return {"window_causes": a.window_causes, "gap_activity": a.gap_activity} if a.window_causes is not None else {}
 
 
+def _communication(ctx: Context) -> None:
+    a = ctx.result
+    if not ctx.trace.has_gpu_activity or not a.window:
+        return
+    ids = [int(i) for i in pd.unique(ctx.trace.gpu_ops["name_id"]) if i >= 0]
+    a.communication = analyze_collectives(ctx.trace.gpu_ops, ctx.reader.strings(ids),
+                                          (a.window["start_ns"], a.window["end_ns"]))
+
+
+def _communication_json(a) -> dict:
+    c = a.communication
+    if c is None:
+        return {"communication": None}
+    return {"communication": {"matched": c.matched, "devices": c.table()}}
+
+
 def _startup(ctx: Context) -> None:
     a = ctx.result
     if not a.steps or not len(a.steps.table):
@@ -294,10 +311,12 @@ UNITS: list[Unit] = [
     Unit("window", _window, needs=("steps",), to_json=lambda a: {"window": a.window or None}),
     Unit("instrumentation", _instrumentation, needs=("window", "steps"), to_json=_instrumentation_json),
     Unit("window_figures", _window_figures, needs=("idle", "window"), tables=_window_tables),
+    Unit("communication", _communication, needs=("window",), to_json=_communication_json,
+         tables=lambda a: {"communication": a.communication.table()} if a.communication else {}),
     Unit("startup", _startup, needs=("steps", "idle"),
          to_json=lambda a: {"startup": a.startup.to_dict() if a.startup else None}),
     Unit("lanes", _lanes),
     Unit("findings", _findings, needs=("loader", "idle", "layout", "pageable", "sync", "steps", "window",
-                                       "instrumentation", "window_figures"),
+                                       "instrumentation", "window_figures", "communication"),
          to_json=lambda a: {"findings": [f.to_dict() for f in a.findings]}),
 ]

@@ -14,7 +14,7 @@ from nvtx_trace.analyzer.findings import _plain
 
 SCHEMA_VERSION = 1
 KEY_ORDER = ("schema_version", "tool", "report", "min_gap_ns", "trace", "window", "startup", "devices", "idle_causes", "steps",
-             "dataloader", "transposes", "pageable_h2d", "sync", "instrumentation", "profiler", "findings",
+             "dataloader", "transposes", "pageable_h2d", "sync", "communication", "instrumentation", "profiler", "findings",
              "skipped", "warnings")
 
 

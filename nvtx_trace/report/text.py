@@ -26,6 +26,14 @@ def render(a, console: Console) -> None:
             t.add_row(f"{d.device_id} {d.name}", ms(d.busy_ns), ms(d.span_ns), pct(d.utilization),
                       pct(steady) if steady is not None else "-", str(d.gap_count), ms(d.gap_idle_ns))
         console.print(t)
+    if a.communication is not None:
+        t = Table(title="Communication (steady window): busy time that is not work", title_justify="left",
+                  show_edge=False)
+        for col in ("GPU", "compute", "communication", "of it waiting for a peer", "overlapped"):
+            t.add_column(col, justify="right")
+        for d in a.communication.devices:
+            t.add_row(str(d.device_id), ms(d.compute_ns), ms(d.communication_ns), ms(d.wait_ns), ms(d.overlap_ns))
+        console.print(t)
     if a.steps:
         s = a.steps.summary()
         if s:

@@ -1,0 +1,81 @@
+"""Communication kernels, and the waiting hidden inside them.
+
+A GPU running an NCCL all-reduce counts as busy, but in a multi-GPU job most of that time is
+often spent spinning until the slowest rank arrives: waiting, not work. Per GPU this splits
+the steady window's kernel time into compute and communication, and each collective's time
+into transfer and wait: collectives are matched across GPUs by their order (every rank issues
+the same collectives in the same order), the shortest duration among the GPUs is the transfer,
+and what a GPU spends beyond it is waiting for the last rank to arrive. The GPU that waits
+least is the one the others wait for: the straggler.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace.analyzer import intervals as iv
+
+COMM_KERNEL_RE = re.compile(r"^(nccl|ncclDevKernel|ncclKernel|rccl|gloo|c10d)", re.I)
+
+
+@dataclass
+class DeviceComm:
+    device_id: int
+    pid: int
+    compute_ns: int  # kernels other than communication, union, in the window
+    communication_ns: int  # communication kernels, union, in the window
+    overlap_ns: int  # both at once (compute hidden behind communication)
+    wait_ns: int  # communication time beyond the fastest rank's, same collectives: waiting for a peer
+    collectives: int
+
+
+@dataclass
+class CommResult:
+    devices: list[DeviceComm] = field(default_factory=list)
+    matched: bool = True  # every GPU issued the same number of collectives (else matched up to the fewest)
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame([vars(d) for d in self.devices])
+
+
+def analyze_collectives(gpu_ops: pd.DataFrame, kernel_names: dict[int, str], window: tuple[int, int]) \
+        -> CommResult | None:
+    """None unless at least two GPUs ran communication kernels."""
+    kernels = gpu_ops[gpu_ops["kind"] == 0]
+    comm_ids = [i for i, n in kernel_names.items() if COMM_KERNEL_RE.match(n or "")]
+    if not comm_ids or not len(kernels):
+        return None
+    is_comm = kernels["name_id"].isin(comm_ids).to_numpy()
+    devices = sorted(int(d) for d in pd.unique(kernels["device_id"][is_comm]))
+    if len(devices) < 2:
+        return None
+    w0, w1 = window
+    per_dev = {}
+    for dev in devices:
+        on = (kernels["device_id"] == dev).to_numpy()
+        comm = kernels[on & is_comm].sort_values("start_ns")
+        per_dev[dev] = comm
+    n = min(len(c) for c in per_dev.values())
+    matched = all(len(c) == n for c in per_dev.values())
+    durations = np.stack([(c["end_ns"].to_numpy() - c["start_ns"].to_numpy())[:n] for c in per_dev.values()])
+    waits = durations - durations.min(axis=0)  # beyond the fastest rank's time in the same collective
+    out = CommResult(matched=matched)
+    for row, dev in enumerate(devices):
+        on = (kernels["device_id"] == dev).to_numpy()
+        comm, other = kernels[on & is_comm], kernels[on & ~is_comm]
+        c_set = iv.union(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
+        k_set = iv.union(other["start_ns"].to_numpy(), other["end_ns"].to_numpy())
+        c_ns = int(iv.Coverage(c_set).measure(w0, w1))
+        k_ns = int(iv.Coverage(k_set).measure(w0, w1))
+        both = int(iv.Coverage(iv.merge(c_set, k_set)).measure(w0, w1))
+        starts = per_dev[dev]["start_ns"].to_numpy()[:n]
+        inside = (starts >= w0) & (starts < w1)
+        pids = pd.unique(per_dev[dev]["pid"])
+        out.devices.append(DeviceComm(device_id=dev, pid=int(pids[0]) if len(pids) else -1, compute_ns=k_ns,
+                                      communication_ns=c_ns, overlap_ns=max(0, c_ns + k_ns - both),
+                                      wait_ns=int(waits[row][inside].sum()), collectives=int(inside.sum())))
+    return out
