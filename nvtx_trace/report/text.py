@@ -80,18 +80,23 @@ def render(a, console: Console) -> None:
             t.add_row(*([str(r.device_id)] if several else []), r.label, ms(r.idle_ns), pct(r.share))
         console.print(t)
     if a.gap_activity is not None and len(a.gap_activity):
-        t = Table(title="Largest gaps: what the CPU was doing", title_justify="left", show_edge=False)
-        for col in ("at", "gap", "cause", "thread", "inside"):
-            t.add_column(col, justify="right" if col in ("at", "gap") else "left")
+        several = a.gap_activity["device_id"].nunique() > 1
+        t = Table(title="Largest gaps: what the CPU was doing ('at': time since the trace began)",
+                  title_justify="left", show_edge=False)
+        for col in (["GPU"] if several else []) + ["at", "gap", "cause", "thread", "inside"]:
+            t.add_column(col, justify="right" if col in ("GPU", "at", "gap") else "left")
         shown = 0
-        for (start, gap_ns, cause), rows in a.gap_activity.groupby(["gap_start_ns", "gap_ns", "cause"], sort=False):
+        keys = ["device_id", "gap_start_ns", "gap_ns", "cause"]
+        for (device, start, gap_ns, cause), rows in a.gap_activity.groupby(keys, sort=False):
             if shown == 3:
                 break
             shown += 1
             for i, r in enumerate(rows.head(4).itertuples()):
                 label = r.name if r.what == "nvtx" else f"CUDA {r.name}"
-                t.add_row(ms(start - a.trace_start_ns) if i == 0 else "", ms(gap_ns) if i == 0 else "",
-                          cause if i == 0 else "", escape(r.thread), escape(label))
+                first = i == 0
+                t.add_row(*([str(device) if first else ""] if several else []),
+                          ms(start - a.trace_start_ns) if first else "", ms(gap_ns) if first else "",
+                          cause if first else "", escape(r.thread), escape(label))
         console.print(t)
     if a.findings:
         console.print("[bold]Findings[/bold] (biggest measured cost first)")
