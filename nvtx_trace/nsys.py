@@ -380,17 +380,22 @@ def profile(
     return result
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live processes of process group ``pgid`` (Linux /proc; [] elsewhere): what nsys left running."""
+def live_processes() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, process group) of every live process (Linux /proc; [] elsewhere)."""
     found = []
     for entry in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = entry.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            fields = entry.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+            if fields[0] != "Z":
+                found.append((int(entry.parent.name), int(fields[1]), int(fields[2])))
+        except (OSError, IndexError, ValueError):
             continue
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry.parent.name))
-    return sorted(found)
+    return found
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of process group ``pgid``: what nsys left running."""
+    return sorted(pid for pid, _, group in live_processes() if group == pgid)
 
 
 def _drain(proc: subprocess.Popen) -> str:

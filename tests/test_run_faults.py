@@ -54,15 +54,7 @@ def wait_for(child: subprocess.Popen, marker: str) -> list[str]:
 
 
 def children_of(pid: int) -> list[int]:
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            kids.append(int(stat.parent.name))
-    return kids
+    return [child for child, parent, _ in nsys_mod.live_processes() if parent == pid]
 
 
 def agents_of(nsys_pid: int) -> list[int]:

@@ -54,19 +54,15 @@ def analyze_collectives(gpu_ops: pd.DataFrame, kernel_names: dict[int, str], win
     if len(devices) < 2:
         return None
     w0, w1 = window
-    per_dev = {}
-    for dev in devices:
-        on = (kernels["device_id"] == dev).to_numpy()
-        comm = kernels[on & is_comm].sort_values("start_ns")
-        per_dev[dev] = comm
+    on_dev = {dev: (kernels["device_id"] == dev).to_numpy() for dev in devices}
+    per_dev = {dev: kernels[on & is_comm].sort_values("start_ns") for dev, on in on_dev.items()}
     n = min(len(c) for c in per_dev.values())
     matched = all(len(c) == n for c in per_dev.values())
     durations = np.stack([(c["end_ns"].to_numpy() - c["start_ns"].to_numpy())[:n] for c in per_dev.values()])
     waits = durations - durations.min(axis=0)  # beyond the fastest rank's time in the same collective
     out = CommResult(matched=matched)
     for row, dev in enumerate(devices):
-        on = (kernels["device_id"] == dev).to_numpy()
-        comm, other = kernels[on & is_comm], kernels[on & ~is_comm]
+        comm, other = per_dev[dev], kernels[on_dev[dev] & ~is_comm]
         c_set = iv.union(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
         k_set = iv.union(other["start_ns"].to_numpy(), other["end_ns"].to_numpy())
         c_ns = int(iv.Coverage(c_set).measure(w0, w1))

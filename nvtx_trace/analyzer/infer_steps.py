@@ -104,21 +104,23 @@ def _best_period(names: np.ndarray) -> tuple[int | None, float]:
     return best, best_match
 
 
-def _first_repeating(names: np.ndarray, period: int) -> int:
-    """First position from which the sequence keeps repeating (start-up kernels do not)."""
+def _repeating(names: np.ndarray, period: int) -> tuple[np.ndarray, int]:
+    """Positions i where names[i:i+w] mostly equal names[i+P:i+P+w] (w = half a period), and w."""
     same = names[period:] == names[:-period]
     window = max(1, period // 2)
     run = np.convolve(same.astype(np.int32), np.ones(window, np.int32), mode="valid") >= window * MIN_MATCH
-    hits = np.flatnonzero(run)
+    return np.flatnonzero(run), window
+
+
+def _first_repeating(names: np.ndarray, period: int) -> int:
+    """First position from which the sequence keeps repeating (start-up kernels do not)."""
+    hits, _ = _repeating(names, period)
     return int(hits[0]) if len(hits) else 0
 
 
 def _last_repeating(names: np.ndarray, period: int) -> int:
     """Last position up to which the sequence still repeats (one past the last kernel of the last period)."""
-    same = names[period:] == names[:-period]
-    window = max(1, period // 2)
-    run = np.convolve(same.astype(np.int32), np.ones(window, np.int32), mode="valid") >= window * MIN_MATCH
-    hits = np.flatnonzero(run)
+    hits, window = _repeating(names, period)
     return int(hits[-1] + window + period - 1) if len(hits) else len(names) - 1
 
 

@@ -179,10 +179,8 @@ def _straggler(a, window_ns: int) -> list[Finding]:
     w0, w1 = a.window["start_ns"], a.window["end_ns"]
 
     def loader_wait(pid: int) -> int:
-        if a.loader is None or not len(a.loader.waits):
-            return 0
-        mine = a.loader.waits[a.loader.waits["pid"] == pid]
-        return int(iv.Coverage(iv.union(mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy())).measure(w0, w1))
+        waits = a.loader.waits if a.loader is not None else None
+        return int(iv.Coverage(union_of_process(waits, pid)).measure(w0, w1))
 
     fastest = max(others, key=lambda d: d.wait_ns)
     reasons = {"its data loader waits": loader_wait(slow.pid) - loader_wait(fastest.pid),

@@ -7,6 +7,8 @@ read the typed results once every unit ran.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
@@ -278,8 +280,7 @@ def _startup(ctx: Context) -> None:
     busy = None
     if a.idle:
         sets = [d.busy for d in a.idle.devices if a.steps.pid in d.pids] or [d.busy for d in a.idle.devices]
-        busy = sets[0] if len(sets) == 1 else iv.union(np.concatenate([s[0] for s in sets]),
-                                                       np.concatenate([s[1] for s in sets]))
+        busy = functools.reduce(iv.merge, sets)
     a.startup = analyze_startup(ctx.trace, int(a.steps.table["start_ns"].min()), busy,
                                 float(np.median(a.steps.table["duration_ns"])))
 
