@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from nvtx_trace.analyzer.steps import typical_step_ns
 from nvtx_trace.errors import BadReportError
 
 IMPROVED = 0.8  # an impact below this x the earlier one is an improvement; above 1/IMPROVED, worse
@@ -45,14 +46,13 @@ def _key(finding: dict) -> tuple[str, str]:
     return finding["kind"], str((finding.get("evidence") or {}).get("cause") or "")
 
 
-def _median(summary: dict) -> int | None:
-    steps = summary.get("steps") or {}
-    return (steps.get("summary") or {}).get("step_ns_median")
+def _typical(summary: dict) -> tuple[int | None, str]:
+    return typical_step_ns((summary.get("steps") or {}).get("summary") or {})
 
 
 def compare(before: dict, after: dict) -> dict:
     """The diff as the documented JSON (docs/json-schema.md, "diff")."""
-    b_med, a_med = _median(before), _median(after)
+    (_, b_stat), (a_med, a_stat) = _typical(before), _typical(after)
     b_find = {_key(f): f for f in before.get("findings") or []}
     a_find = {_key(f): f for f in after.get("findings") or []}
     findings = []
@@ -81,9 +81,13 @@ def compare(before: dict, after: dict) -> dict:
     def side(s: dict) -> dict:
         summary = (s.get("steps") or {}).get("summary") or {}
         return {"report": (s.get("report") or {}).get("path"), "step_ns_median": summary.get("step_ns_median"),
+                "step_ns_mean": summary.get("step_ns_mean"), "modes": summary.get("modes"),
                 "steps_source": (s.get("steps") or {}).get("source"),
                 "gpu_busy_fraction": summary.get("gpu_busy_fraction"), "findings": len(s.get("findings") or [])}
 
-    change = (a_med - b_med) / b_med if a_med and b_med else None
-    return {"before": side(before), "after": side(after), "step_change": change,
-            "speedup": (b_med / a_med) if a_med and b_med else None, "findings": findings}
+    # Where one side's steps come in two kinds, both sides are compared by their mean (throughput).
+    statistic = "mean" if "mean" in (b_stat, a_stat) else "median"
+    b_step, a_step = side(before)[f"step_ns_{statistic}"], side(after)[f"step_ns_{statistic}"]
+    return {"before": side(before), "after": side(after), "step_statistic": statistic,
+            "step_change": (a_step - b_step) / b_step if a_step and b_step else None,
+            "speedup": (b_step / a_step) if a_step and b_step else None, "findings": findings}

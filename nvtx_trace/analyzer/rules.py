@@ -9,7 +9,7 @@ from nvtx_trace.analyzer.dataloader import workers_needed
 from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct, size
 from nvtx_trace.analyzer.gpu_idle import gaps_in
 from nvtx_trace.analyzer.pageable import within
-from nvtx_trace.analyzer.steps import union_of_process
+from nvtx_trace.analyzer.steps import typical_step_ns, union_of_process
 
 
 def build_findings(a) -> list:
@@ -122,8 +122,9 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
         fixes.append(f"raise num_workers (no worker-process ranges were recorded: num_workers=0, or the report was "
                      f"captured without --trace-fork-before-exec=true); the loop waits a median {per} per batch"
                      + (f" while a step computes in {ms(compute)}" if compute else ""))
-    if a.pageable and a.pageable.count:
-        fixes.append("pin_memory=True (pageable host-to-device copies were found)")
+    per_step, _ = _per_step_pageable(a)
+    if per_step is not None and per_step.count:
+        fixes.append("pin_memory=True (pageable host-to-device copies were found inside the steps)")
         recommend["pin_memory"] = True
     for loader, extra in a.loader.restarts.items():
         fixes.append(f"persistent_workers=True ({loader}: workers were re-created {extra} time(s))")
@@ -151,7 +152,7 @@ def _loader_prediction(a, top, compute: float | None, workers: int | None) -> di
     never faster than ``workers`` workers deliver batches at their measured fetch time."""
     if not compute or not workers or not a.steps:
         return None
-    now = float(a.steps.summary()["step_ns_median"])
+    now = float(typical_step_ns(a.steps.summary())[0])
     delivery = float(top["fetch_ns_median"]) / workers
     step = min(now, max(compute, delivery))
     return {"step_ns": int(step), "saving_ns": int(now - step),
@@ -246,12 +247,17 @@ def _layout(a) -> list[Finding]:
     )]
 
 
+def _per_step_pageable(a):
+    """Pageable copies inside the training steps, and the scope in words: copies outside them (loading the
+    model) happen once, so they are worth neither a finding nor pinning advice."""
+    if a.pageable and a.steps:
+        return within(a.pageable, list(zip(a.steps.table["start_ns"], a.steps.table["end_ns"]))), \
+            "inside training steps"
+    return a.pageable, "in the whole trace"
+
+
 def _pageable(a) -> list[Finding]:
-    p = a.pageable
-    scope = "in the whole trace"
-    if p and a.steps:  # copies outside the steps (loading the model) happen once: not worth a finding
-        p = within(p, list(zip(a.steps.table["start_ns"], a.steps.table["end_ns"])))
-        scope = "inside training steps"
+    p, scope = _per_step_pageable(a)
     if not p or not p.count or p.bytes < THRESHOLDS["pageable_min_bytes"]:
         return []
     bw = f"{p.bandwidth_gbps:.1f} GB/s"
@@ -302,7 +308,8 @@ def _cpu_overhead(a, cause_ns: dict, window_ns: int, keep: float) -> list[Findin
         label = dict(zip(a.window_causes["cause"], a.window_causes["label"]))[cause]
         out.append(Finding(
             kind="cuda_api" if cause == "cuda_api" else "cpu_overhead",
-            title=f"GPU idle {ms(ns)} ({_of_window(a, ns / window_ns)}): {label}" + _own_cost_note(a, raw - ns),
+            title=f"GPU idle {ms(ns)} ({_of_window(a, ns / window_ns)}): {label}" + _own_cost_note(a, raw - ns)
+                  + (_profiler_unmeasured(a) if cause == "cuda_api" else ""),
             impact_ns=ns, fix=CAUSE_FIXES[cause],
             threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
             evidence={"cause": cause, "idle_ns": int(raw), "instrumentation_ns": int(raw - ns)},
@@ -335,7 +342,8 @@ def _launch_bound(a, window_ns: int, short: dict, keep: float) -> list[Finding]:
             kind="cpu_overhead",
             title=f"GPU {dev.device_id} is busy only {pct(busy / window_ns)} of {a.window['source']}; {ms(raw)} "
                   f"({pct(raw / window_ns)}) is lost in {n_short} gaps shorter than {ms(a.min_gap_ns)} "
-                  f"(median {ms(median)}): kernel launches cannot keep up" + _own_cost_note(a, raw - short_idle),
+                  f"(median {ms(median)}): kernel launches cannot keep up" + _own_cost_note(a, raw - short_idle)
+                  + _profiler_unmeasured(a),
             impact_ns=short_idle, fix=CAUSE_FIXES["launch_bound"],
             threshold=f"gaps < {ms(a.min_gap_ns)} covering >= {pct(THRESHOLDS['launch_bound_fraction'])} of the window",
             evidence={"device_id": dev.device_id, "busy_ns": busy, "short_gaps": n_short, "short_idle_ns": raw,
@@ -366,6 +374,17 @@ def _after_own_cost(a, cause_ns: dict, short_idle_ns: int) -> float:
     pool = sum(cause_ns.get(c, 0) for c in CPU_CAUSES)
     pool += short_idle_ns
     return max(0.0, 1.0 - own / pool) if pool else 1.0
+
+
+def _profiler_unmeasured(a) -> str:
+    """Launch-bound figures measured under CUDA API tracing include the tracing's own cost per call, which
+    only a run that timed its steps outside the capture can separate (nvtx_autotrace's capture window)."""
+    inst = a.instrumentation
+    if inst is not None and inst.outside_capture_step_ns is not None:
+        return ""
+    return ("; part of it may be the profiler's own CUDA tracing, which slows every launch and is not measured "
+            "in this capture (nvtx-trace run with --warmup-steps and --steps times the steps before the capture "
+            "and leaves that cost out)")
 
 
 def _own_cost_note(a, subtracted: int) -> str:

@@ -58,20 +58,44 @@ class StepsResult:
         }
 
 
-def two_modes(durations: np.ndarray, ratio: float = 3.0, min_share: float = 0.2) -> dict | None:
-    """Steps of two kinds (a slow one every other step, a loader that keeps up only sometimes): the widest
-    jump between sorted durations, if it is >= ``ratio`` x and each side holds >= ``min_share`` of the steps.
-    A median then describes neither kind, so the summary names both."""
+def two_modes(durations: np.ndarray, ratio: float = 2.5, min_share: float = 0.2, tight: float = 0.25) -> dict | None:
+    """Steps of two kinds (a slow one every other step, a loader that keeps up only sometimes), split where
+    the two groups of log-durations are furthest apart (Otsu). Two kinds only if each group holds
+    >= ``min_share`` of the steps, their medians differ >= ``ratio`` x and at least one group is tight
+    (interquartile range <= ``tight`` x its median): a wide spread with no cluster is not two kinds.
+    A median then describes neither kind, so the summary names both and the mean."""
     d = np.sort(np.asarray(durations, dtype=np.float64))
     if len(d) < 4 or d[0] <= 0:
         return None
-    jumps = d[1:] / d[:-1]
-    k = int(np.argmax(jumps))
-    low, high = d[:k + 1], d[k + 1:]
-    if jumps[k] < ratio or min(len(low), len(high)) < max(2, min_share * len(d)):
+    logs = np.log(d)
+    n, total = len(d), logs.sum()
+    least = max(2, int(np.ceil(min_share * n)))
+    ks = np.arange(least, n - least + 1)  # size of the low group
+    if not len(ks):
+        return None
+    low_sum = np.cumsum(logs)[ks - 1]
+    between = ks * (n - ks) * (low_sum / ks - (total - low_sum) / (n - ks)) ** 2
+    k = int(ks[np.argmax(between)])
+    low, high = d[:k], d[k:]
+
+    def spread(x: np.ndarray) -> float:
+        q1, q3 = np.percentile(x, [25, 75])
+        return float((q3 - q1) / np.median(x))
+
+    if np.median(high) < ratio * np.median(low) or min(spread(low), spread(high)) > tight:
         return None
     return {"low_ns": int(np.median(low)), "high_ns": int(np.median(high)), "low_steps": int(len(low)),
             "high_steps": int(len(high))}
+
+
+def typical_step_ns(summary: dict) -> tuple[int | None, str]:
+    """The step time that sets throughput: the median, or the mean when steps come in two kinds (a median
+    then lands on one kind and hides the other)."""
+    if not summary:
+        return None, "median"
+    if summary.get("modes"):
+        return summary.get("step_ns_mean"), "mean"
+    return summary.get("step_ns_median"), "median"
 
 
 def find_step_ranges(ranges: pd.DataFrame, step_range: str | None = None) -> tuple[pd.DataFrame, str]:

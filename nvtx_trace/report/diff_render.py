@@ -9,8 +9,9 @@ from nvtx_trace.analyzer.findings import ms, pct
 STATUS_STYLE = {"resolved": "green", "improved": "green", "unchanged": "yellow", "worse": "red", "new": "red"}
 
 
-def _step(side: dict) -> str:
-    return ms(side["step_ns_median"]) if side.get("step_ns_median") else "-"
+def _step(side: dict, statistic: str) -> str:
+    value = side.get(f"step_ns_{statistic}")
+    return ms(value) if value else "-"
 
 
 def _busy(side: dict) -> str:
@@ -19,7 +20,8 @@ def _busy(side: dict) -> str:
 
 def _headline(d: dict) -> str:
     b, a = d["before"], d["after"]
-    line = f"Steady step {_step(b)} -> {_step(a)}"
+    stat = d.get("step_statistic", "median")
+    line = f"Steady step ({stat}) {_step(b, stat)} -> {_step(a, stat)}"
     if d.get("speedup"):
         line += f" ({d['speedup']:.2f}x {'faster' if d['speedup'] >= 1 else 'slower'})"
     return line + f"; GPU busy {_busy(b)} -> {_busy(a)}"
