@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.dataloader import workers_needed
 from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct, size
 from nvtx_trace.analyzer.gpu_idle import gaps_in
 from nvtx_trace.analyzer.pageable import within
-from nvtx_trace.analyzer.steps import typical_step_ns, union_of_process
+from nvtx_trace.analyzer.steps import union_of_process
 
 
 def build_findings(a) -> list:
@@ -34,6 +35,7 @@ def build_findings(a) -> list:
     covered |= {{"dataloader_stall": "dataloader", "sync": "sync", "pageable_h2d": "copy"}.get(f.kind) for f in out}
     left = {c: int(ns * keep) if c in CPU_CAUSES else ns for c, ns in cause_ns.items() if c not in covered}
     out += _gpu_idle(a, left, gpu_ns)  # (the tool's own share of CPU-bound idle is out of it too)
+    predict.add_predictions(a, out)
     return sorted(out, key=lambda f: f.impact_ns, reverse=True)
 
 
@@ -59,6 +61,12 @@ def _gpu_idle(a, cause_ns: dict, window_ns: int) -> list[Finding]:
     parts = ", ".join(f"{labels[c]}: {pct(ns / idle)}" for c, ns in ranked[:3] if ns)
     devs = ", ".join(f"GPU {d} {pct(u)} busy" for d, u in a.window_utilization.items())
     fix = CAUSE_FIXES.get(top, "")
+    per_step = _per_step_pageable(a)[0]
+    if top == "copy" and per_step is not None and not per_step.count:
+        # the label came from the copy range the thread was in; its copies are pinned already
+        fix = ("The copies inside the steps already come from pinned memory: overlap them with compute "
+               "(copy the next batch on a side stream, non_blocking=True) or copy fewer bytes (uint8 inputs, "
+               "normalize on the GPU).")
     return [Finding(
         kind="gpu_idle",
         title=f"GPU idle {ms(idle)} ({pct(idle / window_ns)} of the window"
@@ -139,32 +147,12 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
     return [Finding(
         kind="dataloader_stall", title=title, impact_ns=int(cost),
         fix=("In the DataLoader: " + "; ".join(fixes) if fixes else "Speed up the dataset's __getitem__ / collate.")
-            + _predicted_text(predicted := _loader_prediction(a, top, compute, workers_after)),
+            + predict.expected_text(predicted := predict.loader(a, top["fetch_ns_median"], compute, workers_after)),
         recommend=recommend or None, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
         evidence={"loaders": a.loader.loaders, "workers": a.loader.workers,
                   "compute_ns_per_step": int(compute) if compute else None},
     )]
-
-
-def _loader_prediction(a, top, compute: float | None, workers: int | None) -> dict | None:
-    """The steady step once the loader keeps up as far as it can: never faster than the measured compute,
-    never faster than ``workers`` workers deliver batches at their measured fetch time."""
-    if not compute or not workers or not a.steps:
-        return None
-    now = float(typical_step_ns(a.steps.summary())[0])
-    delivery = float(top["fetch_ns_median"]) / workers
-    step = min(now, max(compute, delivery))
-    return {"step_ns": int(step), "saving_ns": int(now - step),
-            "basis": f"a step computes in {ms(compute)} without its waits; {workers} worker(s) at "
-                     f"{ms(top['fetch_ns_median'])} per batch deliver one every {ms(delivery)}"}
-
-
-def _predicted_text(predicted: dict | None) -> str:
-    if not predicted or predicted["saving_ns"] <= 0:
-        return ""
-    return (f". Expected: step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> about "
-            f"{ms(predicted['step_ns'])} ({predicted['basis']})")
 
 
 def _straggler(a, window_ns: int) -> list[Finding]:
