@@ -29,7 +29,7 @@ from nvtx_trace.analyzer.findings import ms, pct, size
 from nvtx_trace.analyzer.instrumentation import depth_text
 from nvtx_trace.output_paths import write_atomically
 from nvtx_trace.report import json as json_report
-from nvtx_trace.report import stepchart, timeline
+from nvtx_trace.report import skipped_by_reason, stepchart, timeline
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html"
 MAX_POINTS_OPTION = "--html-max-points"
@@ -338,7 +338,8 @@ def _tables(a, d: dict) -> str:
     parts.append(_table(t.get("loader_workers"), "DataLoader workers",
                         {"loader": "loader", "worker": "worker", "pid": "pid", "fetches": "batches",
                          "fetch_ns_median": "median fetch", "batches_per_s": "batches/s"}))
-    notes = "".join(f"<li><b>skipped {esc(k)}</b>: {esc(v)}</li>" for k, v in d["skipped"].items())
+    notes = "".join(f"<li><b>skipped {esc(', '.join(names))}</b>: {esc(why)}</li>"
+                    for why, names in skipped_by_reason(d["skipped"]).items())
     notes += "".join(f"<li><b>warning</b>: {esc(w)}</li>" for w in d["warnings"])
     if notes:
         parts.append(f"<h3>Notes on this report</h3><ul class='notes'>{notes}</ul>")

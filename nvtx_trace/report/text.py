@@ -8,6 +8,7 @@ from rich.table import Table
 
 from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.instrumentation import depth_text
+from nvtx_trace.report import skipped_by_reason
 
 
 def _pct(x: float | None) -> str:
@@ -105,7 +106,7 @@ def render(a, console: Console) -> None:
             console.print(f"   [green]fix:[/green] {escape(f.fix)}", highlight=False)
     else:
         console.print("[green]No findings above the thresholds: nothing obvious to fix.[/green]")
-    for name, why in a.skipped.items():
-        console.print(f"[yellow]skipped[/yellow] {name}: {escape(why)}", highlight=False)
+    for why, names in skipped_by_reason(a.skipped).items():
+        console.print(f"[yellow]skipped[/yellow] {', '.join(names)}: {escape(why)}", highlight=False)
     for w in a.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
