@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nvtx_trace.analyzer.findings import Finding, ms
+from nvtx_trace.analyzer.findings import Finding, count, ms
 from nvtx_trace.analyzer.steps import typical_step_ns
 
 IDLE_KINDS = ("gpu_idle", "sync", "cpu_overhead", "cuda_api", "straggler")  # impact: GPU time lost in the window
@@ -26,7 +26,7 @@ def loader(a, fetch_ns_median: float, compute: float | None, workers: int | None
     delivery = float(fetch_ns_median) / workers
     step = min(now, max(compute, delivery))
     return {"step_ns": int(step), "saving_ns": int(now - step),
-            "basis": f"a step computes in {ms(compute)} without its waits; {workers} worker(s) at "
+            "basis": f"a step computes in {ms(compute)} without its waits; {count(workers, 'worker')} at "
                      f"{ms(fetch_ns_median)} per batch deliver one every {ms(delivery)}"}
 
 
@@ -35,14 +35,15 @@ def add_predictions(a, findings: list[Finding]) -> None:
     for f in findings:
         if f.predicted is None:
             f.predicted = _generic(a, f)
-            f.fix += expected_text(f.predicted)
+            f.fix = with_expected(f.fix, f.predicted)
 
 
-def expected_text(predicted: dict | None) -> str:
+def with_expected(fix: str, predicted: dict | None) -> str:
+    """The fix, then what it is expected to do to the step, as one more sentence."""
     if not predicted or predicted["saving_ns"] <= 0:
-        return ""
-    return (f". Expected: step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> about "
-            f"{ms(predicted['step_ns'])} ({predicted['basis']})")
+        return fix
+    return (fix.rstrip(" .") + f". Expected: step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> about "
+            f"{ms(predicted['step_ns'])} ({predicted['basis']}).")
 
 
 def _now(a) -> float | None:

@@ -18,14 +18,19 @@ def _pct(x: float | None) -> str:
 def render(a, console: Console) -> None:
     console.print(f"[bold]nvtx-trace[/bold] {a.path}  (nsys {a.nsys_version or '?'}, export schema "
                   f"{a.schema_version or '?'})")
+    if a.window:
+        span = a.window["end_ns"] - a.window["start_ns"]
+        console.print(f"Window: {a.window['source']} ({ms(span)}); every figure below is measured in it unless "
+                      "marked (trace): the whole trace", highlight=False)
     if a.idle and a.idle.devices:
         t = Table(title="GPU activity", title_justify="left", show_edge=False)
-        for col in ("GPU", "busy", "span", "util.", "util. steady", f"gaps>={ms(a.min_gap_ns)}", "idle in gaps"):
+        for col in ("GPU", "util.", "util. (trace)", "busy (trace)", f"gaps>={ms(a.min_gap_ns)} (trace)",
+                    "idle in them"):
             t.add_column(col, justify="right" if col != "GPU" else "left")
         for d in a.idle.devices:
             steady = a.window_utilization.get(d.device_id)
-            t.add_row(f"{d.device_id} {d.name}", ms(d.busy_ns), ms(d.span_ns), pct(d.utilization),
-                      pct(steady) if steady is not None else "-", str(d.gap_count), ms(d.gap_idle_ns))
+            t.add_row(f"{d.device_id} {d.name}", pct(steady) if steady is not None else "-", pct(d.utilization),
+                      ms(d.busy_ns), str(d.gap_count), ms(d.gap_idle_ns))
         console.print(t)
     if a.communication is not None:
         t = Table(title="Communication (steady window): busy time that is not work", title_justify="left",
@@ -39,16 +44,16 @@ def render(a, console: Console) -> None:
         s = a.steps.summary()
         if s:
             unknown = any(v is None for k, v in s.items() if k.endswith("_fraction"))
-            console.print(
-                f"Steps ({a.steps.how}): {s['steps']} ({s['warmup_steps']} warm-up left out); steady state "
-                f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}; GPU busy {_pct(s['gpu_busy_fraction'])}, "
-                f"waiting for data {_pct(s['loader_wait_fraction'])}, in host syncs {_pct(s['sync_wait_fraction'])} "
-                "of step time" + (" (-: not captured)" if unknown else ""), highlight=False)
             modes = s.get("modes")
-            if modes:
-                console.print(f"Steps come in two kinds: {modes['low_steps']} of about {ms(modes['low_ns'])} and "
-                              f"{modes['high_steps']} of about {ms(modes['high_ns'])} (mean {ms(s['step_ns_mean'])}); "
-                              "the median describes neither", highlight=False)
+            pace = (f"mean {ms(s['step_ns_mean'])}: steps come in two kinds, {modes['low_steps']} of about "
+                    f"{ms(modes['low_ns'])} and {modes['high_steps']} of about {ms(modes['high_ns'])} (a median, "
+                    f"{ms(s['step_ns_median'])}, would describe neither)" if modes else
+                    f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}")
+            console.print(
+                f"Steps ({a.steps.how}): {s['steps']}, {s['warmup_steps']} of them warm-up; steady state {pace}. "
+                f"Of step time: GPU busy {_pct(s['gpu_busy_fraction'])}, waiting for data "
+                f"{_pct(s['loader_wait_fraction'])}, in host syncs {_pct(s['sync_wait_fraction'])}"
+                + (" (-: not captured)" if unknown else ""), highlight=False)
     st = a.startup
     if st is not None and st.duration_ns > 0:
         parts = ", ".join(f"{k} {ms(v)}" for k, v in list(st.parts.items())[:3])
@@ -70,7 +75,7 @@ def render(a, console: Console) -> None:
                           f"({pct(inst.profiler_cost_ns_per_step / median)}) is nsys's own tracing, left out of "
                           "CPU-bound findings", highlight=False)
     if a.window_causes is not None and len(a.window_causes):
-        t = Table(title=f"Why the GPU idles ({a.window.get('source', '')})", title_justify="left", show_edge=False)
+        t = Table(title="Why the GPU idles in the window", title_justify="left", show_edge=False)
         several = a.window_causes["device_id"].nunique() > 1
         if several:
             t.add_column("GPU", justify="right")
