@@ -109,6 +109,19 @@ def num(value, text: str, key: str) -> str:
     return f'<span class="num" data-key="{esc(key)}" data-value="{esc(raw)}">{esc(text)}</span>'
 
 
+def _two_kinds(s: dict) -> str:
+    """Steps of two kinds: the mean (throughput) leads, both kinds follow; a median would describe neither."""
+    m = s["modes"]
+    return (f"<div class='big'>{num(s['step_ns_mean'], ms(s['step_ns_mean']), 'steps.summary.step_ns_mean')}"
+            f"<small> mean</small></div><div>two kinds of step: "
+            f"{num(m['low_steps'], str(m['low_steps']), 'steps.summary.modes.low_steps')} of about "
+            f"{num(m['low_ns'], ms(m['low_ns']), 'steps.summary.modes.low_ns')} and "
+            f"{num(m['high_steps'], str(m['high_steps']), 'steps.summary.modes.high_steps')} of about "
+            f"{num(m['high_ns'], ms(m['high_ns']), 'steps.summary.modes.high_ns')}; the median, "
+            f"{num(s['step_ns_median'], ms(s['step_ns_median']), 'steps.summary.step_ns_median')}, "
+            "describes neither</div>")
+
+
 def _headline(d: dict) -> str:
     cards = []
     for i, dev in enumerate(d["devices"]):
@@ -120,16 +133,17 @@ def _headline(d: dict) -> str:
             f"<div>{num(dev['utilization'], pct(dev['utilization']), f'devices.{i}.utilization')} over the whole "
             f"trace ({num(dev['busy_ns'], ms(dev['busy_ns']), f'devices.{i}.busy_ns')} busy of "
             f"{num(dev['span_ns'], ms(dev['span_ns']), f'devices.{i}.span_ns')})</div>"
-            f"<div>idle {num(dev['gap_idle_ns'], ms(dev['gap_idle_ns']), f'devices.{i}.gap_idle_ns')} in "
+            f"<div>whole trace: idle {num(dev['gap_idle_ns'], ms(dev['gap_idle_ns']), f'devices.{i}.gap_idle_ns')} in "
             f"{num(dev['gap_count'], format(dev['gap_count'], ','), f'devices.{i}.gap_count')} gaps &ge; "
             f"{esc(ms(d['min_gap_ns']))}</div></div>")
     steps = d.get("steps") or {}
     s = steps.get("summary") or {}
     if s:
         cards.append(
-            f"<div class='card'><div class='label'>Steady-state step time</div>"
-            f"<div class='big'>{num(s['step_ns_median'], ms(s['step_ns_median']), 'steps.summary.step_ns_median')}"
-            f"<small> median</small></div>"
+            "<div class='card'><div class='label'>Steady-state step time</div>"
+            + (_two_kinds(s) if s.get("modes") else
+               f"<div class='big'>{num(s['step_ns_median'], ms(s['step_ns_median']), 'steps.summary.step_ns_median')}"
+               f"<small> median</small></div>") +
             f"<div>p90 {num(s['step_ns_p90'], ms(s['step_ns_p90']), 'steps.summary.step_ns_p90')} over "
             f"{num(s['steady_steps'], str(s['steady_steps']), 'steps.summary.steady_steps')} steps "
             f"({num(s['warmup_steps'], str(s['warmup_steps']), 'steps.summary.warmup_steps')} warm-up left out)</div>"
