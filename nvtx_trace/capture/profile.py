@@ -112,8 +112,8 @@ class _Forwarder:
 
 
 class _Sorter:
-    """Sends nsys's pipes to the log; once nsys says the program's output is mixed in, the lines
-    that are not nsys's go on to our own stdout/stderr."""
+    """Sends nsys's pipes to the log; once the wrapper says the program's output is mixed in (it
+    does so before the program starts), the lines that are not nsys's go on to our stdout/stderr."""
 
     def __init__(self, log: NsysLog):
         self.log, self.mixed = log, False
@@ -124,8 +124,11 @@ class _Sorter:
             if line.startswith(own_output.FALLBACK_MARKER):
                 self.mixed = True
             elif self.mixed and not NSYS_LINES.match(line.split("\r")[-1]):
-                ours.write(line)
-                ours.flush()
+                try:
+                    ours.write(line)
+                    ours.flush()
+                except (OSError, ValueError):  # our reader left (a closed pipe): the log still has it
+                    pass
         return take
 
 
