@@ -55,7 +55,8 @@ def run(
 ) -> int:
     """Profile a training script under Nsight Systems with automatic NVTX ranges, then
     print why the GPU idles and write report.nsys-rep, report.sqlite, summary.json and
-    summary.html into a fresh folder. nvtx-trace exits with the program's exit code.
+    summary.html into a fresh folder (nsys's own messages go to nsys.log there; the
+    program's output comes through unchanged). nvtx-trace exits with the program's exit code.
 
     Examples: nvtx-trace run train.py --epochs 1 |
     nvtx-trace run --warmup-steps 10 --steps 20 -m mypkg.train |
