@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -72,9 +73,12 @@ def test_our_progress_lines_are_shown_and_nsys_chatter_is_not(quiet_run):
 
 
 def test_the_log_in_the_run_folder_holds_nsys_lines_and_not_the_program(quiet_run, ready):
-    _, out = quiet_run
+    proc, out = quiet_run
     log = (out / LOG_NAME).read_text()
     assert log.startswith(f"== nsys profile == {ready.path} profile -o {out.resolve() / 'report'} ")
+    printed = next(ln for ln in proc.stderr.splitlines() if ln.startswith("$ "))
+    ran = log.splitlines()[0][len("== nsys profile == "):]
+    assert shlex.split(printed[2:]) == ran.split()  # the command line printed is the one that ran
     assert "== nsys export ==" in log and "Generated:" in log  # nsys names the capture it wrote
     if ready.imports_itself is False:  # Debian's split layout: nsys cannot import, we do
         assert "Importer error status" in log and "== nsys import ==" in log
