@@ -115,8 +115,8 @@ class _Sorter:
     """Sends nsys's pipes to the log; once the wrapper says the program's output is mixed in (it
     does so before the program starts), the lines that are not nsys's go on to our stdout/stderr."""
 
-    def __init__(self, log: NsysLog):
-        self.log, self.mixed = log, False
+    def __init__(self, log: NsysLog, mixed: bool = False):
+        self.log, self.mixed = log, mixed
 
     def sink(self, ours):
         def take(line: str) -> None:
@@ -158,9 +158,13 @@ def profile(
     for stale in (rep_path, qd_path):
         stale.unlink(missing_ok=True)
     env = dict(os.environ if env is None else env)
-    handover = own_output.Handover() if log is not None and not capture_output else None
-    if handover is not None:
-        env[own_output.ENV] = handover.address
+    handover = None
+    if log is not None and not capture_output:
+        try:
+            handover = own_output.Handover()
+            env[own_output.ENV] = handover.address
+        except (OSError, AttributeError):  # no abstract Unix sockets here: nsys's stream is sorted instead
+            handover = None
     cmd = profile_command(nsys, stem, trace, extra, argv, own_output_python=sys.executable if handover else None)
     if log is not None:
         log.section("profile", cmd)
@@ -177,7 +181,7 @@ def profile(
         raise NsysFailedError(f"could not start {nsys.path}: {exc}") from exc
     pumps = []
     if log is not None and not capture_output:
-        sorter = _Sorter(log)
+        sorter = _Sorter(log, mixed=handover is None)
         pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
     started = time.monotonic()
     with _Forwarder(proc, progress) as fwd:
