@@ -13,9 +13,9 @@ nsys=${NSYS:-nsys}
 steps=${STEPS:-50}
 mkdir -p "$out"
 program=benchmarks/programs/ddp_train.py
-python3 -m nvtx_trace.cli run --nsys "$nsys" --out "$out/balanced" --force $RUN_ARGS \
+python3 -m nvtx_trace.cli run --nsys "$nsys" --out "$out/balanced" --force ${RUN_ARGS:-} \
     -- torchrun --nproc_per_node=2 "$program" --steps "$steps"
-python3 -m nvtx_trace.cli run --nsys "$nsys" --out "$out/straggler" --force $RUN_ARGS \
+python3 -m nvtx_trace.cli run --nsys "$nsys" --out "$out/straggler" --force ${RUN_ARGS:-} \
     -- torchrun --nproc_per_node=2 "$program" --steps "$steps" --slow-rank 1
 torchrun --nproc_per_node=2 --no-python "$nsys" profile -t cuda,nvtx -s none --cpuctxsw none \
     --trace-fork-before-exec=true -f true -o "$out/rank%q{RANK}" \
