@@ -132,7 +132,7 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
                      f"captured without --trace-fork-before-exec=true); the loop waits a median {per} per batch"
                      + (f" while a step computes in {ms(compute)}" if compute else ""))
     per_step, _ = _per_step_pageable(a)
-    if per_step is not None and per_step.count:
+    if per_step is not None and per_step.bytes >= THRESHOLDS["pageable_min_bytes"]:  # not DDP's few bytes
         fixes.append("pin_memory=True (pageable host-to-device copies were found inside the steps)")
         recommend["pin_memory"] = True
     for loader, extra in a.loader.restarts.items():
