@@ -15,8 +15,11 @@ def _pct(x: float | None) -> str:
 
 
 def render(a, console: Console) -> None:
-    console.print(f"[bold]nvtx-trace[/bold] {a.path}  (nsys {a.nsys_version or '?'}, export schema "
+    shown = a.path if not a.ranks else f"{len(a.ranks)} reports merged ({a.ranks[0]['report']} ...)"
+    console.print(f"[bold]nvtx-trace[/bold] {shown}  (nsys {a.nsys_version or '?'}, export schema "
                   f"{a.schema_version or '?'})")
+    if a.ranks:
+        _ranks(a, console)
     if a.idle and a.idle.devices:
         t = Table(title="GPU activity", title_justify="left", show_edge=False)
         for col in ("GPU", "busy", "span", "util.", "util. steady", f"gaps>={ms(a.min_gap_ns)}", "idle in gaps"):
@@ -109,3 +112,20 @@ def render(a, console: Console) -> None:
         console.print(f"[yellow]skipped[/yellow] {name}: {escape(why)}", highlight=False)
     for w in a.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False)
+
+
+def _ranks(a, console: Console) -> None:
+    """One row per input report (rank): where its figures differ from the others', the slow rank shows."""
+    console.print(f"Clocks: {escape(a.clock['how'])}", highlight=False)
+    t = Table(title="Ranks (steady window; * the rank the others wait for)", title_justify="left", show_edge=False)
+    for col in ("rank", "report", "GPU", "step median", "GPU busy", "waiting in collectives", "loader wait"):
+        t.add_column(col, justify="left" if col in ("report", "GPU") else "right")
+
+    def opt(ns):
+        return "-" if ns is None else ms(ns)
+
+    for r in a.ranks:
+        t.add_row(f"{r['rank']}{' *' if r['straggler'] else ''}", escape(r["report"].rsplit("/", 1)[-1]),
+                  ",".join(map(str, r["device_ids"])) or "-", opt(r["step_ns_median"]),
+                  _pct(r["window_utilization"]), opt(r["wait_ns"]), opt(r["loader_wait_ns"]))
+    console.print(t)
