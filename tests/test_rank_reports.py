@@ -197,7 +197,7 @@ def test_mixed_up_inputs_are_one_clear_error(files, tmp_path):
     with pytest.raises(BadReportError, match="did not overlap in time"):
         analyze([files[0], later])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(BadReportError, match="holds no reports"):
+    with pytest.raises(BadReportError, match="is a directory with no reports"):
         analyze(tmp_path / "empty")
     with pytest.raises(BadReportError, match="no report matches"):
         analyze(str(tmp_path / "nothing*.sqlite"))
@@ -221,7 +221,7 @@ def test_cli_several_reports_print_the_rank_table_and_bad_ones_one_line(files, t
     (tmp_path / "empty").mkdir()
     text = tmp_path / "notes.sqlite"
     text.write_text("not a report\n")
-    for args, needle in (((tmp_path / "empty",), "holds no reports"), ((files[0], text), "not a SQLite file"),
+    for args, needle in (((tmp_path / "empty",), "is a directory with no reports"), ((files[0], text), "not a SQLite file"),
                          ((files[0], files[0].parent / "missing.sqlite"), "missing.sqlite")):
         bad = _cli(*args)
         lines = [line for line in bad.stderr.splitlines() if line.strip()]

@@ -31,8 +31,8 @@ def expand(args) -> list[Path]:
         if path.is_dir():
             found = _reports_in(sorted(path.iterdir(), key=natural_key))
             if not found:
-                raise BadReportError(f"{path}: the folder holds no reports ({', '.join(REPORT_SUFFIXES)}); "
-                                     "pass the folder the per-rank reports were written to")
+                raise BadReportError(f"{path}: is a directory with no reports in it ({', '.join(REPORT_SUFFIXES)}); "
+                                     "pass a report file, or the folder the per-rank reports were written to")
             out += found
         elif not path.exists() and GLOB_CHARS.search(str(arg)):
             found = _reports_in(sorted((Path(p) for p in glob.glob(str(arg))), key=natural_key))
