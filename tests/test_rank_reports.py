@@ -227,3 +227,18 @@ def test_cli_several_reports_print_the_rank_table_and_bad_ones_one_line(files, t
         lines = [line for line in bad.stderr.splitlines() if line.strip()]
         assert bad.returncode != 0 and "Traceback" not in bad.stderr + bad.stdout
         assert len(lines) == 1 and lines[0].startswith("nvtx-trace: error: ") and needle in lines[0], bad.stderr
+
+
+def test_another_hosts_pid_and_gpu_id_stay_distinct(files, tmp_path):
+    """The same rank captured on a second host (same pid, same GPU 0, its own clock): two GPUs, two
+    processes, each with the figures of the one it came from."""
+    twin = _copy(files[0], tmp_path / "host2_rank0.sqlite")
+    shift_clock(twin, SHIFT_NS)
+    a = analyze([files[0], twin], workers=1)
+    assert [d.device_id for d in a.idle.devices] == [0, 1]
+    (want,) = [sql_union_busy(files[0], 0)["busy"]]
+    assert [d.busy_ns for d in a.idle.devices] == [want, want]
+    first, second = a.ranks
+    assert second["device_ids"] == [1] and set(first["pids"]).isdisjoint(second["pids"])
+    assert a.clock["sessions"][1]["offset_ns"] == -SHIFT_NS and a.clock["sessions"][1]["residual_ns"] == 0
+    assert any("renumbered" in w and "host2_rank0.sqlite's GPU 0 is shown as GPU 1" in w for w in a.warnings)

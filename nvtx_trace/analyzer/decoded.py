@@ -55,10 +55,9 @@ class DecodedReport:
         return (self.utc_start_ns, self.session)
 
     def pids(self) -> set[int]:
-        """Every process the report holds rows of."""
-        out = {int(p) for p in pd.unique(self.gpu_ops["pid"])} | {int(p) for p in pd.unique(self.ranges["pid"])}
-        out |= {int(p) for p in pd.unique(self.runtime["pid"])} | set(self.process_names)
-        return out
+        """Every process the analyzed tables hold rows of (not every process the machine listed)."""
+        return self.active_pids() | {int(p) for p in pd.unique(self.runtime["pid"])} \
+            | {int(p) for c in self.launch_rows.values() for p in np.unique(c["gpid"] >> 24 & 0xFFFFFF)}
 
     def active_pids(self) -> set[int]:
         """Processes that ran GPU work or NVTX ranges: the ones whose rows make the analysis."""

@@ -150,7 +150,7 @@ def merge(reports: list[DecodedReport], clock: ClockPlan) -> MergedTrace:
     for i, r in enumerate(reports):
         off = clock.offset_of(i)
         label = r.path.name
-        pids = pid_ids.plan(r.pids() | {int(pid_of(g)) for g in r.thread_names}, hosts[i], label, "pid")
+        pids = pid_ids.plan(r.pids(), hosts[i], label, "pid")
         devs = dev_ids.plan(r.devices() | {int(d) for c in r.launch_rows.values() for d in np.unique(c["device_id"])},
                             hosts[i], label, "GPU")
         kernel = {k: intern(v) for k, v in r.strings.items()}
@@ -182,12 +182,17 @@ def merge(reports: list[DecodedReport], clock: ClockPlan) -> MergedTrace:
                     cols[c] = _remap(cols[c], kinds.get("ENUM_CUDA_MEM_KIND", {}))
             launches.setdefault(key, []).append(cols)
         names["gpu_names"].update({devs[d]: n for d, n in r.gpu_names.items() if d in devs})
-        names["thread_names"].update({int(_remap_gtid(np.array([g]), pids)[0]): n for g, n in r.thread_names.items()})
-        names["process_names"].update({pids.get(p, p): n for p, n in r.process_names.items()})
+        names["thread_names"].update({int(_remap_gtid(np.array([g]), pids)[0]): n for g, n in r.thread_names.items()
+                                      if int(pid_of(g)) in pids})
+        names["process_names"].update({pids[p]: n for p, n in r.process_names.items() if p in pids})
         warnings += [f"{label}: {w}" for w in r.warnings]
         ranks.append(RankSource(i, r.path, sorted(pids[p] for p in r.active_pids()),
                                 sorted(devs[d] for d in r.devices()), clock.session_of(i), off))
-    warnings += clock.warnings + [f"ids collide between hosts: {m}" for m in pid_ids.moved + dev_ids.moved]
+    moved = pid_ids.moved + dev_ids.moved
+    if moved:
+        warnings.append(f"{len(moved)} id(s) collide between hosts and were renumbered: " + "; ".join(moved[:5])
+                        + (" ..." if len(moved) > 5 else ""))
+    warnings += clock.warnings
     tables = _concat(parts, api_names)
     tables.update(names, api_names=api_names, session=_session(reports, clock), kernel_name_column=next(
         (r.kernel_name_column for r in reports if r.kernel_name_column), None), listed_devices=None)
