@@ -242,3 +242,29 @@ def test_another_hosts_pid_and_gpu_id_stay_distinct(files, tmp_path):
     assert second["device_ids"] == [1] and set(first["pids"]).isdisjoint(second["pids"])
     assert a.clock["sessions"][1]["offset_ns"] == -SHIFT_NS and a.clock["sessions"][1]["residual_ns"] == 0
     assert any("renumbered" in w and "host2_rank0.sqlite's GPU 0 is shown as GPU 1" in w for w in a.warnings)
+
+
+def test_a_capture_missing_its_first_collectives_is_still_aligned(shifted, tmp_path):
+    """The second host's capture began three collectives late: pairing by order alone would be off by
+    three; the best-fitting pairing leaves them out and finds the same offset."""
+    late = _copy(shifted[1], tmp_path / "late.sqlite")
+    conn = sqlite3.connect(late)
+    conn.execute("""DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid IN (
+                        SELECT k.rowid FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+                        WHERE s.value LIKE 'nccl%' ORDER BY k.start LIMIT 3)""")
+    conn.commit()
+    conn.close()
+    a = analyze([shifted[0], late], workers=1)
+    moved = a.clock["sessions"][1]
+    assert moved["method"] == "collective-ends" and moved["offset_ns"] == pytest.approx(-SHIFT_NS, abs=50_000)
+    assert any("the first 3 of rank0.sqlite left unpaired" in w for w in a.warnings)
+
+
+def test_a_folder_lists_its_reports_in_rank_order_each_once(tmp_path):
+    from nvtx_trace.analyzer.inputs import expand
+
+    for name in ("rank10.sqlite", "rank2.sqlite", "rank2.nsys-rep", "rank3.nsys-rep", "summary.json", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    want = [tmp_path / n for n in ("rank2.sqlite", "rank3.nsys-rep", "rank10.sqlite")]
+    assert expand(tmp_path) == want  # an export beside its .nsys-rep counts once, as the export
+    assert expand([str(tmp_path / "rank*"), tmp_path / "rank2.sqlite"]) == want

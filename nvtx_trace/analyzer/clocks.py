@@ -87,15 +87,15 @@ def align(reports: list[DecodedReport]) -> ClockPlan:
 def _align_session(reports, ref: list[int], members: list[int], ref_ends: np.ndarray, warnings: list[str]) \
         -> SessionClock:
     ends = _collective_ends(reports, members)
-    n = min(len(ends), len(ref_ends))
-    if n >= MIN_PAIRED:
-        diff = ref_ends[:n] - ends[:n]
-        offset = int(np.median(diff))
-        residual = int(np.median(np.abs(diff - offset)))
+    best = _best_pairing(ref_ends, ends)
+    if best is not None:
+        offset, residual, n, lag = best
         if residual <= MAX_RESIDUAL_NS:
-            if len(ends) != len(ref_ends):
-                warnings.append(f"{reports[members[0]].path.name}: {len(ends)} collectives against "
-                                f"{len(ref_ends)} in {reports[ref[0]].path.name}; clocks aligned on the first {n}")
+            if len(ends) != len(ref_ends) or lag:
+                name, ref_name = reports[members[0]].path.name, reports[ref[0]].path.name
+                warnings.append(f"{name}: {len(ends)} collectives against {len(ref_ends)} in {ref_name}; clocks "
+                                f"aligned on {n} pairs, the first {abs(lag)} of {ref_name if lag > 0 else name} "
+                                "left unpaired")
             return SessionClock(members, offset, "collective-ends", n, residual)
         warnings.append(f"{reports[members[0]].path.name}: its collectives do not pair with "
                         f"{reports[ref[0]].path.name}'s by order (ends {ms(residual)} apart after alignment); "
@@ -106,6 +106,24 @@ def _align_session(reports, ref: list[int], members: list[int], ref_ends: np.nda
     warnings.append(f"{reports[members[0]].path.name}: no collectives and no session start time to align its clock "
                     "with; assumed to share the first report's clock")
     return SessionClock(members, 0, "none")
+
+
+def _best_pairing(ref: np.ndarray, ends: np.ndarray) -> tuple[int, int, int, int] | None:
+    """Offset, residual, pairs and lag of the pairing by order that fits best. One capture may hold a few
+    collectives the other missed (it started later): those leading ones are tried left out, both ways."""
+    reach = min(abs(len(ref) - len(ends)) + 3, 64)
+    best = None
+    for lag in range(-reach, reach + 1):
+        a, b = (ref[lag:], ends) if lag >= 0 else (ref, ends[-lag:])
+        n = min(len(a), len(b))
+        if n < MIN_PAIRED:
+            continue
+        diff = a[:n] - b[:n]
+        offset = int(np.median(diff))
+        residual = int(np.median(np.abs(diff - offset)))
+        if best is None or residual < best[1]:
+            best = (offset, residual, n, lag)
+    return best
 
 
 def _collective_ends(reports: list[DecodedReport], members: list[int]) -> np.ndarray:
