@@ -176,6 +176,11 @@ def test_a_local_dask_cluster_gives_the_same_analysis(files, merged):
     need("dask.distributed", importlib.util.find_spec("distributed") is not None)
     a = analyze(files, scheduler="local:2")
     assert json_report.to_dict(a) == json_report.to_dict(merged)
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:  # by its address
+        b = analyze(files, scheduler=cluster.scheduler_address)
+    assert json_report.to_dict(b) == json_report.to_dict(merged)
 
 
 def _copy(src: Path, dst: Path, sql_text: str | None = None) -> Path:
