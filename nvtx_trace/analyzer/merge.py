@@ -39,7 +39,7 @@ class MergedReader:
     the decoded reports instead of a database."""
 
     conn = None
-    enum_id = Reader.enum_id
+    enum_id, htod_copy_kind, memory_kind = Reader.enum_id, Reader.htod_copy_kind, Reader.memory_kind  # via enum()
 
     def __init__(self, info: ReportInfo, strings: dict[int, str], enums: dict[str, dict[int, str]],
                  columns: dict[str, set[str]], cpu_cores: int | None):
