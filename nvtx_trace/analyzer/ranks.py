@@ -13,7 +13,7 @@ import numpy as np
 
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.decoded import DecodedReport
-from nvtx_trace.analyzer.steps import analyze_steps, union_of_process
+from nvtx_trace.analyzer.steps import find_step_ranges, union_of_process
 from nvtx_trace.errors import BadReportError
 
 SAME_RUN_SLACK_NS = 60_000_000_000  # reports of one job start within a minute of each other's span
@@ -55,7 +55,21 @@ def _when(r: DecodedReport) -> str:
     return datetime.fromtimestamp(r.utc_start_ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def rank_rows(a, sources, warmup_steps: int | None, step_range: str | None) -> list[dict]:
+def _steady_steps(ranges, pids: list[int], window: tuple[int, int], step_range: str | None) -> np.ndarray:
+    """Durations of the rank's own step ranges that fall in the common steady window (by their middle: ranks
+    start a step a few µs apart, so the window's edges, cut on one rank's steps, must not drop another's)."""
+    if ranges is None or not len(ranges):
+        return np.empty(0, np.int64)
+    steps, _ = find_step_ranges(ranges[ranges["pid"].isin(pids).to_numpy()], step_range)
+    if not len(steps):
+        return np.empty(0, np.int64)
+    start, end = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    middle = (start + end) // 2
+    inside = (middle >= window[0]) & (middle < window[1])
+    return (end - start)[inside]
+
+
+def rank_rows(a, sources, step_range: str | None) -> list[dict]:
     """Per input report, its figures in the common steady window (docs/json-schema.md, ``ranks[]``)."""
     w0, w1 = a.window["start_ns"], a.window["end_ns"]
     devices = {d.device_id: d for d in a.idle.devices} if a.idle else {}
@@ -69,10 +83,7 @@ def rank_rows(a, sources, warmup_steps: int | None, step_range: str | None) -> l
         loader = None
         if a.loader is not None:
             loader = sum(int(iv.Coverage(union_of_process(a.loader.waits, p)).measure(w0, w1)) for p in src.pids)
-        own = ranges[ranges["pid"].isin(src.pids).to_numpy()] if ranges is not None and len(ranges) else None
-        steps = analyze_steps(own, None, None, None, warmup_steps, step_range=step_range) \
-            if own is not None and len(own) else None
-        steady = steps.steady["duration_ns"].to_numpy() if steps is not None else np.empty(0)
+        steady = _steady_steps(ranges, src.pids, (w0, w1), step_range)
         in_comm = [comm[d] for d in src.devices if d in comm]
         rows.append({
             "rank": src.index, "report": str(src.path), "session": src.session, "clock_offset_ns": src.offset_ns,

@@ -308,7 +308,7 @@ def _ranks(ctx: Context) -> None:
     sources = getattr(ctx.trace, "ranks", None)
     if sources is None:
         return
-    ctx.result.ranks = rank_rows(ctx.result, sources, ctx.warmup_steps, ctx.step_range)
+    ctx.result.ranks = rank_rows(ctx.result, sources, ctx.step_range)
     ctx.result.clock = ctx.trace.clock.to_json()
 
 
