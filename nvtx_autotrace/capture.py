@@ -24,11 +24,12 @@ import multiprocessing
 import os
 
 from nvtx_autotrace import _registry, steps
+from nvtx_trace import names
 
-ENV = "NVTX_AUTOTRACE_CAPTURE"
-DOMAIN = "nvtx-trace"
-RANGE = "capture"
-NSYS_NVTX_CAPTURE = f"{RANGE}@{DOMAIN}"  # the -p value that matches the range below
+ENV = names.CAPTURE_ENV
+DOMAIN = names.CAPTURE_DOMAIN
+RANGE = names.CAPTURE_RANGE
+NSYS_NVTX_CAPTURE = names.NSYS_NVTX_CAPTURE  # the -p value that matches the range below
 MODES = ("nvtx", "cuda")
 
 _state = {"window": None, "started": False, "stopped": False, "remove": None, "pid": None, "exit": False}

@@ -45,6 +45,13 @@ SYNC_PREFIX = "sync "
 INSTRUMENTATION_PREFIX = "nvtx_autotrace.instrumentation "
 CALIBRATION = "nvtx_autotrace.calibration"
 
+# The capture window (nvtx-trace run --warmup-steps N --steps M): the variable nvtx_autotrace.capture
+# reads, and the NVTX range it opens for nsys --capture-range=nvtx (domain "nvtx-trace").
+CAPTURE_ENV = "NVTX_AUTOTRACE_CAPTURE"
+CAPTURE_DOMAIN = "nvtx-trace"
+CAPTURE_RANGE = "capture"
+NSYS_NVTX_CAPTURE = f"{CAPTURE_RANGE}@{CAPTURE_DOMAIN}"  # nsys's --nvtx-capture value for that range
+
 
 def step(index: int) -> str:
     return f"step {index}"

@@ -27,12 +27,12 @@ def need(what: str, present: bool) -> None:
 
 
 def installed_nsys():
-    """The nsys nvtx-trace would use (nvtx_trace.nsys.find_nsys); skip, or fail under CI, without one."""
-    from nvtx_trace import nsys as nsys_mod
+    """The nsys nvtx-trace would use (nvtx_trace.capture.locate.find_nsys); skip, or fail under CI, without one."""
+    from nvtx_trace.capture import locate
     from nvtx_trace.errors import NsysNotFoundError
 
     try:
-        return nsys_mod.find_nsys()
+        return locate.find_nsys()
     except NsysNotFoundError:
         need("Nsight Systems (nsys)", False)
 
@@ -114,7 +114,7 @@ def ctrl_c_when(child: subprocess.Popen, marker: str, timeout: float) -> tuple[s
 
 # ---------------------------------------------------------------- markers, so that a unit loop needs no name lists
 # (README, "Development": python -m pytest -q -m "not slow" runs in well under 20 s on 2 cores)
-NSYS_MODULES = {"test_run", "test_run_faults", "test_autotrace_nsys", "test_nsys", "test_doctor"}
+NSYS_MODULES = {"test_run", "test_run_faults", "test_run_output", "test_autotrace_nsys", "test_nsys", "test_doctor"}
 TORCH_MODULES = {"test_autotrace", "test_autotrace_budget", "test_autotrace_nsys", "test_run", "test_run_faults",
                  "test_gpu_autotrace_samples"}
 SLOW_MODULES = NSYS_MODULES | {  # each spawns CLI or training processes, or trains, per test

@@ -34,7 +34,8 @@ WHERE n.eventType IN (59, 60) ORDER BY n.start
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """(rows, program stdout) of one profiled training run."""
-    from nvtx_trace import nsys as nsys_mod
+    from nvtx_trace.capture import export
+    from nvtx_trace.capture import profile as profiling
 
     need("PyTorch", importlib.util.find_spec("torch") is not None)
     found = installed_nsys()
@@ -44,14 +45,14 @@ def run(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     env.pop("NVTX_AUTOTRACE", None)
     env["NVTX_AUTOTRACE_BUDGET_PCT"] = "100"  # every depth fits: names of all depths can be checked
-    result = nsys_mod.profile(
+    result = profiling.profile(
         found, [sys.executable, "-m", "nvtx_autotrace", SCRIPT, "--steps", str(STEPS), "--workers", "2",
                 "--sample-ms", "2"],  # ~8 ms steps: at a 100 % budget every depth fits with a wide margin
         out, trace=["nvtx", "osrt"], extra=["-s", "none", "--cpuctxsw", "none", "--trace-fork-before-exec=true"],
         env=env, cwd=ROOT, capture_output=True,
     )
     assert result.returncode == 0, result.log[-2000:]
-    db = nsys_mod.export_sqlite(found, result.require_report())
+    db = export.export_sqlite(found, result.require_report())
     con = sqlite3.connect(db)
     try:
         rows = con.execute(RANGES_SQL).fetchall()

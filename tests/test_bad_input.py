@@ -152,13 +152,14 @@ def capture_cpu(nsys: str, tmp: Path, code: str, trace: str = "nvtx,osrt") -> Pa
     """A real Debian-nsys capture of a tiny Python program, exported to SQLite."""
     script = tmp / "prog.py"
     script.write_text(textwrap.dedent(code))
-    from nvtx_trace import nsys as nsys_mod
+    from nvtx_trace.capture import export, locate
+    from nvtx_trace.capture import profile as profiling
 
-    tool = nsys_mod.find_nsys(nsys)
-    result = nsys_mod.profile(tool, [sys.executable, str(script)], tmp / "cap", trace=trace.split(","),
+    tool = locate.find_nsys(nsys)
+    result = profiling.profile(tool, [sys.executable, str(script)], tmp / "cap", trace=trace.split(","),
                               extra=["--sample=none", "--cpuctxsw=none"])
     assert result.rep is not None, result
-    return nsys_mod.export_sqlite(tool, result.rep)
+    return export.export_sqlite(tool, result.rep)
 
 
 def test_export_with_no_gpu_activity_and_no_ranges_is_refused(nsys_path, tmp_path):

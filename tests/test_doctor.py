@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import ROOT, need
 
-from nvtx_trace import nsys as nsys_mod
+from nvtx_trace.capture import locate
 from nvtx_trace.cli import doctor as doc
 from nvtx_trace.cli import main
 
@@ -18,7 +18,7 @@ from nvtx_trace.cli import main
 def no_nsys_anywhere(monkeypatch):
     monkeypatch.setenv("PATH", "")
     monkeypatch.delenv("NSYS", raising=False)
-    monkeypatch.setattr(nsys_mod, "KNOWN_LOCATIONS", ())
+    monkeypatch.setattr(locate, "KNOWN_LOCATIONS", ())
 
 
 def by_name(checks):
@@ -27,7 +27,7 @@ def by_name(checks):
 
 def test_doctor_lists_nsys_importer_torch_and_nvtx_and_exits_zero(nsys_path, torch_module, capsys):
     need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
-    found = nsys_mod.find_nsys()
+    found = locate.find_nsys()
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert f"{found.version} at {found.path}" in out
@@ -49,7 +49,7 @@ def test_doctor_fails_for_a_python_that_does_not_run(tmp_path, capsys):
 
 
 def test_split_layout_import_step_is_reported_as_handled(nsys_path):
-    found = nsys_mod.find_nsys()
+    found = locate.find_nsys()
     step = by_name(doc.check_nsys(None)[0])["import step"]
     assert step.status == doc.OK
     if not found.imports_itself:
@@ -62,7 +62,7 @@ def test_split_layout_import_step_is_reported_as_handled(nsys_path):
      ("0.2.14", "2025.3.1", True), ("0.2.11", "2025.3.2", True)],
 )
 def test_nvtx_releases_that_old_nsys_does_not_record_are_flagged(nvtx, nsys, recorded):
-    problem = nsys_mod.nvtx_problem(nvtx, nsys)
+    problem = locate.nvtx_problem(nvtx, nsys)
     assert (problem is None) == recorded
     if problem:
         assert "nvtx==0.2.11" in problem
@@ -70,7 +70,7 @@ def test_nvtx_releases_that_old_nsys_does_not_record_are_flagged(nvtx, nsys, rec
 
 def test_incompatible_nvtx_blocks_run(monkeypatch):
     monkeypatch.setattr(doc, "probe_python", lambda python: {"python": "3.11", "nvtx": "0.2.13", "torch": None})
-    fake = nsys_mod.Nsys(ROOT / "nsys", "2022.4.2", "test")
+    fake = locate.Nsys(ROOT / "nsys", "2022.4.2", "test")
     checks = by_name(doc.check_python("python", fake))
     assert checks["nvtx"].blocking and checks["torch"].blocking
 
@@ -84,6 +84,6 @@ def test_doctor_does_not_import_torch_in_its_own_process():
 
 def test_probe_runs_a_real_capture_and_reads_the_range_back(nsys_path):
     need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
-    found = nsys_mod.find_nsys()
+    found = locate.find_nsys()
     check = doc.probe_capture(found, sys.executable)
     assert check.status == doc.OK, check.detail

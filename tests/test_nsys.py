@@ -1,4 +1,4 @@
-"""nvtx_trace.nsys against the real nsys on this machine: find it, profile a tiny NVTX
+"""nvtx_trace.capture against the real nsys on this machine: find it, profile a tiny NVTX
 program, import the .qdstrm when nsys cannot, export and read the range back with SQL."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, ctrl_c_when, installed_nsys, need
 
-from nvtx_trace import nsys as nsys_mod
+from nvtx_trace.capture import export, locate, qdstrm
+from nvtx_trace.capture import profile as profiling
 from nvtx_trace.errors import BadReportError, NsysFailedError, NsysNotFoundError
 
 RANGE = "nvtx_trace_test_range"
@@ -48,11 +49,11 @@ def no_nsys_anywhere(monkeypatch):
     """A machine without nsys: empty PATH, no $NSYS, no known install locations."""
     monkeypatch.setenv("PATH", "")
     monkeypatch.delenv("NSYS", raising=False)
-    monkeypatch.setattr(nsys_mod, "KNOWN_LOCATIONS", ())
+    monkeypatch.setattr(locate, "KNOWN_LOCATIONS", ())
 
 
 @pytest.fixture(scope="module")
-def real_nsys() -> nsys_mod.Nsys:
+def real_nsys() -> locate.Nsys:
     found = installed_nsys()
     return found
 
@@ -63,9 +64,9 @@ def profiled(real_nsys, tmp_path_factory):
     need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
     work = tmp_path_factory.mktemp("profile")
     (work / "prog.py").write_text(PROGRAM)
-    result = nsys_mod.profile(
+    result = profiling.profile(
         real_nsys, [sys.executable, "prog.py"], work / "run",
-        trace=nsys_mod.pick_traces(real_nsys, ["nvtx"]),
+        trace=locate.pick_traces(real_nsys, ["nvtx"]),
         extra=["--sample=none", "--cpuctxsw=none"], cwd=work, capture_output=True,
     )
     return result
@@ -87,7 +88,7 @@ def profiled(real_nsys, tmp_path_factory):
     ],
 )
 def test_parse_version_takes_the_leading_year_dot_n_dot_n(text, expected):
-    assert nsys_mod.parse_version(text) == expected
+    assert locate.parse_version(text) == expected
 
 
 def test_traces_are_read_from_a_2025_profile_help(monkeypatch):
@@ -103,13 +104,13 @@ def test_traces_are_read_from_a_2025_profile_help(monkeypatch):
 
         \t--trace-fork-before-exec=
         """)
-    monkeypatch.setattr(nsys_mod, "_profile_help", lambda path: help_2025)
-    fake = nsys_mod.Nsys(Path("/x/nsys"), "2025.3.1", "test")
-    traces = nsys_mod.supported_traces(fake)
+    monkeypatch.setattr(locate, "_profile_help", lambda path: help_2025)
+    fake = locate.Nsys(Path("/x/nsys"), "2025.3.1", "test")
+    traces = locate.supported_traces(fake)
     assert {"cuda", "nvtx", "osrt", "cudnn", "cublas", "python-gil", "gds"} <= traces
     assert "none" not in traces
-    assert "--trace-fork-before-exec" in nsys_mod.supported_options(fake)
-    assert nsys_mod.pick_traces(fake, ["cuda", "nvtx", "nope"]) == ["cuda", "nvtx"]
+    assert "--trace-fork-before-exec" in locate.supported_options(fake)
+    assert locate.pick_traces(fake, ["cuda", "nvtx", "nope"]) == ["cuda", "nvtx"]
 
 
 # ---------------------------------------------------------------- finding nsys
@@ -117,15 +118,15 @@ def test_traces_are_read_from_a_2025_profile_help(monkeypatch):
 
 def test_finds_the_installed_nsys_with_a_matching_importer(real_nsys):
     out = subprocess.run([str(real_nsys.path), "--version"], capture_output=True, text=True).stdout
-    assert real_nsys.version == nsys_mod.parse_version(out)
+    assert real_nsys.version == locate.parse_version(out)
     assert real_nsys.importer is not None and real_nsys.importer_problem is None, real_nsys.importer_problem
-    if real_nsys.importer_version and nsys_mod.parse_version(real_nsys.importer_version):
+    if real_nsys.importer_version and locate.parse_version(real_nsys.importer_version):
         assert real_nsys.importer_version == real_nsys.version  # 2025.3 importers print only a build number
 
 
 def test_explicit_nsys_accepts_a_binary_or_its_directory(real_nsys):
-    by_file = nsys_mod.find_nsys(str(real_nsys.path))
-    by_dir = nsys_mod.find_nsys(str(real_nsys.path.resolve().parent))
+    by_file = locate.find_nsys(str(real_nsys.path))
+    by_dir = locate.find_nsys(str(real_nsys.path.resolve().parent))
     assert by_file.found_via == by_dir.found_via == "--nsys"
     assert by_file.version == by_dir.version == real_nsys.version
 
@@ -133,28 +134,28 @@ def test_explicit_nsys_accepts_a_binary_or_its_directory(real_nsys):
 def test_nsys_env_variable_is_used(real_nsys, monkeypatch):
     monkeypatch.setenv("NSYS", str(real_nsys.path))
     monkeypatch.setenv("PATH", "")
-    assert nsys_mod.find_nsys().found_via == "$NSYS"
+    assert locate.find_nsys().found_via == "$NSYS"
 
 
 def test_bogus_explicit_nsys_is_an_error_not_a_fallback(tmp_path):
     with pytest.raises(NsysNotFoundError, match="--nsys"):
-        nsys_mod.find_nsys(str(tmp_path / "nope" / "nsys"))
+        locate.find_nsys(str(tmp_path / "nope" / "nsys"))
     fake = tmp_path / "nsys"
     fake.write_text("#!/bin/sh\necho broken >&2\nexit 1\n")
     fake.chmod(0o755)
     with pytest.raises(NsysNotFoundError, match="not a working nsys"):
-        nsys_mod.find_nsys(str(fake))
+        locate.find_nsys(str(fake))
 
 
 def test_bogus_nsys_env_variable_is_an_error(monkeypatch, tmp_path):
     monkeypatch.setenv("NSYS", str(tmp_path / "missing"))
     with pytest.raises(NsysNotFoundError, match=r"\$NSYS"):
-        nsys_mod.find_nsys()
+        locate.find_nsys()
 
 
 def test_no_nsys_anywhere_says_how_to_install_it(no_nsys_anywhere):
     with pytest.raises(NsysNotFoundError) as err:
-        nsys_mod.find_nsys()
+        locate.find_nsys()
     message = str(err.value)
     assert "nsight-systems" in message and "--nsys" in message and "$NSYS" in message
     assert "\n" not in message
@@ -173,9 +174,9 @@ def test_profile_makes_a_report_even_when_nsys_cannot_import(profiled):
 
 
 def test_exported_sqlite_holds_the_nvtx_range(real_nsys, profiled):
-    db = nsys_mod.export_sqlite(real_nsys, profiled.rep)
+    db = export.export_sqlite(real_nsys, profiled.rep)
     assert db == profiled.rep.with_name("run.sqlite")
-    assert nsys_mod.is_sqlite(db)
+    assert export.is_sqlite(db)
     assert RANGE in nvtx_ranges(db)
     assert not list(db.parent.glob(".*partial*")), "temporary export left behind"
 
@@ -184,13 +185,13 @@ def test_ensure_sqlite_exports_a_report_once_and_leaves_it_untouched(real_nsys, 
     rep = tmp_path / "copy.nsys-rep"
     shutil.copy(profiled.rep, rep)
     before = rep.read_bytes()
-    db = nsys_mod.ensure_sqlite(rep, real_nsys)
+    db = export.ensure_sqlite(rep, real_nsys)
     assert db == tmp_path / "copy.sqlite" and RANGE in nvtx_ranges(db)
     stamp = db.stat().st_mtime_ns
-    assert nsys_mod.ensure_sqlite(rep, real_nsys) == db  # fresh: reused
+    assert export.ensure_sqlite(rep, real_nsys) == db  # fresh: reused
     assert db.stat().st_mtime_ns == stamp
     assert rep.read_bytes() == before
-    assert nsys_mod.ensure_sqlite(db) == db
+    assert export.ensure_sqlite(db) == db
 
 
 def test_ensure_sqlite_replaces_a_newer_but_broken_export(real_nsys, profiled, tmp_path):
@@ -199,9 +200,9 @@ def test_ensure_sqlite_replaces_a_newer_but_broken_export(real_nsys, profiled, t
     garbage = tmp_path / "r.sqlite"
     garbage.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)  # what an interrupted export leaves
     os.utime(rep, (time.time() - 60, time.time() - 60))
-    assert not nsys_mod.is_sqlite(garbage)
-    db = nsys_mod.ensure_sqlite(rep, real_nsys)
-    assert db == garbage and nsys_mod.is_sqlite(db) and RANGE in nvtx_ranges(db)
+    assert not export.is_sqlite(garbage)
+    db = export.ensure_sqlite(rep, real_nsys)
+    assert db == garbage and export.is_sqlite(db) and RANGE in nvtx_ranges(db)
 
 
 def test_ensure_sqlite_never_trusts_or_overwrites_an_export_it_did_not_make_from_this_report(
@@ -214,12 +215,12 @@ def test_ensure_sqlite_never_trusts_or_overwrites_an_export_it_did_not_make_from
     shutil.copy(ROOT / "sample_reports" / "cpu_slow_loader.sqlite", other)
     before = hashlib.sha256(other.read_bytes()).hexdigest()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    db = nsys_mod.ensure_sqlite(rep, real_nsys)
+    db = export.ensure_sqlite(rep, real_nsys)
     assert db != other and (tmp_path / "cache" / "nvtx-trace") in db.parents and RANGE in nvtx_ranges(db)
     assert hashlib.sha256(other.read_bytes()).hexdigest() == before
-    assert nsys_mod.ensure_sqlite(rep, real_nsys) == db  # ours, from this report: reused
+    assert export.ensure_sqlite(rep, real_nsys) == db  # ours, from this report: reused
     rep.write_bytes(rep.read_bytes() + b"\0")  # the report changed: its old export is not reused
-    assert not nsys_mod._fresh_sqlite(db, rep)
+    assert not export._fresh_sqlite(db, rep)
 
 
 def test_ensure_sqlite_exports_to_the_cache_when_the_directory_is_read_only(
@@ -229,11 +230,11 @@ def test_ensure_sqlite_exports_to_the_cache_when_the_directory_is_read_only(
     rep.parent.mkdir()
     shutil.copy(profiled.rep, rep)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(nsys_mod, "_writable", lambda d: Path(d) != rep.parent)
-    db = nsys_mod.ensure_sqlite(rep, real_nsys)
+    monkeypatch.setattr(export, "_writable", lambda d: Path(d) != rep.parent)
+    db = export.ensure_sqlite(rep, real_nsys)
     assert (tmp_path / "cache" / "nvtx-trace") in db.parents
     assert sorted(p.name for p in rep.parent.iterdir()) == ["r.nsys-rep"]
-    assert nsys_mod.ensure_sqlite(rep, real_nsys) == db
+    assert export.ensure_sqlite(rep, real_nsys) == db
 
 
 def test_ensure_sqlite_imports_a_bare_qdstrm(real_nsys, profiled, tmp_path):
@@ -241,50 +242,51 @@ def test_ensure_sqlite_imports_a_bare_qdstrm(real_nsys, profiled, tmp_path):
         pytest.skip("this nsys imported the capture itself and removed the .qdstrm")
     qd = tmp_path / "only.qdstrm"
     shutil.copy(profiled.qdstrm, qd)
-    db = nsys_mod.ensure_sqlite(qd, real_nsys)
+    db = export.ensure_sqlite(qd, real_nsys)
     assert db == tmp_path / "only.sqlite" and RANGE in nvtx_ranges(db)
     stamp = db.stat().st_mtime_ns
-    assert nsys_mod.ensure_sqlite(qd, real_nsys) == db and db.stat().st_mtime_ns == stamp  # made from it: reused
+    assert export.ensure_sqlite(qd, real_nsys) == db and db.stat().st_mtime_ns == stamp  # made from it: reused
 
 
 def test_ensure_sqlite_without_nsys_says_where_to_export(profiled, tmp_path, no_nsys_anywhere):
     rep = tmp_path / "r.nsys-rep"
     shutil.copy(profiled.rep, rep)
     with pytest.raises(NsysNotFoundError) as err:
-        nsys_mod.ensure_sqlite(rep)
+        export.ensure_sqlite(rep)
     assert f"nsys export --type sqlite {rep}" in str(err.value)
     assert "is a .nsys-rep" in str(err.value)
 
 
 def test_ensure_sqlite_rejects_missing_and_non_sqlite_inputs(tmp_path):
     with pytest.raises(BadReportError, match="no such file"):
-        nsys_mod.ensure_sqlite(tmp_path / "missing.sqlite")
+        export.ensure_sqlite(tmp_path / "missing.sqlite")
     text = tmp_path / "notes.txt"
     text.write_text("hello")
     with pytest.raises(BadReportError):
-        nsys_mod.ensure_sqlite(text)
+        export.ensure_sqlite(text)
 
 
 def test_failed_export_raises_with_the_nsys_message_and_leaves_nothing(real_nsys, tmp_path):
     rep = tmp_path / "bad.nsys-rep"
     rep.write_bytes(b"not a report")
     with pytest.raises(NsysFailedError, match="no valid SQLite"):
-        nsys_mod.export_sqlite(real_nsys, rep)
+        export.export_sqlite(real_nsys, rep)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.nsys-rep"]
 
 
 def test_import_without_an_importer_says_where_the_capture_is(tmp_path):
-    fake = nsys_mod.Nsys(Path("/x/nsys"), "2022.4.2", "test", importer_problem="no QdstrmImporter found")
+    fake = locate.Nsys(Path("/x/nsys"), "2022.4.2", "test", importer_problem="no QdstrmImporter found")
     with pytest.raises(NsysFailedError, match="left as .*x.qdstrm"):
-        nsys_mod.import_qdstrm(fake, tmp_path / "x.qdstrm")
+        qdstrm.import_qdstrm(fake, tmp_path / "x.qdstrm")
 
 
 INTERRUPTED = """
 import json, sys
-from nvtx_trace import nsys
-n = nsys.find_nsys()
-r = nsys.profile(n, [sys.executable, "loop.py"], "loop", trace=["nvtx"],
-                 extra=["--sample=none", "--cpuctxsw=none"])
+from nvtx_trace.capture.locate import find_nsys
+from nvtx_trace.capture.profile import profile
+n = find_nsys()
+r = profile(n, [sys.executable, "loop.py"], "loop", trace=["nvtx"],
+            extra=["--sample=none", "--cpuctxsw=none"])
 print("RESULT " + json.dumps({"rc": r.returncode, "rep": str(r.rep) if r.rep else None,
                               "interrupted": r.interrupted, "problem": r.problem}), flush=True)
 """
@@ -309,5 +311,5 @@ def test_ctrl_c_is_forwarded_once_and_the_report_is_kept(real_nsys, tmp_path):
     line = next(ln for ln in out.splitlines() if ln.startswith("RESULT "))
     result = json.loads(line[len("RESULT "):])
     assert result["interrupted"] and result["rep"], result
-    db = nsys_mod.export_sqlite(real_nsys, result["rep"])
+    db = export.export_sqlite(real_nsys, result["rep"])
     assert "loop_step" in nvtx_ranges(db)

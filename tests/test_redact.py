@@ -139,17 +139,18 @@ def live_export(nsys_path, tmp_path_factory) -> Path:
     if "db" in _live:
         return _live["db"]
     need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
-    from nvtx_trace import nsys as nsys_mod
+    from nvtx_trace.capture import export, locate
+    from nvtx_trace.capture import profile as profiling
 
-    found = nsys_mod.find_nsys(nsys_path)
+    found = locate.find_nsys(nsys_path)
     work = tmp_path_factory.mktemp("redact") / f"project-{SECRET}"
     work.mkdir()
     (work / "prog.py").write_text(PROGRAM)
-    result = nsys_mod.profile(
+    result = profiling.profile(
         found, [sys.executable, "prog.py", f"--api-token={SECRET}"], work / "run",
-        trace=nsys_mod.pick_traces(found, ["nvtx", "osrt"]), extra=["--sample=none", "--cpuctxsw=none"],
+        trace=locate.pick_traces(found, ["nvtx", "osrt"]), extra=["--sample=none", "--cpuctxsw=none"],
         env={**os.environ, "NVTX_TRACE_TEST_SECRET": SECRET}, cwd=work, capture_output=True)
-    db = nsys_mod.export_sqlite(found, result.require_report(), work / "run.sqlite")
+    db = export.export_sqlite(found, result.require_report(), work / "run.sqlite")
     _live["db"] = db
     return db
 

@@ -22,10 +22,12 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, ctrl_c_when, installed_nsys, need
 
-from nvtx_trace import nsys as nsys_mod
 from nvtx_trace import runner
-from nvtx_trace.errors import NsysNotFoundError
-from nvtx_trace.target_python import torch_has_cuda
+from nvtx_trace.capture import INJECT_DIR, export, locate
+from nvtx_trace.capture.nsys_log import LOG_NAME
+from nvtx_trace.capture.python_facts import torch_has_cuda
+from nvtx_trace.errors import NsysNotFoundError, UsageError
+from nvtx_trace.runner import plan as run_plan
 
 SCRIPTS = ROOT / "tests" / "scripts"
 SLOW = SCRIPTS / "slow_loader_train.py"
@@ -34,14 +36,14 @@ WAIT = "dataloader.next %"
 
 
 @pytest.fixture(scope="module")
-def ready() -> nsys_mod.Nsys:
+def ready() -> locate.Nsys:
     """nsys, torch and an nvtx release this nsys records; skip (fail under CI) otherwise."""
     found = installed_nsys()
     need("PyTorch", importlib.util.find_spec("torch") is not None)
     need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
     import importlib.metadata as md
 
-    problem = nsys_mod.nvtx_problem(md.version("nvtx"), found.version)
+    problem = locate.nvtx_problem(md.version("nvtx"), found.version)
     need(f"an nvtx release recorded by nsys {found.version} ({problem})", problem is None)
     return found
 
@@ -91,8 +93,8 @@ def test_run_writes_four_outputs_into_a_fresh_folder_named_from_the_script(slow_
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(runs) == 1, runs
     names = sorted(p.name for p in runs[0].iterdir())
-    assert names == sorted(runner.OUTPUT_NAMES), names  # the .qdstrm is gone once imported
-    assert nsys_mod.is_sqlite(runs[0] / "report.sqlite")
+    assert names == sorted([*runner.OUTPUT_NAMES, LOG_NAME]), names  # the .qdstrm is gone once imported
+    assert export.is_sqlite(runs[0] / "report.sqlite")
     for name in runner.OUTPUT_NAMES:
         assert f"Wrote {runner.DEFAULT_OUT_ROOT}/{runs[0].name}/{name}" in proc.stderr
     assert f"Next: open {runner.DEFAULT_OUT_ROOT}/{runs[0].name}/summary.html" in proc.stderr
@@ -109,7 +111,7 @@ def test_run_traces_training_apis_without_cpu_sampling_and_follows_forked_worker
     cmd = next(line for line in proc.stderr.splitlines() if line.startswith("$ "))
     for option in ("-s none", "--cpuctxsw none", "--trace-fork-before-exec=true", "-m nvtx_autotrace"):
         assert option in cmd, option
-    expected = ",".join(nsys_mod.pick_traces(ready, runner.TRAINING_TRACES))
+    expected = ",".join(locate.pick_traces(ready, runner.TRAINING_TRACES))
     assert f"-t {expected} " in cmd
 
 
@@ -159,7 +161,7 @@ def test_a_crashing_script_exit_code_is_ours_and_the_partial_report_is_analyzed(
     proc, out = crashed_run
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "RuntimeError: deliberate failure at step 5" in proc.stderr
-    assert "Traceback" in proc.stderr and "nvtx_trace/" not in proc.stderr  # the program's, not ours
+    assert "Traceback" in proc.stderr and not re.search(r'File ".*nvtx_trace/', proc.stderr)  # the program's
     summary = json.loads((out / "summary.json").read_text())
     steps = [s["step"] for s in summary["steps"]["table"]]
     assert steps[:5] == [0, 1, 2, 3, 4], steps
@@ -263,7 +265,7 @@ def test_ctrl_c_stops_the_program_and_still_finalizes_the_report(interrupted_run
     code, out, err, folder = interrupted_run
     assert code == 130, err[-3000:]
     assert "was interrupted" in err
-    assert sorted(p.name for p in folder.iterdir()) == sorted(runner.OUTPUT_NAMES)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*runner.OUTPUT_NAMES, LOG_NAME])
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["steps"]["summary"]["steps"] >= 15
     assert "step 2999 loss" not in err
@@ -306,7 +308,7 @@ def test_no_nsys_anywhere_is_one_line_with_the_install_hint(monkeypatch, capsys,
 
     monkeypatch.setenv("PATH", "")
     monkeypatch.delenv("NSYS", raising=False)
-    monkeypatch.setattr(nsys_mod, "KNOWN_LOCATIONS", ())
+    monkeypatch.setattr(locate, "KNOWN_LOCATIONS", ())
     monkeypatch.chdir(tmp_path)
     code = cli_mod.main(["run", str(SLOW)])
     err = capsys.readouterr().err.strip().splitlines()
@@ -355,16 +357,17 @@ def test_plans_for_a_module_a_command_and_no_autotrace(ready, tmp_path):
     plain = runner.plan_run(runner.RunOptions(target=[str(SLOW)], autotrace=False, out=tmp_path / "b",
                                               nsys_args=["--osrt-threshold=5000"]), nsys=ready)
     assert plain.argv == [sys.executable, str(SLOW)] and plain.extra[-1] == "--osrt-threshold=5000"
-    assert not cmd.site_dir.exists()  # only execute() makes it: a plan never run leaves nothing in /tmp
+    # the package's own folder (nothing made in /tmp), shadowing no module but sitecustomize
+    assert cmd.site_dir == INJECT_DIR and [p.name for p in INJECT_DIR.glob("*.py")] == ["sitecustomize.py"]
 
 
 def test_auto_capture_mode_needs_a_cuda_build_of_torch_not_only_a_driver(ready, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "_has_cuda_device", lambda: True)  # a driver node, as on a GPU host
+    monkeypatch.setattr(run_plan, "_has_cuda_device", lambda: True)  # a driver node, as on a GPU host
     opts = dict(target=[str(SLOW)], warmup_steps=1, steps=2, trace=["cuda", "nvtx"])
-    monkeypatch.setattr(runner, "_python_probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": False})
+    monkeypatch.setattr(run_plan.target_python, "probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": False})
     cpu = runner.plan_run(runner.RunOptions(out=tmp_path / "a", **opts), nsys=ready)
     assert cpu.env[runner.CAPTURE_ENV] == "1:2:nvtx:exit"  # (exit: stop the program after the window)
-    monkeypatch.setattr(runner, "_python_probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": True})
+    monkeypatch.setattr(run_plan.target_python, "probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": True})
     gpu = runner.plan_run(runner.RunOptions(out=tmp_path / "b", **opts), nsys=ready)
     assert gpu.env[runner.CAPTURE_ENV] == "1:2:cuda:exit"
     assert torch_has_cuda(importlib.util.find_spec("torch")) is False  # this machine: the CPU wheel
@@ -381,16 +384,14 @@ def test_autotrace_depth_and_budget_reach_the_program_as_its_variables(ready, tm
     assert Options.from_env(auto.env).module_depth is None  # auto: chosen by the budget
     for bad in ({"autotrace_depth": "deep"}, {"autotrace_depth": "-2"}, {"autotrace_budget": 0.0},
                 {"autotrace_budget": 101.0}, {"autotrace_depth": "1", "autotrace": False}):
-        with pytest.raises(runner.UsageError):
+        with pytest.raises(UsageError):
             runner.plan_run(runner.RunOptions(target=[str(SLOW)], out=tmp_path / "c", **bad), nsys=ready)
 
 
-def test_generated_sitecustomize_installs_autotrace_with_torch_and_chains_to_the_old_one(tmp_path):
+def test_shipped_sitecustomize_installs_autotrace_with_torch_and_chains_to_the_old_one(tmp_path):
     need("PyTorch", importlib.util.find_spec("torch") is not None)
-    site, old = tmp_path / "site", tmp_path / "old"
-    site.mkdir()
+    site, old = INJECT_DIR, tmp_path / "old"
     old.mkdir()
-    runner.write_sitecustomize(site)
     (old / "sitecustomize.py").write_text("import os\nos.environ['OLD_SITECUSTOMIZE_RAN'] = '1'\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(old)]), NVTX_AUTOTRACE="1")
     probe = ("import os, sys; a = 'nvtx_autotrace' in sys.modules; import torch; "
@@ -408,13 +409,11 @@ def _fake_python(tmp_path: Path, nvtx: str | None) -> str:
 
 
 def test_run_refuses_before_starting_when_no_range_would_be_recorded(ready, tmp_path):
-    from nvtx_trace.errors import UsageError
-
     opts = dict(target=[str(SLOW)], out=tmp_path / "o")
     with pytest.raises(UsageError) as err:
         runner.plan_run(runner.RunOptions(python=_fake_python(tmp_path, None), **opts), nsys=ready)
     assert "nvtx package is missing" in str(err.value) and "pip install 'nvtx==0.2.11'" in str(err.value)
-    if nsys_mod.nvtx_problem("0.2.17", ready.version):  # e.g. Debian's 2022.4: 0.2.17 is not recorded
+    if locate.nvtx_problem("0.2.17", ready.version):  # e.g. Debian's 2022.4: 0.2.17 is not recorded
         with pytest.raises(UsageError, match="not recorded"):
             runner.plan_run(runner.RunOptions(python=_fake_python(tmp_path, "0.2.17"), **opts), nsys=ready)
     plan = runner.plan_run(runner.RunOptions(python=_fake_python(tmp_path, None), autotrace=False, **opts),

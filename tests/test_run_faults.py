@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, installed_nsys, need
 
-from nvtx_trace import nsys as nsys_mod
 from nvtx_trace import runner
+from nvtx_trace.capture import processes
+from nvtx_trace.capture.nsys_log import LOG_NAME
 
 SLOW = ROOT / "tests" / "scripts" / "slow_loader_train.py"
 
@@ -54,7 +55,7 @@ def wait_for(child: subprocess.Popen, marker: str) -> list[str]:
 
 
 def children_of(pid: int) -> list[int]:
-    return [child for child, parent, _ in nsys_mod.live_processes() if parent == pid]
+    return [child for child, parent, _ in processes.live_processes() if parent == pid]
 
 
 def agents_of(nsys_pid: int) -> list[int]:
@@ -81,7 +82,7 @@ def test_sigterm_to_the_tool_stops_the_program_and_keeps_the_report(ready, tmp_p
     err = "".join(seen) + err
     assert child.returncode == 143, err[-3000:]  # 128 + SIGTERM, as a shell reports it
     assert "was interrupted" in err and "Traceback" not in err
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(runner.OUTPUT_NAMES)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([*runner.OUTPUT_NAMES, LOG_NAME])
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["steps"]["summary"]["steps"] >= 10
 
 
@@ -93,7 +94,7 @@ def test_nsys_killed_mid_capture_is_one_line_naming_the_program_left_running(rea
         nsys_pid = children_of(child.pid)[0]
         os.kill(nsys_pid, signal.SIGKILL)
         child.wait(timeout=120)  # the tool returns; the orphaned program still holds the pipes open
-        alive = nsys_mod.group_members(nsys_pid)
+        alive = processes.group_members(nsys_pid)
         os.killpg(nsys_pid, signal.SIGKILL)
         out, err = child.communicate(timeout=60)
     finally:

@@ -118,7 +118,8 @@ def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
 def _as_sqlite(path, nsys: str | None) -> Path:
     path = Path(path)
     if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
-        from nvtx_trace.nsys import ensure_sqlite, find_nsys
+        from nvtx_trace.capture.export import ensure_sqlite
+        from nvtx_trace.capture.locate import find_nsys
 
         path = ensure_sqlite(path, nsys=find_nsys(nsys) if nsys else None)
     return path

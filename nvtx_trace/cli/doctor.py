@@ -7,9 +7,7 @@ doctor stays fast to import and checks the Python that will actually run the pro
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -18,33 +16,13 @@ from typing import Optional
 
 import typer
 
-from nvtx_trace import nsys as nsys_mod
+from nvtx_trace.capture import locate, target_python
+from nvtx_trace.capture.export import export_sqlite
+from nvtx_trace.capture.profile import profile
 from nvtx_trace.errors import NvtxTraceError
 
 OK, WARN, MISSING = "ok", "warn", "missing"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell")
-
-_PYTHON_PROBE = """
-import json, sys
-import importlib.metadata as md
-info = {"python": sys.version.split()[0]}
-for pkg in ("nvtx", "torch"):
-    try:
-        info[pkg] = md.version(pkg)
-    except md.PackageNotFoundError:
-        info[pkg] = None
-if info["torch"]:
-    try:
-        import torch
-        info["torch"] = torch.__version__  # carries the build, e.g. 2.11.0+cu130
-        info["cuda"] = bool(torch.cuda.is_available())
-        info["cuda_version"] = torch.version.cuda
-        info["gpus"] = torch.cuda.device_count() if info["cuda"] else 0
-    except Exception as exc:
-        info["torch_error"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(info))
-"""
-
 
 @dataclass
 class Check:
@@ -61,37 +39,29 @@ class Check:
 
 
 def probe_python(python: str, timeout: float = 180) -> dict:
-    """Versions of nvtx/torch (and CUDA availability) as seen by ``python``, without importing torch here."""
-    try:
-        proc = subprocess.run([python, "-c", _PYTHON_PROBE], capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, timeout=timeout)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return {"error": str(exc)}
-    lines = proc.stdout.strip().splitlines()
-    try:
-        return json.loads(lines[-1])
-    except (IndexError, ValueError):
-        return {"error": (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]}
+    """Versions of nvtx/torch (and CUDA availability) as seen by ``python``: run's probe, importing torch
+    in that child."""
+    return target_python.probe(python, import_torch=True, timeout=timeout)
 
 
-def check_nsys(explicit: Optional[str]) -> tuple[list[Check], Optional[nsys_mod.Nsys]]:
+def check_nsys(explicit: Optional[str]) -> tuple[list[Check], Optional[locate.Nsys]]:
     try:
-        found = nsys_mod.find_nsys(explicit)
+        found = locate.find_nsys(explicit)
     except NvtxTraceError as exc:
         return [Check("nsys", MISSING, str(exc))], None
     checks = [Check("nsys", OK, f"{found.version} at {found.path} (found via {found.found_via})"),
               _importer(found)]
     if checks[-1].status != MISSING:
         checks.append(_import_step(found))
-    traces = nsys_mod.supported_traces(found)
-    wanted = nsys_mod.pick_traces(found)
+    traces = locate.supported_traces(found)
+    wanted = locate.pick_traces(found)
     checks.append(Check("traces", OK if {"nvtx", "cuda"} <= traces else WARN,
                         f"will trace {','.join(wanted)}" if traces else "could not read nsys profile --help",
                         required=False))
     return checks, found
 
 
-def _importer(found: nsys_mod.Nsys) -> Check:
+def _importer(found: locate.Nsys) -> Check:
     if found.importer is None or found.importer_version is None:
         hint = "; install libdw1 and libelf1 (or put them on LD_LIBRARY_PATH)" if "libdw" in str(
             found.importer_problem) else ""
@@ -101,7 +71,7 @@ def _importer(found: nsys_mod.Nsys) -> Check:
     return Check("importer", OK, f"{found.importer_version} at {found.importer}")
 
 
-def _import_step(found: nsys_mod.Nsys) -> Check:
+def _import_step(found: locate.Nsys) -> Check:
     """nsys looks for its importer only inside its own install; say who will run it."""
     if found.imports_itself:
         return Check("import step", OK, "nsys imports captures itself", required=False)
@@ -109,7 +79,7 @@ def _import_step(found: nsys_mod.Nsys) -> Check:
                  "prints 'Importer error status'; nvtx-trace runs the importer itself", required=False)
 
 
-def check_python(python: str, found: Optional[nsys_mod.Nsys]) -> list[Check]:
+def check_python(python: str, found: Optional[locate.Nsys]) -> list[Check]:
     info = probe_python(python)
     if "error" in info:
         return [Check("python", MISSING, f"{python} does not run: {info['error']}")]
@@ -125,7 +95,7 @@ def check_python(python: str, found: Optional[nsys_mod.Nsys]) -> list[Check]:
         checks.append(Check("torch", OK, torch, required=False))
         checks.append(Check("cuda", OK if info.get("cuda") else WARN, cuda, required=False))
     nvtx = info.get("nvtx")
-    problem = nsys_mod.nvtx_problem(nvtx, found.version) if (nvtx and found) else None
+    problem = locate.nvtx_problem(nvtx, found.version) if (nvtx and found) else None
     if not nvtx:
         checks.append(Check("nvtx", MISSING, f"not installed for {python}; pip install nvtx"))
     elif problem:
@@ -143,7 +113,7 @@ def check_browser() -> Check:
     return Check("chromium", WARN, "not found; only needed to test HTML reports in a browser", required=False)
 
 
-def probe_capture(found: nsys_mod.Nsys, python: str) -> Check:
+def probe_capture(found: locate.Nsys, python: str) -> Check:
     """A real tiny capture: profile one NVTX range, import, export, read it back."""
     import sqlite3
 
@@ -151,10 +121,10 @@ def probe_capture(found: nsys_mod.Nsys, python: str) -> Check:
         script = Path(tmp) / "probe.py"
         script.write_text("import nvtx\nwith nvtx.annotate('nvtx_trace_doctor'):\n    pass\n")
         try:
-            result = nsys_mod.profile(found, [python, str(script)], Path(tmp) / "probe",
-                                      trace=nsys_mod.pick_traces(found, ["nvtx"]),
+            result = profile(found, [python, str(script)], Path(tmp) / "probe",
+                                      trace=locate.pick_traces(found, ["nvtx"]),
                                       extra=["--sample=none", "--cpuctxsw=none"], capture_output=True)
-            db = nsys_mod.export_sqlite(found, result.require_report())
+            db = export_sqlite(found, result.require_report())
             con = sqlite3.connect(db)
             try:
                 hits = con.execute("SELECT count(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "

@@ -55,7 +55,8 @@ def run(
 ) -> int:
     """Profile a training script under Nsight Systems with automatic NVTX ranges, then
     print why the GPU idles and write report.nsys-rep, report.sqlite, summary.json and
-    summary.html into a fresh folder. nvtx-trace exits with the program's exit code.
+    summary.html into a fresh folder (nsys's own messages go to nsys.log there; the
+    program's output comes through unchanged). nvtx-trace exits with the program's exit code.
 
     Examples: nvtx-trace run train.py --epochs 1 |
     nvtx-trace run --warmup-steps 10 --steps 20 -m mypkg.train |
@@ -80,28 +81,40 @@ def run(
               soft_wrap=True)
     err.print(f"$ {shlex.join(plan.nsys_command())}", style="dim", soft_wrap=True, markup=False)
 
-    status = err.status("Profiling…", spinner="dots")
-    started = False
-
-    def progress(message: str) -> None:
-        nonlocal started
-        if message.startswith("Stopping") or message.startswith("Still"):
-            err.print(f"nvtx-trace: {message}")
-            return
-        if not started:
-            status.start()
-            started = True
-        status.update(message)
-
+    progress = Progress(err)
     try:
         result = runner.execute(plan, progress=progress)
     finally:
-        if started:
-            status.stop()
+        progress.stop()
     _report(result, err)
     if result.exit_code != 0:
         return result.exit_code
     return result.error.exit_code if result.error else 0
+
+
+class Progress:
+    """Our own progress lines: a spinner on a terminal, plain lines otherwise (logs, CI).
+
+    Steps under way (import, export, analysis) end with "…"; other messages (the capture's end, a
+    forwarded Ctrl-C) are lines either way. While the program runs nothing is drawn: the terminal is its.
+    """
+
+    def __init__(self, err):
+        self.err, self.status = err, None
+
+    def __call__(self, message: str) -> None:
+        under_way = message.endswith("…") and not message.startswith(("Stopping", "Still"))
+        if not under_way or not self.err.is_terminal:
+            self.err.print(f"nvtx-trace: {message[:1].lower()}{message[1:]}", soft_wrap=True, markup=False)
+            return
+        if self.status is None:
+            self.status = self.err.status(message, spinner="dots")
+            self.status.start()
+        self.status.update(message)
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
 
 
 def _report(result, err) -> None:
@@ -111,15 +124,12 @@ def _report(result, err) -> None:
     from nvtx_trace.report import text
 
     prof = result.profile
-    if prof is not None and prof.imported_by_us:
-        err.print("nvtx-trace: nsys could not import its capture (the 'Importer error status' above); "
-                  "nvtx-trace ran QdstrmImporter itself")
     if result.analysis is not None:
         text.render(result.analysis, Console())
     for problem in result.problems:
         err.print(f"[red]nvtx-trace: {problem}[/red]")
     for path in result.written:
-        print(f"Wrote {runner._display(path)}", file=sys.stderr)
+        print(f"Wrote {runner.display(path)}", file=sys.stderr)
     if result.exit_code != 0:
         why = "was interrupted" if prof is not None and prof.interrupted else f"exited with status {result.exit_code}"
         err.print(f"nvtx-trace: the program {why}; the report covers what ran until then")

@@ -1,0 +1,16 @@
+"""Capture: everything that finds and drives Nsight Systems (nsys) and its importer.
+
+    locate.py         where nsys and its importer are, their versions, what they can trace
+    profile.py        the one builder of the ``nsys profile`` command line, and running it
+    own_output.py     runs inside nsys: the program's output straight to the terminal
+    qdstrm.py         .qdstrm -> .nsys-rep when nsys could not import its own capture
+    export.py         SQLite exports, atomic and marked with the report they came from
+    nsys_log.py       nsys's own output kept in nsys.log, its tail shown on failure
+    processes.py      what is still alive when nsys died
+    target_python.py  the one probe of the Python that runs the program (python_facts.py)
+    inject/           the sitecustomize that installs nvtx_autotrace under any command
+"""
+
+from pathlib import Path
+
+INJECT_DIR = Path(__file__).resolve().parent / "inject"  # put first on PYTHONPATH by run -- COMMAND

@@ -1,0 +1,207 @@
+"""SQLite exports of Nsight Systems reports: made atomically, marked with the report they came from.
+
+An interrupted export leaves a file that is not a database, so an export is written under a
+temporary name, checked, then renamed. Every export we make carries a provenance table (the
+report's name, size and a digest of its ends), so an export beside a report is reused only
+when it really came from that report; any other is left alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from nvtx_trace.capture.locate import Nsys, find_nsys
+from nvtx_trace.capture.nsys_log import NsysLog, run_quiet, tail
+from nvtx_trace.capture.paths import REPORT_SUFFIXES, stem_of, with_suffix
+from nvtx_trace.capture.qdstrm import import_qdstrm
+from nvtx_trace.errors import BadReportError, NsysFailedError, NsysNotFoundError
+from nvtx_trace.export_file import SQLITE_MAGIC
+
+Progress = Callable[[str], None]
+
+
+def is_sqlite(path: str | os.PathLike) -> bool:
+    """True for a complete SQLite database: magic header and a readable schema."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(16) != SQLITE_MAGIC:
+                return False
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return con.execute("PRAGMA quick_check(1)").fetchone()[0] == "ok"
+        finally:
+            con.close()
+    except (OSError, sqlite3.Error):
+        return False
+
+
+def export_sqlite(nsys: Nsys, rep: str | os.PathLike, out: str | os.PathLike | None = None, *,
+                  progress: Progress | None = None, source: Path | None = None, log: NsysLog | None = None) -> Path:
+    """``nsys export --type sqlite`` into a temporary name, checked, then renamed onto ``out``.
+
+    An interrupted export leaves a file that is not a database, so ``out`` is only ever
+    replaced by a complete one. nsys's output goes to ``log`` (its tail into the error).
+    """
+    rep = Path(rep)
+    out = Path(out) if out else with_suffix(stem_of(rep), ".sqlite")
+    tmp = out.with_name(f".{out.stem}.{os.getpid()}.partial.sqlite")
+    if progress:
+        progress("Exporting to SQLite…")
+    argv = [str(nsys.path), "export", "--type", "sqlite", "-f", "true", "-o", str(tmp), str(rep)]
+    try:
+        try:
+            proc = run_quiet(argv, timeout=None)
+        except OSError as exc:
+            raise NsysFailedError(f"could not run {nsys.path} export: {exc}") from exc
+        output = proc.stdout + proc.stderr
+        if log is not None:
+            log.add("export", argv, output)
+        if is_sqlite(tmp):
+            try:
+                _mark_source(tmp, Path(source or rep))  # the file the user named (a .qdstrm, not its import)
+            except (OSError, sqlite3.Error) as exc:
+                raise NsysFailedError(f"could not finish the export of {rep} ({exc}); free some space and "
+                                      "export it again") from None
+        if not is_sqlite(tmp):
+            space = _space_problem(out.parent, proc.returncode, output)
+            if space:
+                raise NsysFailedError(f"nsys export of {rep} stopped: {space}; {rep} is kept, "
+                                      f"export it again once there is room")
+            where = f" ({log.where()})" if log is not None else ""
+            raise NsysFailedError(
+                f"nsys export of {rep} gave no valid SQLite file (status {proc.returncode}): "
+                f"{tail(output) or 'no output'}{where}"
+            )
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def _space_problem(directory: Path, returncode: int, log: str) -> str | None:
+    """Why an export could not write its file, when it is room: a file-size limit or a full disk."""
+    if returncode == -signal.SIGXFSZ:
+        return "it hit the file-size limit (SIGXFSZ; see ulimit -f)"
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        free = None
+    if free is not None and free < 64 << 20 or re.search(r"No space left|ENOSPC|disk full", log, re.I):
+        where = f"only {free / 2**20:.0f} MiB free on {directory}" if free is not None else f"{directory} is full"
+        return f"the disk is full ({where})"
+    return None
+
+
+def _writable(directory: Path) -> bool:
+    return os.access(directory, os.W_OK)
+
+
+PROVENANCE_TABLE = "nvtx_trace_source"  # written into the exports we make: which report they came from
+
+
+def _fingerprint(rep: Path) -> tuple[str, int, str]:
+    """(name, size, SHA-256 of the first and last MiB): cheap on multi-GB reports, and changes with them."""
+    size = rep.stat().st_size
+    digest = hashlib.sha256()
+    with open(rep, "rb") as f:
+        digest.update(f.read(1 << 20))
+        if size > 1 << 20:
+            f.seek(max(1 << 20, size - (1 << 20)))
+            digest.update(f.read(1 << 20))
+    return rep.name, size, digest.hexdigest()
+
+
+def _mark_source(db: Path, rep: Path) -> None:
+    """Write which report this export came from into the export itself (a table of one row)."""
+    import sqlite_utils
+
+    name, size, head = _fingerprint(rep)
+    conn = sqlite3.connect(db)
+    try:
+        table = sqlite_utils.Database(conn)[PROVENANCE_TABLE]
+        table.insert({"id": 1, "name": name, "size": size, "sha256": head}, pk="id", replace=True)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _fresh_sqlite(candidate: Path, rep: Path) -> bool:
+    """An export we made from exactly this report (another export beside it, however new, is not trusted)."""
+    if not candidate.is_file() or not is_sqlite(candidate):
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{candidate}?mode=ro", uri=True)
+        try:
+            row = conn.execute(f"SELECT name, size, sha256 FROM {PROVENANCE_TABLE}").fetchone()
+        finally:
+            conn.close()
+        return row is not None and tuple(row) == _fingerprint(rep)
+    except (OSError, sqlite3.Error):
+        return False
+
+
+def cache_dir() -> Path:
+    """Where exports go when the report's directory is not writable."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.access(Path(base).parent if not Path(base).exists() else base, os.W_OK):
+        base = tempfile.gettempdir()
+    return Path(base) / "nvtx-trace"
+
+
+def _cached_name(source: Path, suffix: str) -> Path:
+    st = source.stat()
+    key = hashlib.sha256(f"{source.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    return cache_dir() / key / (stem_of(source).name + suffix)
+
+
+def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
+                  progress: Progress | None = None) -> Path:
+    """An SQLite export for ``path`` (.sqlite, .nsys-rep, .qdrep or .qdstrm), never modifying it.
+
+    An export we made from exactly this report (provenance table, fingerprint of the report)
+    is reused; otherwise one is made next to it, or in the cache directory when that folder is
+    not writable or already holds an export we did not make from this report.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise BadReportError(f"{path}: no such file")
+    suffix = next((s for s in (*REPORT_SUFFIXES, ".qdstrm") if path.name.endswith(s)), None)
+    if suffix is None:
+        if not is_sqlite(path):
+            raise BadReportError(f"{path} is neither an SQLite export nor a .nsys-rep/.qdrep report")
+        return path
+    stem = stem_of(path)
+    beside = with_suffix(stem, ".sqlite")
+    cached = _cached_name(path, ".sqlite")
+    for candidate in (beside, cached):
+        if _fresh_sqlite(candidate, path):
+            return candidate
+    if nsys is None:
+        try:
+            nsys = find_nsys()
+        except NsysNotFoundError as exc:
+            raise NsysNotFoundError(
+                f"{path} is a {suffix} file; {'importing and ' if suffix == '.qdstrm' else ''}"
+                f"exporting it needs nsys ({exc}), or export it on a machine that has nsys: "
+                f"nsys export --type sqlite {path}"
+            ) from None
+    # never over an export we did not make from this report: that one goes to the cache instead
+    foreign = is_sqlite(beside) and not _fresh_sqlite(beside, path)  # (a broken file is replaced)
+    target = beside if _writable(path.parent) and not foreign else cached
+    target.parent.mkdir(parents=True, exist_ok=True)
+    rep = path
+    if suffix == ".qdstrm":
+        rep = target.with_suffix(".nsys-rep")
+        if not (rep.is_file() and rep.stat().st_mtime >= path.stat().st_mtime):
+            rep = import_qdstrm(nsys, path, rep, progress=progress)
+    return export_sqlite(nsys, rep, target, progress=progress, source=path)

@@ -1,0 +1,94 @@
+"""nsys's own output ("Generated: ...", "Importer error status", progress bars) kept out of the terminal.
+
+Why: on every run nsys prints lines that mean nothing to the user, and some that mislead
+(a ``.qdstrm`` it names is deleted later; an importer error we recover from). They go to a
+log file in the run's folder, and only its last lines are shown, when a step fails.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+from pathlib import Path
+from typing import IO, Sequence
+
+LOG_NAME = "nsys.log"
+
+
+def run_quiet(argv: Sequence[str], timeout: float | None = 60, **kw) -> subprocess.CompletedProcess:
+    """Run a command with no stdin and its output captured as text."""
+    return subprocess.run(
+        list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        errors="replace", timeout=timeout, **kw,
+    )
+
+
+def tail(text: str, lines: int = 3) -> str:
+    """The last non-blank lines of some output, on one line (progress bars' carriage returns split lines)."""
+    kept = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    return " / ".join(kept[-lines:])
+
+
+class NsysLog:
+    """``nsys.log`` in the run's folder: each nsys step's output under a ``== nsys <step> ==`` header."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def section(self, step: str, argv: Sequence[str] = ()) -> None:
+        header = f"== nsys {step} ==" + (f" {' '.join(map(str, argv))}" if argv else "")
+        self.write(header + "\n")
+
+    def write(self, text: str) -> None:
+        with self._lock, open(self.path, "a", encoding="utf-8", errors="replace") as fh:
+            fh.write(text)
+
+    def add(self, step: str, argv: Sequence[str], output: str) -> None:
+        """One finished step's output, each progress bar reduced to its last state."""
+        self.section(step, argv)
+        kept = _last_of_each_bar(output.replace("\r", "\n").splitlines())
+        if kept:
+            self.write("\n".join(kept) + "\n")
+
+    def tail(self, lines: int = 3) -> str:
+        try:
+            return tail(self.path.read_text(errors="replace"), lines)
+        except OSError:
+            return ""
+
+    def where(self) -> str:
+        """How failure messages point at the whole log."""
+        return f"nsys's output is in {self.path}"
+
+
+_BAR = re.compile(r"^(?P<label>[^\[]*)\[[= ]*\d+%[= ]*\]\s*$")
+
+
+def _last_of_each_bar(lines: list[str]) -> list[str]:
+    """Drop blank lines and every state of a progress bar but the last ("Exporting 120 events: [..100%]")."""
+    kept: list[str] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        bar = _BAR.match(line)
+        before = _BAR.match(kept[-1]) if kept else None
+        if bar and before and before["label"] == bar["label"]:
+            kept[-1] = line
+        else:
+            kept.append(line)
+    return kept
+
+
+def pump(stream: IO[str], sink) -> threading.Thread:
+    """Copy a pipe line by line into ``sink(line)`` on a daemon thread until it closes."""
+
+    def copy() -> None:
+        for line in iter(stream.readline, ""):
+            sink(line)
+        stream.close()
+
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,235 @@
+"""``nsys profile``: the one builder of its command line, and running it.
+
+Success is judged by the files, not nsys's exit code (a run whose importer is missing exits
+0 and leaves only a ``.qdstrm``, which is imported here). A Ctrl-C reaches nsys once, through
+us. With a log, nsys's own lines go to ``nsys.log`` and the program's output straight to our
+stdout/stderr (``own_output``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from nvtx_trace.capture import own_output
+from nvtx_trace.capture.locate import Nsys
+from nvtx_trace.capture.nsys_log import NsysLog, pump, tail
+from nvtx_trace.capture.paths import stem_of, with_suffix
+from nvtx_trace.capture.qdstrm import import_qdstrm
+from nvtx_trace.errors import NsysFailedError
+
+Progress = Callable[[str], None]
+
+# nsys's own lines (2022.4 to 2025.x), told apart from the program's only when both come mixed
+# through nsys (own_output.FALLBACK_MARKER): they go to the log, everything else to the terminal.
+NSYS_LINES = re.compile(
+    r"^(Generating '|Generated:|\s+/\S+\.(qdstrm|nsys-rep|qdrep|sqlite)$|Importer error status|"
+    r"Unable to retrieve the importer version|Collecting data\.\.\.|Processing events\.\.\.|"
+    r"Saving temporary |Creating final output files|Capture range (started|ended)|"
+    r"The target application terminated|The application terminated before|Process is terminated|"
+    r"Waiting for termination of re-parented|Use the `--wait` option|Report file (moved|saved)|"
+    r"WARNING: |Failed to create |\[\d+/\d+\] |" + re.escape(own_output.FALLBACK_MARKER) + ")"
+)
+
+
+@dataclass
+class ProfileResult:
+    """What one ``nsys profile`` left behind. ``rep`` is None when no report could be made."""
+
+    returncode: int
+    rep: Path | None
+    qdstrm: Path | None
+    log: str = ""  # nsys's output, only when captured (capture_output=True)
+    interrupted: bool = False  # a SIGINT/SIGTERM was forwarded to nsys
+    signal: int | None = None  # which one
+    imported_by_us: bool = False  # nsys could not import the .qdstrm; we ran QdstrmImporter
+    problem: str | None = None  # why there is no report
+    pid: int | None = None  # nsys's pid, also the process group of the program it started
+
+    def require_report(self) -> Path:
+        """The ``.nsys-rep``, or NsysFailedError saying why there is none."""
+        if self.rep is None:
+            raise NsysFailedError(self.problem or "nsys produced no report")
+        return self.rep
+
+
+def profile_command(nsys: Nsys, stem, trace: Sequence[str], extra: Sequence[str], argv: Sequence[str],
+                    own_output_python: str | None = None) -> list[str]:
+    """The one place the ``nsys profile`` command line is built (run prints it, profile runs it).
+
+    With ``own_output_python``, the program is started through ``own_output`` by that interpreter (by
+    path: it needs nothing but the standard library, and no module of the program's folder can shadow it).
+    """
+    wrap = [own_output_python, own_output.__file__] if own_output_python else []
+    return [str(nsys.path), "profile", "-o", str(stem), "-f", "true", "-t", ",".join(trace), *extra, *wrap, *argv]
+
+
+class _Forwarder:
+    """While nsys runs, pass our SIGINT/SIGTERM to it exactly once.
+
+    nsys runs in its own process group so that a terminal Ctrl-C reaches it only through
+    us: a second SIGINT while nsys is writing the report makes it drop the report (seen
+    with 2022.4). Later signals are ignored until a third, which abandons the report.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, proc: subprocess.Popen, notice: Progress | None):
+        self.proc, self.notice, self.count, self.saved = proc, notice, 0, {}
+        self.first: int | None = None  # the signal that was forwarded
+
+    def _handle(self, signum, _frame) -> None:
+        self.count += 1
+        if self.proc.poll() is not None:
+            return
+        if self.count == 1:
+            self.first = signum
+            self.proc.send_signal(signum)
+            if self.notice:
+                self.notice("Stopping the program; nsys is writing the report…")
+        elif self.count == 2 and self.notice:
+            self.notice("Still writing the report; interrupt again to abandon it")
+        elif self.count >= 3:
+            self.proc.kill()
+
+    def __enter__(self) -> "_Forwarder":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self.saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self.saved.items():
+            signal.signal(sig, old)
+
+
+class _Sorter:
+    """Sends nsys's pipes to the log; once the wrapper says the program's output is mixed in (it
+    does so before the program starts), the lines that are not nsys's go on to our stdout/stderr."""
+
+    def __init__(self, log: NsysLog, mixed: bool = False):
+        self.log, self.mixed = log, mixed
+
+    def sink(self, ours):
+        def take(line: str) -> None:
+            self.log.write(line)
+            if line.startswith(own_output.FALLBACK_MARKER):
+                self.mixed = True
+            elif self.mixed and not NSYS_LINES.match(line.split("\r")[-1]):
+                try:
+                    ours.write(line)
+                    ours.flush()
+                except (OSError, ValueError):  # our reader left (a closed pipe): the log still has it
+                    pass
+        return take
+
+
+def profile(
+    nsys: Nsys,
+    argv: Sequence[str],
+    out_stem: str | os.PathLike,
+    *,
+    trace: Sequence[str],
+    extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+    capture_output: bool = False,
+    log: NsysLog | None = None,
+    progress: Progress | None = None,
+) -> ProfileResult:
+    """Run ``nsys profile -o out_stem -f true -t trace extra argv`` and make sure a report exists.
+
+    Output: with ``capture_output`` everything lands in ``ProfileResult.log``; with ``log``,
+    nsys's lines go to the log file and the program's to our stdout/stderr; otherwise both are
+    inherited. Existing ``out_stem.nsys-rep`` / ``.qdstrm`` are replaced. When only a ``.qdstrm``
+    appears, the matching QdstrmImporter is run here.
+    """
+    stem = Path(os.path.abspath(Path(cwd or ".") / stem_of(out_stem)))
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    rep_path, qd_path = with_suffix(stem, ".nsys-rep"), with_suffix(stem, ".qdstrm")
+    for stale in (rep_path, qd_path):
+        stale.unlink(missing_ok=True)
+    env = dict(os.environ if env is None else env)
+    handover = None
+    if log is not None and not capture_output:
+        try:
+            handover = own_output.Handover()
+            env[own_output.ENV] = handover.address
+        except (OSError, AttributeError):  # no abstract Unix sockets here: nsys's stream is sorted instead
+            handover = None
+    cmd = profile_command(nsys, stem, trace, extra, argv, own_output_python=sys.executable if handover else None)
+    if log is not None:
+        log.section("profile", cmd)
+    pipe = subprocess.PIPE if (capture_output or log is not None) else None
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    try:
+        proc = subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdout=pipe, stderr=subprocess.STDOUT if capture_output else pipe,
+            text=pipe is not None, errors="replace" if pipe else None, **group,
+        )
+    except OSError as exc:
+        if handover is not None:
+            handover.close()
+        raise NsysFailedError(f"could not start {nsys.path}: {exc}") from exc
+    pumps = []
+    if log is not None and not capture_output:
+        sorter = _Sorter(log, mixed=handover is None)
+        pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
+    started = time.monotonic()
+    with _Forwarder(proc, progress) as fwd:
+        text = _drain(proc) if capture_output else ""
+        returncode = _wait(proc)
+    if handover is not None:
+        handover.close()
+    if progress and not fwd.count:
+        progress(f"Capture ended after {time.monotonic() - started:.1f} s")
+    for thread in pumps:
+        thread.join(timeout=5)  # a program left running (nsys killed) may hold nsys's pipes open
+    if capture_output and log is not None:
+        log.write(text)
+    result = ProfileResult(returncode, None, qd_path if qd_path.exists() else None, text,
+                           interrupted=fwd.count > 0, pid=proc.pid, signal=fwd.first)
+    if rep_path.exists() and rep_path.stat().st_size > 0:
+        result.rep = rep_path
+    elif result.qdstrm is not None:
+        try:
+            result.rep = import_qdstrm(nsys, result.qdstrm, progress=progress, log=log)
+            result.imported_by_us = True
+        except NsysFailedError as exc:
+            result.problem = str(exc)
+    else:
+        said = tail(text) if text else (log.tail() if log is not None else "")
+        result.problem = (
+            f"nsys exited with status {returncode} and wrote neither {rep_path.name} nor {qd_path.name}"
+            + (f": {said}" if said else "") + (f" ({log.where()})" if log is not None else "")
+        )
+    return result
+
+
+def _drain(proc: subprocess.Popen) -> str:
+    """Read captured output; a signal arriving mid-read must not stop the collection."""
+    chunks = []
+    while True:
+        try:
+            chunk = proc.stdout.read()
+        except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for safety
+            continue
+        if not chunk:
+            return "".join(chunks)
+        chunks.append(chunk)
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # a handler installed elsewhere raised; keep waiting for the report
+            continue

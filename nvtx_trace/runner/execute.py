@@ -1,0 +1,164 @@
+"""Carrying out a plan: profile, then (even when the program failed or was interrupted) import,
+export, analyze and write the summaries.
+
+The run's folder is claimed for the whole run; nsys's own output goes to its ``nsys.log``.
+Success is judged by the files, not by nsys's exit code; the program's exit code becomes ours.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from nvtx_trace.capture.export import export_sqlite
+from nvtx_trace.capture.nsys_log import NsysLog
+from nvtx_trace.capture.processes import group_members
+from nvtx_trace.capture.profile import ProfileResult, profile
+from nvtx_trace.errors import BadReportError, NsysFailedError, NvtxTraceError
+from nvtx_trace.output_paths import claim_folder, write_atomically
+from nvtx_trace.runner.plan import Plan, RunOptions
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RunResult:
+    plan: Plan
+    exit_code: int  # the program's (130 after Ctrl-C when the program gave none)
+    profile: ProfileResult | None = None
+    sqlite: Path | None = None
+    analysis: object | None = None  # nvtx_trace.analyzer.Analysis
+    written: list[Path] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # stages that failed, one line each
+    error: NvtxTraceError | None = None  # the first stage failure, for the exit code when the program succeeded
+
+
+def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
+    """Profile, then (even when the program failed or was interrupted) import, export, analyze and write."""
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    release = claim_folder(plan.out_dir)
+    try:
+        return _execute(plan, progress)
+    finally:
+        release()
+
+
+def _execute(plan: Plan, progress: Progress | None) -> RunResult:
+    opts = plan.options or RunOptions(target=plan.argv)
+    log = NsysLog(plan.log)
+    prof = profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
+                   progress=progress, log=log)
+    code = _exit_code(prof)
+    if code is None:  # nsys was killed before writing a report
+        result = RunResult(plan=plan, exit_code=0, profile=prof)
+        _fail(result, NsysFailedError(_nsys_killed(prof)))
+        return result
+    result = RunResult(plan=plan, exit_code=code, profile=prof)
+    if prof.rep is None:
+        _fail(result, NsysFailedError(prof.problem or "nsys produced no report"))
+        return result
+    result.written.append(prof.rep)
+    if prof.qdstrm is not None and prof.qdstrm.exists():
+        prof.qdstrm.unlink()  # the raw stream (often 100+ MB); nsys deletes it too once imported
+    try:
+        result.sqlite = export_sqlite(plan.nsys, prof.rep, plan.path("report.sqlite"), progress=progress, log=log)
+        result.written.append(result.sqlite)
+    except NvtxTraceError as exc:
+        _fail(result, exc)
+        return result
+    if progress:
+        progress("Analyzing…")
+    from nvtx_trace.analyzer import analyze
+
+    try:
+        result.analysis = analyze(result.sqlite, min_gap_ms=opts.min_gap_ms,
+                                  warmup_steps=0 if plan.capture_window else None)
+    except NvtxTraceError as exc:
+        _fail(result, exc)
+        return result
+    write_summaries(result, html=opts.html, progress=progress, max_points=opts.html_max_points)
+    return result
+
+
+def _exit_code(prof: ProfileResult) -> int | None:
+    """The program's exit code as a shell would give it; None when nsys itself was killed."""
+    code = prof.returncode
+    if code < 0 and not prof.interrupted and prof.rep is None:
+        return None
+    if prof.interrupted and code in (0, 130, 143, -2, -15):
+        return 128 + (prof.signal or signal.SIGINT)  # 130 for Ctrl-C, 143 for SIGTERM
+    if code < 0:  # killed by a signal, shell-style
+        return 128 - code
+    return code
+
+
+def _nsys_killed(prof) -> str:
+    """One line: nsys died of a signal nobody sent through us; what is kept, and what still runs."""
+    try:
+        sig = signal.Signals(-prof.returncode).name
+    except ValueError:
+        sig = f"signal {-prof.returncode}"
+    kept = f"the capture so far is kept as {prof.qdstrm}" if prof.qdstrm else "no report was written"
+    line = f"nsys was killed ({sig}) while profiling; {kept}"
+    alive = group_members(prof.pid) if prof.pid else []
+    if alive:
+        line += (f"; the program still runs without the profiler (pid {', '.join(map(str, alive))}): "
+                 f"left alone, stop it with kill -INT -{prof.pid}")
+    return line
+
+
+def _fail(result: RunResult, exc: NvtxTraceError) -> None:
+    result.problems.append(str(exc))
+    result.error = result.error or exc
+
+
+def write_summaries(result: RunResult, html: bool = True, progress: Progress | None = None,
+                    max_points: int = 20_000) -> None:
+    """summary.json always; summary.html when the HTML reporter is available."""
+    from nvtx_trace.report import json as json_report
+
+    out = result.plan.path("summary.json")
+    write_atomically(out, json_report.render(result.analysis))
+    result.written.append(out)
+    if not html:
+        return
+    try:
+        from nvtx_trace.report import html as html_report
+    except ImportError as exc:
+        result.problems.append(f"no HTML summary: {exc}")
+        return
+    if progress:
+        progress("Writing the HTML summary…")
+    out = result.plan.path("summary.html")
+    try:
+        html_report.write(result.analysis, out, max_points=max_points)
+    except NvtxTraceError as exc:
+        _fail(result, exc)
+        return
+    result.written.append(out)
+
+
+def next_command(result: RunResult) -> str | None:
+    """What to type next, after the files are written."""
+    html = result.plan.path("summary.html")
+    if html in result.written:
+        return f"open {display(html)}"
+    if isinstance(result.error, BadReportError):
+        return None  # the report holds nothing to analyze: analyzing it again would say the same
+    if result.sqlite:
+        return f"nvtx-trace analyze {display(result.sqlite)} --html {display(html)}"
+    if result.profile and result.profile.rep:
+        return f"nvtx-trace analyze {display(result.profile.rep)}"
+    return None
+
+
+def display(path: Path) -> str:
+    """A path relative to the working directory when it is under it (shorter to type)."""
+    try:
+        rel = Path(path).resolve().relative_to(Path.cwd().resolve())
+        return shlex.quote(str(rel))
+    except ValueError:
+        return shlex.quote(str(path))

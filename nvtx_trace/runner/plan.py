@@ -1,0 +1,284 @@
+"""Planning a run: check the request, probe the program's Python, build the nsys command line.
+
+Nothing is written and nothing is started here (only the probe of the target Python runs):
+a refused request leaves no folder and no temporary file. ``execute.py`` carries the plan out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from nvtx_trace import names
+from nvtx_trace.analysis_options import check_analysis_options
+from nvtx_trace.capture import INJECT_DIR, target_python
+from nvtx_trace.capture.locate import Nsys, find_nsys, nvtx_problem, pick_traces, supported_options
+from nvtx_trace.capture.nsys_log import LOG_NAME
+from nvtx_trace.capture.profile import profile_command
+from nvtx_trace.errors import UsageError
+from nvtx_trace.output_paths import check_folder_writable, check_unclaimed, describe_unreadable
+
+DEFAULT_OUT_ROOT = "nvtx-trace-out"
+REPORT_STEM = "report"
+OUTPUT_NAMES = ("report.nsys-rep", "report.sqlite", "summary.json", "summary.html")
+# What the analyzer reads. OS-runtime, cuDNN and cuBLAS API tracing cost time in every call of the program
+# and file size (a 12-step CPU run: 189 MB of capture with osrt, 1.4 MB without) and feed no analysis:
+# add them with --trace when you want them in the Nsight Systems GUI.
+TRAINING_TRACES = ("cuda", "nvtx")
+# No CPU sampling and no context switches: they multiply the file size and the import time.
+QUIET_OPTIONS = ("-s", "none", "--cpuctxsw", "none")
+CAPTURE_ENV = names.CAPTURE_ENV  # read by nvtx_autotrace.capture
+CAPTURE_MODES = ("auto", "cuda", "nvtx")
+
+
+@dataclass
+class RunOptions:
+    """What the user asked for; ``plan_run`` turns it into a command line."""
+
+    target: list[str]  # script.py args..., module args... (module=True), or any command
+    module: bool = False
+    python: str | None = None  # interpreter for a script/module (default: this one)
+    autotrace: bool = True
+    warmup_steps: int | None = None  # capture window: first step profiled
+    steps: int | None = None  # capture window: number of steps profiled
+    capture_mode: str = "auto"  # auto | cuda | nvtx
+    keep_running: bool = False  # after a capture window, let the program run on (default: stop it)
+    trace: list[str] | None = None  # -t list (default: TRAINING_TRACES this nsys supports)
+    nsys_args: list[str] = field(default_factory=list)  # extra `nsys profile` options, verbatim
+    out: Path | None = None  # the run's folder (default: ./nvtx-trace-out/<name>-<time>)
+    out_root: Path = Path(DEFAULT_OUT_ROOT)
+    force: bool = False  # reuse an --out folder that already holds outputs
+    nsys: str | None = None  # --nsys
+    min_gap_ms: float = 1.0
+    html_max_points: int = 20_000
+    html: bool = True
+    autotrace_depth: str | None = None  # NVTX_AUTOTRACE_MODULE_DEPTH for the program (auto, N, -1)
+    autotrace_budget: float | None = None  # NVTX_AUTOTRACE_BUDGET_PCT
+
+
+@dataclass
+class Plan:
+    """The exact command that will run, its environment and where its outputs go."""
+
+    nsys: Nsys
+    out_dir: Path
+    argv: list[str]  # the program as nsys launches it
+    env: dict[str, str]
+    trace: list[str]
+    extra: list[str]  # nsys profile options after -t
+    capture: str  # what will be profiled, in words
+    mode: str  # "script" | "module" | "command"
+    notes: list[str] = field(default_factory=list)  # one-line warnings for the user
+    capture_window: tuple[int, int] | None = None
+    site_dir: Path | None = None  # the sitecustomize folder put on PYTHONPATH (command mode)
+    options: RunOptions | None = None
+
+    @property
+    def stem(self) -> Path:
+        return self.out_dir / REPORT_STEM
+
+    def path(self, name: str) -> Path:
+        return self.out_dir / name
+
+    @property
+    def log(self) -> Path:
+        """nsys's own output (nsys.log): shown only when a step fails."""
+        return self.out_dir / LOG_NAME
+
+    def nsys_command(self) -> list[str]:
+        """The command line ``execute`` runs (the program started through ``own_output``)."""
+        return profile_command(self.nsys, self.stem, self.trace, self.extra, self.argv,
+                               own_output_python=sys.executable)
+
+
+# ---------------------------------------------------------------- planning
+
+
+def classify(target: Sequence[str], module: bool) -> str:
+    """"module" with -m; "script" for a .py file (or a non-executable file); else "command"."""
+    if module:
+        return "module"
+    first = Path(target[0])
+    if first.suffix in (".py", ".pyw") or (first.is_file() and not os.access(first, os.X_OK)):
+        return "script"
+    return "command"
+
+
+def run_name(target: Sequence[str], mode: str) -> str:
+    """A folder-name stem from what runs: ``train`` / ``pkg.mod`` / ``torchrun-train``."""
+    if mode == "module":
+        name = target[0]
+    elif mode == "script":
+        name = Path(target[0]).stem
+    else:
+        name = Path(target[0]).name
+        script = next((Path(a).stem for a in target[1:] if a.endswith(".py")), None)
+        if script and script != name:
+            name = f"{name}-{script}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "run"
+
+
+def output_dir(opts: RunOptions, mode: str, now: float | None = None) -> Path:
+    """``--out`` as given (refused when it already holds outputs, unless --force), or a fresh folder."""
+    if opts.out is not None:
+        out = Path(opts.out)
+        problem = describe_unreadable(out)
+        if problem:
+            raise UsageError(f"--out {out} {problem}; give a folder")
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file; give a folder")
+        check_folder_writable(out)
+        check_unclaimed(out)
+        taken = [n for n in (*OUTPUT_NAMES, LOG_NAME) if (out / n).exists()]
+        if taken and not opts.force:
+            raise UsageError(f"{out} already holds {', '.join(taken)}; choose another --out or pass --force")
+        return out.resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    base = Path(opts.out_root) / f"{run_name(opts.target, mode)}-{stamp}"
+    check_folder_writable(base)
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out.resolve()
+
+
+def _has_cuda_device() -> bool:
+    """A cheap guess without importing torch: the NVIDIA driver's device node."""
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0")
+
+
+def _autotrace_env(opts: RunOptions) -> dict[str, str]:
+    """--autotrace-depth/--autotrace-budget as the variables nvtx_autotrace reads, checked here first."""
+    env = {}
+    if opts.autotrace_depth is not None:
+        text = str(opts.autotrace_depth).strip().lower()
+        if text != "auto" and not (text.lstrip("-").isdigit() and int(text) >= -1):
+            raise UsageError(f"--autotrace-depth {opts.autotrace_depth!r}: expected auto, -1 (all) or a depth >= 0")
+        env["NVTX_AUTOTRACE_MODULE_DEPTH"] = text
+    if opts.autotrace_budget is not None:
+        if not 0 < opts.autotrace_budget <= 100:
+            raise UsageError(f"--autotrace-budget {opts.autotrace_budget}: expected a percentage, > 0 and <= 100")
+        env["NVTX_AUTOTRACE_BUDGET_PCT"] = repr(float(opts.autotrace_budget))
+    if env and not opts.autotrace:
+        raise UsageError("--autotrace-depth/--autotrace-budget set nvtx_autotrace's ranges; drop --no-autotrace")
+    return env
+
+
+def _check_request(opts: RunOptions) -> None:
+    """Refuse options that contradict each other, before anything is probed."""
+    if not opts.target:
+        raise UsageError("nothing to run; example: nvtx-trace run train.py --epochs 1")
+    if (opts.warmup_steps is None) != (opts.steps is None):
+        raise UsageError("a capture window needs both --warmup-steps N and --steps M")
+    if opts.steps is not None and (opts.steps < 1 or opts.warmup_steps < 0):
+        raise UsageError("--steps must be >= 1 and --warmup-steps >= 0")
+    if opts.capture_mode not in CAPTURE_MODES:
+        raise UsageError(f"--capture-mode must be one of {', '.join(CAPTURE_MODES)}")
+    check_analysis_options(opts.min_gap_ms)
+    if opts.steps is not None and not opts.autotrace:
+        raise UsageError("--warmup-steps/--steps count steps with nvtx_autotrace; drop --no-autotrace")
+
+
+def _check_target(opts: RunOptions, mode: str) -> None:
+    if mode == "script" and not Path(opts.target[0]).is_file():
+        raise UsageError(f"{opts.target[0]}: no such script")
+    if mode == "command" and shutil.which(opts.target[0]) is None:
+        raise UsageError(f"{opts.target[0]}: command not found")
+    if opts.python and shutil.which(opts.python) is None and not Path(opts.python).is_file():
+        raise UsageError(f"--python {opts.python}: not found")
+
+
+def _check_python(opts: RunOptions, python: str, nsys: Nsys, notes: list[str]) -> dict:
+    """The target Python's facts; a long run that would record no range of ours is refused, with the fix."""
+    probe = target_python.probe(python)
+    if "error" in probe:
+        raise UsageError(f"{python} does not run")
+    problem = nvtx_problem(probe.get("nvtx"), nsys.version)
+    if opts.autotrace and not probe.get("autotrace"):
+        raise UsageError(f"nvtx_autotrace is not importable by {python}; pip install nvtx-trace there, "
+                         "or pass --no-autotrace")
+    install = f"{python} -m pip install 'nvtx==0.2.11'"
+    if opts.autotrace and not probe.get("nvtx"):
+        raise UsageError(f"the nvtx package is missing for {python}, so no range would be recorded; "
+                         f"install it with: {install} (a version every nsys records), or pass --no-autotrace")
+    if opts.autotrace and problem:
+        raise UsageError(f"{problem}; install the one it records with: {install}, or pass --no-autotrace")
+    if problem:
+        notes.append(problem)
+    return probe
+
+
+def _program_argv(opts: RunOptions, mode: str, python: str) -> list[str]:
+    """The program as nsys starts it: ``python -m nvtx_autotrace`` in front of a script or module."""
+    autotrace = ["-m", "nvtx_autotrace"] if opts.autotrace else []
+    if mode == "script":
+        return [python, *autotrace, *opts.target]
+    if mode == "module":
+        return [python, *autotrace, "-m", *opts.target]
+    return list(opts.target)
+
+
+def _capture_window(opts: RunOptions, probe: dict, trace: list[str], extra: list[str],
+                    env: dict[str, str]) -> str:
+    """Options and variables that cut the capture at step boundaries; what will be profiled, in words."""
+    if opts.steps is None:
+        return "the whole run"
+    cmode = opts.capture_mode
+    if cmode == "auto":
+        # cudaProfilerStart needs a GPU *and* a CUDA build of torch (a CPU wheel beside a driver is common)
+        cmode = "cuda" if (_has_cuda_device() and probe.get("torch_cuda") and "cuda" in trace) else "nvtx"
+    last = opts.warmup_steps + opts.steps - 1
+    if cmode == "cuda":
+        extra += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
+        how = "cudaProfilerStart/Stop"
+    else:
+        if "nvtx" not in trace:
+            trace.append("nvtx")
+        extra += ["--capture-range=nvtx", "--nvtx-capture", names.NSYS_NVTX_CAPTURE, "--capture-range-end=stop"]
+        env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
+        how = f"an NVTX range {names.NSYS_NVTX_CAPTURE}"
+    env[CAPTURE_ENV] = f"{opts.warmup_steps}:{opts.steps}:{cmode}" + ("" if opts.keep_running else ":exit")
+    return (f"steps {opts.warmup_steps}-{last} only (started/stopped at step boundaries with {how})"
+            + ("" if opts.keep_running else "; the program is stopped after them (--keep-running: not)"))
+
+
+def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: float | None = None) -> Plan:
+    """Check the request, find nsys, and build the command line, environment and output folder."""
+    _check_request(opts)
+    autotrace_env = _autotrace_env(opts)
+    mode = classify(opts.target, opts.module)
+    _check_target(opts, mode)
+    nsys = nsys or find_nsys(opts.nsys)
+    env = dict(os.environ if environ is None else environ)
+    env.update(autotrace_env)
+    python = opts.python or sys.executable
+    notes: list[str] = []
+    probe = _check_python(opts, python, nsys, notes)
+    argv = _program_argv(opts, mode, python)
+
+    site_dir = None
+    if mode == "command" and opts.autotrace:
+        site_dir = INJECT_DIR  # a folder of the package: nothing to create, nothing to clean up
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site_dir), env.get("PYTHONPATH")) if p)
+
+    supported = supported_options(nsys)
+    trace = list(opts.trace) if opts.trace else pick_traces(nsys, TRAINING_TRACES)
+    if "nvtx" not in trace and opts.autotrace:
+        notes.append("NVTX is not traced (-t without nvtx): the autotrace ranges will not be recorded")
+    extra = list(QUIET_OPTIONS)
+    if "--trace-fork-before-exec" in supported or not supported:
+        extra += ["--trace-fork-before-exec=true"]  # DataLoader workers are forked without exec
+    capture = _capture_window(opts, probe, trace, extra, env)
+    extra += list(opts.nsys_args)
+
+    out_dir = output_dir(opts, mode, now)
+    return Plan(nsys=nsys, out_dir=out_dir, argv=argv, env=env, trace=trace, extra=extra, capture=capture,
+                mode=mode, notes=notes, capture_window=None if opts.steps is None else (opts.warmup_steps, opts.steps),
+                site_dir=site_dir, options=opts)
