@@ -70,6 +70,8 @@ class Analysis:
     communication: CommResult | None = None  # per GPU: compute, communication, and waiting inside collectives
     nvtx_ranges: pd.DataFrame | None = None  # every NVTX range, for the HTML timeline's lanes
     nvtx_threads: dict[int, str] = field(default_factory=dict)  # their threads' labels
+    ranks: list[dict] | None = None  # one row per input report, when several were merged (ranks.py)
+    clock: dict | None = None  # how several reports were put on one clock (clocks.ClockPlan.to_json)
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
@@ -84,15 +86,23 @@ class Analysis:
 
 
 def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
-            warmup_steps: int | None = None, nsys: str | None = None, step_range: str | None = None) -> Analysis:
-    """Load a report (.sqlite, or .nsys-rep/.qdrep exported on the fly) and run every analysis it allows."""
-    check_analysis_options(min_gap_ms, loader_pattern, warmup_steps, step_range)
-    path = Path(path)
-    if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
-        from nvtx_trace.capture.export import ensure_sqlite
-        from nvtx_trace.capture.locate import find_nsys
+            warmup_steps: int | None = None, nsys: str | None = None, step_range: str | None = None,
+            scheduler: str | None = None, workers: int | None = None) -> Analysis:
+    """Load a report (.sqlite, or .nsys-rep/.qdrep exported on the fly) and run every analysis it allows.
 
-        path = ensure_sqlite(path, nsys=find_nsys(nsys) if nsys else None)
+    ``path`` may also name several reports (a list, a folder, a glob): one per rank, merged into one
+    analysis; they are read in parallel (``workers`` processes, or the Dask ``scheduler`` named).
+    """
+    check_analysis_options(min_gap_ms, loader_pattern, warmup_steps, step_range)
+    from nvtx_trace.analyzer.inputs import expand
+    from nvtx_trace.analyzer.parallel import check_scheduler
+
+    check_scheduler(scheduler, workers)
+    paths = [_as_sqlite(p, nsys) for p in expand(path)]
+    if len(paths) > 1:
+        return _analyze_ranks(paths, int(round(min_gap_ms * 1e6)), loader_pattern or names.DEFAULT_USER_LOADER_PATTERN,
+                              warmup_steps, step_range, scheduler, workers)
+    path = paths[0]
     try:
         reader = Reader(path)
         try:
@@ -103,6 +113,32 @@ def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
     except sqlite3.DatabaseError as exc:
         raise BadReportError(f"{path}: cannot be read as an Nsight Systems export ({exc}); "
                              "if it was cut short, export it again") from None
+
+
+def _as_sqlite(path, nsys: str | None) -> Path:
+    path = Path(path)
+    if path.suffix in (".nsys-rep", ".qdrep", ".qdstrm"):
+        from nvtx_trace.capture.export import ensure_sqlite
+        from nvtx_trace.capture.locate import find_nsys
+
+        path = ensure_sqlite(path, nsys=find_nsys(nsys) if nsys else None)
+    return path
+
+
+def _analyze_ranks(paths: list[Path], min_gap_ns: int, loader_pattern: str, warmup_steps: int | None,
+                   step_range: str | None, scheduler: str | None, workers: int | None) -> Analysis:
+    """One report per rank: each read on its own (in parallel), checked, put on one clock, merged into
+    one trace, then the same units as for one report."""
+    from nvtx_trace.analyzer import clocks, merge, parallel, ranks
+
+    reports = parallel.read_reports(paths, scheduler, workers)
+    ranks.check_reports(reports)
+    plan = clocks.align(reports)
+    trace = merge.merge(reports, plan)
+    if plan.method != "shared":
+        trace.warnings.append(f"clocks: {plan.how()}")
+    pipeline.announce(UNITS, trace)
+    return _run_analyses(trace, trace.reader, min_gap_ns, loader_pattern, warmup_steps, step_range)
 
 
 def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps: int | None,

@@ -201,3 +201,28 @@ class Reader:
         if not self.has("PROCESSES"):
             return {}
         return {int(g): str(n or "") for g, n in self.conn.execute("SELECT globalPid, name FROM PROCESSES")}
+
+    def host_identity(self) -> str | None:
+        """Which machine captured the report (host name and system UID), or None where the export does not
+        say or they were redacted. Only compared between reports, never written out."""
+        if not self.has("TARGET_INFO_SYSTEM_ENV", "name") or not self.has("TARGET_INFO_SYSTEM_ENV", "value"):
+            return None
+        rows = dict(self.conn.execute(
+            "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN ('Hostname', 'SystemUID')").fetchall())
+        known = [str(rows[k]) for k in ("Hostname", "SystemUID")
+                 if rows.get(k) not in (None, "") and not str(rows[k]).startswith("[redacted")]
+        return "|".join(known) or None
+
+    def session_utc_ns(self) -> int | None:
+        """Wall-clock (UTC) time of the session's start, TARGET_INFO_SESSION_START_TIME.utcEpochNs."""
+        if not self.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+            return None
+        row = self.conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        return int(row[0]) if row and isinstance(row[0], int) else None
+
+    def table_columns_present(self, table: str) -> set[str]:
+        """Every column of ``table`` (empty when the export has no such table)."""
+        if not self.has(table):
+            return set()
+        self.has(table, "")  # fills the cache
+        return set(self._columns[table])

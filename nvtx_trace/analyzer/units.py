@@ -23,6 +23,7 @@ from nvtx_trace.analyzer.layout import launch_filter as layout_launches
 from nvtx_trace.analyzer.pageable import analyze_pageable
 from nvtx_trace.analyzer.pageable import launch_filter as pageable_launches
 from nvtx_trace.analyzer.pipeline import Context, Unit
+from nvtx_trace.analyzer.ranks import rank_rows
 from nvtx_trace.analyzer.rules import build_findings
 from nvtx_trace.analyzer.startup import FIRST_TIME_NS, analyze_startup, first_time_code_ns
 from nvtx_trace.analyzer.steps import analyze_steps
@@ -302,6 +303,19 @@ def _findings(ctx: Context) -> None:
     ctx.result.findings = build_findings(ctx.result)
 
 
+def _ranks(ctx: Context) -> None:
+    """Per-rank rows, when the trace was merged from one report per rank (merge.MergedTrace)."""
+    sources = getattr(ctx.trace, "ranks", None)
+    if sources is None:
+        return
+    ctx.result.ranks = rank_rows(ctx.result, sources, ctx.step_range)
+    ctx.result.clock = ctx.trace.clock.to_json()
+
+
+def _ranks_json(a) -> dict:
+    return {} if a.ranks is None else {"clock": a.clock, "ranks": a.ranks}
+
+
 UNITS: list[Unit] = [
     Unit("loader", _loader, to_json=_loader_json, tables=_loader_tables),
     Unit("idle", _idle, to_json=_idle_json, tables=_idle_tables),
@@ -325,4 +339,6 @@ UNITS: list[Unit] = [
     Unit("findings", _findings, needs=("loader", "idle", "layout", "pageable", "sync", "steps", "window",
                                        "instrumentation", "window_figures", "communication"),
          to_json=lambda a: {"findings": [f.to_dict() for f in a.findings]}),
+    Unit("ranks", _ranks, needs=("findings", "lanes"), to_json=_ranks_json,
+         tables=lambda a: {"ranks": pd.DataFrame(a.ranks)} if a.ranks else {}),
 ]

@@ -14,8 +14,10 @@ from nvtx_trace.output_paths import check_outputs, describe_unreadable, write_at
 
 
 def analyze(
-    report: Path = typer.Argument(
-        ..., metavar="REPORT", help="Nsight Systems export: .sqlite, or .nsys-rep/.qdrep (needs nsys)."),
+    reports: list[Path] = typer.Argument(
+        ..., metavar="REPORT...",
+        help="Nsight Systems export: .sqlite, or .nsys-rep/.qdrep (needs nsys). Several (one per rank), a folder "
+             "of them or a quoted glob ('out/rank*.sqlite') are merged into one analysis."),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH",
                                            help="Write the JSON summary to PATH ('-' for stdout)."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write the HTML summary to PATH."),
@@ -32,10 +34,18 @@ def analyze(
     html_max_points: int = typer.Option(
         20_000, "--html-max-points", help="Drawing budget of the HTML timeline; bigger traces are aggregated."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", metavar="N", help="Processes reading several reports at once (default: one per core)."),
+    scheduler: Optional[str] = typer.Option(
+        None, "--scheduler", metavar="ADDRESS",
+        help="Read several reports on a Dask cluster: its scheduler's address (tcp://HOST:PORT; the workers must "
+             "see the same files) or local:N for N local worker processes (needs nvtx-trace[dask])."),
 ) -> None:
     """Find why the GPU idles in an Nsight Systems report, and what to change.
 
     Example: nvtx-trace analyze sample_reports/resnet_flawed_user.sqlite --json out.json
+
+    One report per rank: nvtx-trace analyze out/rank0.sqlite out/rank1.sqlite (or out/, or 'out/rank*.sqlite')
     """
     from rich.console import Console
 
@@ -46,18 +56,26 @@ def analyze(
     if html_max_points < 100:
         raise UsageError(f"--html-max-points must be at least 100 (got {html_max_points})")
     check_analysis_options(min_gap_ms, loader_pattern, warmup_steps, step_range)
+    from nvtx_trace.analyzer.inputs import expand
+    from nvtx_trace.analyzer.parallel import check_scheduler
+
+    check_scheduler(scheduler, workers)
     for flag, value in (("--json", json_out), ("--html", html_out)):
         if value is not None and not str(value).strip():
             raise UsageError(f"{flag} was given an empty path; give a file path" + (" or '-'" if flag == "--json" else ""))
-    problem = describe_unreadable(report)
-    if problem:
-        raise BadReportError(f"{report} {problem}; pass the report file itself")
+    paths = expand(reports)
+    for report in paths:
+        problem = describe_unreadable(report)
+        if problem:
+            raise BadReportError(f"{report} {problem}; pass the report file itself")
     outputs = [Path(p) for p in (json_out, html_out) if p and str(p) != "-"]
-    check_outputs(outputs, [report], force)
+    check_outputs(outputs, paths, force)
     err = Console(stderr=True)
-    with err.status("Analyzing…", spinner="dots"):
-        result = run_analysis(report, min_gap_ms=min_gap_ms, loader_pattern=loader_pattern,
-                              warmup_steps=warmup_steps, nsys=nsys, step_range=step_range)
+    what = "Analyzing…" if len(paths) == 1 else f"Analyzing {len(paths)} reports…"
+    with err.status(what, spinner="dots"):
+        result = run_analysis(paths, min_gap_ms=min_gap_ms, loader_pattern=loader_pattern,
+                              warmup_steps=warmup_steps, nsys=nsys, step_range=step_range,
+                              scheduler=scheduler, workers=workers)
     # Files first: a closed stdout (`| head -1`) must not cost the user the files they asked for.
     if json_out and json_out != "-":
         write_atomically(json_out, json_report.render(result))

@@ -13,7 +13,8 @@ from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import _plain
 
 SCHEMA_VERSION = 1
-KEY_ORDER = ("schema_version", "tool", "report", "min_gap_ns", "trace", "window", "startup", "devices", "idle_causes", "steps",
+KEY_ORDER = ("schema_version", "tool", "report", "clock", "ranks", "min_gap_ns", "trace", "window", "startup", "devices",
+             "idle_causes", "steps",
              "dataloader", "transposes", "pageable_h2d", "sync", "communication", "instrumentation", "profiler", "findings",
              "skipped", "warnings")
 

@@ -147,7 +147,37 @@ def _text_findings(a, console) -> None:
         console.print(f"   [green]fix:[/green] {escape(f.fix)}", highlight=False)
 
 
+def _text_ranks(a, console) -> None:
+    """One report per rank: how the clocks were joined, then one row per rank (the slow one starred)."""
+    if not a.ranks:
+        return
+    console.print(f"Clocks: {escape(a.clock['how'])}", highlight=False)
+    t = Table(title="Ranks, one report each (* the rank the others wait for)", title_justify="left",
+              show_edge=False)
+    for col in ("rank", "report", "GPU", "step median", "GPU busy", "waiting in collectives", "loader wait"):
+        t.add_column(col, justify="left" if col in ("report", "GPU") else "right")
+    for r in a.ranks:
+        t.add_row(f"{r['rank']}{' *' if r['straggler'] else ''}", escape(r["report"].rsplit("/", 1)[-1]),
+                  ",".join(map(str, r["device_ids"])) or "-", _ms(r["step_ns_median"]),
+                  _pct(r["window_utilization"]), _ms(r["wait_ns"]), _ms(r["loader_wait_ns"]))
+    console.print(t)
+
+
+def _ms(ns: int | None) -> str:
+    return "-" if ns is None else ms(ns)
+
+
 # ---------------------------------------------------------------- HTML tables (the page's "Details")
+
+def _html_ranks(a, d: dict) -> str:
+    if not a.ranks:
+        return ""
+    return table(a.tables.get("ranks"), "Ranks, one report each",
+                 {"rank": "rank", "report": "report", "device_ids": "GPU", "clock_offset_ns": "clock moved by",
+                  "step_ns_median": "step median", "window_utilization": "GPU busy", "compute_ns": "compute",
+                  "wait_ns": "waiting in collectives", "loader_wait_ns": "loader wait",
+                  "straggler": "the others wait for it"}, a.clock["how"])
+
 
 def _html_top_kernels(a, d: dict) -> str:
     top = a.tables.get("top_kernels")
@@ -197,6 +227,7 @@ def _html_loader(a, d: dict) -> str:
 
 SECTIONS: dict[str, Section] = {  # unit name -> what it shows, in reading order
     "window": Section(text=_text_window),
+    "ranks": Section(text=_text_ranks, html=_html_ranks),
     "idle": Section(text=_text_idle),
     "communication": Section(text=_text_communication),
     "steps": Section(text=_text_steps),

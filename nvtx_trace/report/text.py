@@ -13,7 +13,8 @@ from nvtx_trace.report.sections import SECTIONS
 
 
 def render(a, console: Console) -> None:
-    console.print(f"[bold]nvtx-trace[/bold] {a.path}  (nsys {a.nsys_version or '?'}, export schema "
+    shown = a.path if not a.ranks else f"{len(a.ranks)} reports merged ({a.ranks[0]['report']} ...)"
+    console.print(f"[bold]nvtx-trace[/bold] {shown}  (nsys {a.nsys_version or '?'}, export schema "
                   f"{a.schema_version or '?'})")
     for section in SECTIONS.values():
         if section.text is not None:

@@ -125,12 +125,13 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
     gaps_all = a.idle.gaps if a.idle is not None else pd.DataFrame()
     gap_rows = []
     for dev in devices:
+        gpu = _gpu_lane_name(a, dev.device_id)
         lane = len(labels)
-        labels.append(f"GPU {dev.device_id} utilization")
+        labels.append(f"{gpu} utilization")
         data.append(_utilization_trace(dev, lane, t0, UTIL_BINS))
         lane = len(labels)
-        labels.append(f"GPU {dev.device_id} busy")
-        labels.append(f"GPU {dev.device_id} idle gaps (cause)")  # own lane: zoomed out, 1-px gaps would hide busy
+        labels.append(f"{gpu} busy")
+        labels.append(f"{gpu} idle gaps (cause)")  # own lane: zoomed out, 1-px gaps would hide busy
         span = int(dev.busy[1][-1] - dev.busy[0][0]) if dev.busy[0].size else 0
         s, e, closed = cap_busy(dev.busy[0], dev.busy[1], busy_cap, min(span // (4 * busy_cap), a.min_gap_ns))
         if closed:
@@ -200,6 +201,12 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
             notes.append(f"step boundaries are drawn only on the steps lane ({bounds.size:,} of them)")
     figure = {"data": data, "layout": _layout(a, labels, t0, nvtx_first)}
     return Timeline(figure=figure, notes=notes, items=items)
+
+
+def _gpu_lane_name(a, device_id: int) -> str:
+    """``GPU 1``; with one report per rank, ``rank 3 GPU 1``: each rank's lanes say whose they are."""
+    rank = next((r["rank"] for r in a.ranks or () if device_id in r["device_ids"]), None)
+    return f"GPU {device_id}" if rank is None else f"rank {rank} GPU {device_id}"
 
 
 def _utilization_trace(dev, lane: int, t0: int, bins: int) -> dict:

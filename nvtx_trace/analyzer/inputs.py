@@ -1,0 +1,57 @@
+"""Which report files an ``analyze`` call names: files, folders of per-rank reports, or globs.
+
+A folder or a glob the shell did not expand (``'out/rank*.sqlite'``) stands for every report in it,
+in natural order (rank2 before rank10). A ``.nsys-rep`` beside its own ``.sqlite`` export is
+counted once, as the export.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from pathlib import Path
+
+from nvtx_trace.errors import BadReportError
+
+REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+def natural_key(path: Path) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
+def expand(args) -> list[Path]:
+    """The report files the arguments name, each once, in the order given (folders and globs sorted)."""
+    if isinstance(args, (str, Path)):
+        args = [args]
+    out: list[Path] = []
+    for arg in args:
+        path = Path(arg)
+        if path.is_dir():
+            found = _reports_in(sorted(path.iterdir(), key=natural_key))
+            if not found:
+                raise BadReportError(f"{path}: is a directory with no reports in it ({', '.join(REPORT_SUFFIXES)}); "
+                                     "pass a report file, or the folder the per-rank reports were written to")
+            out += found
+        elif not path.exists() and GLOB_CHARS.search(str(arg)):
+            found = _reports_in(sorted((Path(p) for p in glob.glob(str(arg))), key=natural_key))
+            if not found:
+                raise BadReportError(f"{arg}: no report matches this pattern; check the path and the pattern")
+            out += found
+        else:
+            out.append(path)  # a file, or a missing path that analyze reports on in its own words
+    unique: list[Path] = []
+    seen: set[Path] = set()
+    for p in out:
+        key = p.resolve() if p.exists() else p
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
+def _reports_in(paths: list[Path]) -> list[Path]:
+    files = [p for p in paths if p.is_file() and p.suffix in REPORT_SUFFIXES]
+    exported = {p.with_suffix("") for p in files if p.suffix == ".sqlite"}
+    return [p for p in files if p.suffix == ".sqlite" or p.with_suffix("") not in exported]
