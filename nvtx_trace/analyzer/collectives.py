@@ -31,6 +31,8 @@ class DeviceComm:
     overlap_ns: int  # both at once (compute hidden behind communication)
     wait_ns: int  # communication time beyond the fastest rank's, same collectives: waiting for a peer
     collectives: int
+    last_arrivals: int = 0  # collectives in which this GPU waited least: it arrived last, the others waited
+    caused_wait_ns: int = 0  # the others' waiting in those collectives: the wait this GPU's lateness caused
 
 
 @dataclass
@@ -60,6 +62,8 @@ def analyze_collectives(gpu_ops: pd.DataFrame, kernel_names: dict[int, str], win
     matched = all(len(c) == n for c in per_dev.values())
     durations = np.stack([(c["end_ns"].to_numpy() - c["start_ns"].to_numpy())[:n] for c in per_dev.values()])
     waits = durations - durations.min(axis=0)  # beyond the fastest rank's time in the same collective
+    last = durations.argmin(axis=0)  # who arrived last at each collective (the others spun waiting for it)
+    total_wait = waits.sum(axis=0)
     out = CommResult(matched=matched)
     for row, dev in enumerate(devices):
         comm, other = per_dev[dev], kernels[on_dev[dev] & ~is_comm]
@@ -73,5 +77,7 @@ def analyze_collectives(gpu_ops: pd.DataFrame, kernel_names: dict[int, str], win
         pids = pd.unique(per_dev[dev]["pid"])
         out.devices.append(DeviceComm(device_id=dev, pid=int(pids[0]) if len(pids) else -1, compute_ns=k_ns,
                                       communication_ns=c_ns, overlap_ns=max(0, c_ns + k_ns - both),
-                                      wait_ns=int(waits[row][inside].sum()), collectives=int(inside.sum())))
+                                      wait_ns=int(waits[row][inside].sum()), collectives=int(inside.sum()),
+                                      last_arrivals=int(((last == row) & inside).sum()),
+                                      caused_wait_ns=int(total_wait[(last == row) & inside].sum())))
     return out

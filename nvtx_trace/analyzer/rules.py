@@ -167,6 +167,10 @@ def _straggler(a, window_ns: int) -> list[Finding]:
     impact = int(sum(d.wait_ns - slow.wait_ns for d in others))
     if impact < THRESHOLDS["min_impact_ns"] or impact < THRESHOLDS["cause_fraction"] * window_ns:
         return []
+    caused = sum(d.caused_wait_ns for d in c.devices)
+    last_share = slow.caused_wait_ns / caused if caused else 0.0
+    if last_share < THRESHOLDS["straggler_last_share"]:  # ranks take turns arriving last: jitter, no straggler
+        return []
     w0, w1 = a.window["start_ns"], a.window["end_ns"]
 
     def loader_wait(pid: int) -> int:
@@ -192,7 +196,8 @@ def _straggler(a, window_ns: int) -> list[Finding]:
         impact_ns=impact, fix=fix or "Find what the slow rank does that the others do not.",
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
         evidence={"slow_device_id": slow.device_id, "slow_rank": slow.pid,
-                  "wait_ns": {str(d.device_id): d.wait_ns for d in c.devices}, "matched": c.matched},
+                  "wait_ns": {str(d.device_id): d.wait_ns for d in c.devices}, "matched": c.matched,
+                  "last_share": last_share},
     )]
 
 
