@@ -78,3 +78,21 @@ def test_the_log_keeps_each_progress_bar_at_its_last_state_only(tmp_path):
         "== nsys import == QdstrmImporter -i x", "Processing [=====100%]", 'Saved report file to "/x/report.nsys-rep"',
         "Exporting 120 events: [==100%]"]
     assert log.tail(2) == 'Saved report file to "/x/report.nsys-rep" / Exporting 120 events: [==100%]'
+
+
+def test_live_nsys_output_keeps_each_bar_at_its_last_state(tmp_path):
+    """nsys 2025's bar as it printed it on the H100 ("[1/1] [==18%  ] report.nsys-rep"), line by line."""
+    from nvtx_trace.capture.profile import _Sorter
+
+    log = NsysLog(tmp_path / "nsys.log")
+    sorter = _Sorter(log)
+    take = sorter.sink(None)
+    for line in ["Collecting data...\n", "Generating '/tmp/nsys-report-c686.qdstrm'\n",
+                 "[1/1] [0%                          ] report.nsys-rep\n",
+                 "[1/1] [==18%                       ] report.nsys-rep\n",
+                 "[1/1] [========================100%] report.nsys-rep\n", "Generated:\n", "\t/x/report.nsys-rep\n"]:
+        take(line)
+    sorter.flush()
+    assert log.path.read_text().splitlines() == [
+        "Collecting data...", "Generating '/tmp/nsys-report-c686.qdstrm'",
+        "[1/1] [========================100%] report.nsys-rep", "Generated:", "\t/x/report.nsys-rep"]

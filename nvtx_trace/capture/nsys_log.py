@@ -63,7 +63,13 @@ class NsysLog:
         return f"nsys's output is in {self.path}"
 
 
-_BAR = re.compile(r"^(?P<label>[^\[]*)\[[= ]*\d+%[= ]*\]\s*$")
+_BAR = re.compile(r"^(?P<label>.*?)\[[= ]*\d+%[= ]*\](?P<after>.*?)\s*$")  # "[1/1] [==18%  ] report.nsys-rep"
+
+
+def bar_label(line: str) -> str | None:
+    """What a progress bar line is about (its text around the bar), or None for any other line."""
+    m = _BAR.match(line)
+    return None if m is None else m["label"] + "|" + m["after"]
 
 
 def _last_of_each_bar(lines: list[str]) -> list[str]:
@@ -72,9 +78,8 @@ def _last_of_each_bar(lines: list[str]) -> list[str]:
     for line in lines:
         if not line.strip():
             continue
-        bar = _BAR.match(line)
-        before = _BAR.match(kept[-1]) if kept else None
-        if bar and before and before["label"] == bar["label"]:
+        bar = bar_label(line)
+        if bar is not None and kept and bar_label(kept[-1]) == bar:
             kept[-1] = line
         else:
             kept.append(line)

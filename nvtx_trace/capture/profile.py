@@ -21,7 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 from nvtx_trace.capture import own_output
 from nvtx_trace.capture.locate import Nsys
-from nvtx_trace.capture.nsys_log import NsysLog, pump, tail
+from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
 from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.capture.qdstrm import import_qdstrm
 from nvtx_trace.errors import NsysFailedError
@@ -117,10 +117,30 @@ class _Sorter:
 
     def __init__(self, log: NsysLog, mixed: bool = False):
         self.log, self.mixed = log, mixed
+        self._bar: tuple[str, str] | None = None  # a progress bar's latest state, written when it moves on
+        self._lock = threading.Lock()
+
+    def _to_log(self, line: str) -> None:
+        """Into the log, each progress bar at its last state only (nsys redraws it dozens of times)."""
+        label = bar_label(line.split("\r")[-1].rstrip("\n"))
+        with self._lock:
+            if self._bar is not None and self._bar[0] != label:
+                self.log.write(self._bar[1])
+                self._bar = None
+            if label is not None:
+                self._bar = (label, line)
+                return
+        self.log.write(line)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._bar is not None:
+                self.log.write(self._bar[1])
+                self._bar = None
 
     def sink(self, ours):
         def take(line: str) -> None:
-            self.log.write(line)
+            self._to_log(line)
             if line.startswith(own_output.FALLBACK_MARKER):
                 self.mixed = True
             elif self.mixed and not NSYS_LINES.match(line.split("\r")[-1]):
@@ -193,6 +213,8 @@ def profile(
         progress(f"Capture ended after {time.monotonic() - started:.1f} s")
     for thread in pumps:
         thread.join(timeout=5)  # a program left running (nsys killed) may hold nsys's pipes open
+    if pumps:
+        sorter.flush()
     if capture_output and log is not None:
         log.write(text)
     result = ProfileResult(returncode, None, qd_path if qd_path.exists() else None, text,
