@@ -27,7 +27,7 @@ def loader(a, fetch_ns_median: float, compute: float | None, workers: int | None
     step = min(now, max(compute, delivery))
     return {"step_ns": int(step), "saving_ns": int(now - step),
             "basis": f"a step computes in {ms(compute)} without its waits; {count(workers, 'worker')} at "
-                     f"{ms(fetch_ns_median)} per batch deliver one every {ms(delivery)}"}
+                     f"{ms(fetch_ns_median)} per batch {'delivers' if workers == 1 else 'deliver'} one every {ms(delivery)}"}
 
 
 def add_predictions(a, findings: list[Finding]) -> None:

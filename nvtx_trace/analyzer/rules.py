@@ -107,8 +107,9 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
         if workers_after > have:
             recommend["num_workers"] = int(workers_after)
         if need > have and (usable is None or need <= usable):
+            deliver = "delivers" if have == 1 else "deliver"
             fixes.append(f"num_workers={need} (now {have}): a worker needs {ms(top['fetch_ns_median'])} per batch and "
-                         f"a step computes in {ms(compute)}, so {count(have, 'worker')} deliver a batch every "
+                         f"a step computes in {ms(compute)}, so {count(have, 'worker')} {deliver} a batch every "
                          f"{ms(top['fetch_ns_median'] / have)}; each worker needs a free CPU core")
         elif need > have:  # more workers than the machine has cores for: say so, and what else is left
             ranks = count(_ranks(a), "training process", "training processes")

@@ -112,7 +112,7 @@ def _text_window_figures(a, console) -> None:
     if a.window_causes is not None and len(a.window_causes):
         t = Table(title="Why the GPU idles in the window", title_justify="left", show_edge=False)
         several = a.window_causes["device_id"].nunique() > 1
-        for col in (["GPU"] if several else []) + ["cause", "idle", "share"]:
+        for col in (["GPU"] if several else []) + ["cause", "idle", "of idle"]:
             t.add_column(col, justify="left" if col == "cause" else "right")
         for r in a.window_causes.itertuples():
             t.add_row(*([str(r.device_id)] if several else []), r.label, ms(r.idle_ns), pct(r.share))
