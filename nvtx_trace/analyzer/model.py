@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace.analyzer import validity
-from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RANGE_EVENT_TYPES, RUNTIME, Reader
+from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RUNTIME, Reader
 
 GPU_OP_KINDS = list(GPU_OP_TABLES)  # code = index: 0 kernel, 1 memcpy, 2 memset
 
@@ -186,35 +186,15 @@ class Trace:
     @cached_property
     def ranges(self) -> pd.DataFrame:
         """NVTX ranges: start_ns, end_ns, gtid, pid, name (category), domain, open (never closed)."""
-        r = self.reader
         empty = pd.DataFrame({"start_ns": [], "end_ns": [], "gtid": [], "pid": [], "name": pd.Categorical([]),
                               "open": []})
-        if not r.has("NVTX_EVENTS"):
+        read = self.reader.nvtx_ranges()
+        if read is None:
             return empty
-        types = ",".join(map(str, RANGE_EVENT_TYPES))
-        has_text_id = r.has("NVTX_EVENTS", "textId")
-        # Unregistered strings arrive in `text`: give each distinct one a negative key.
-        r.conn.execute("DROP TABLE IF EXISTS temp.nvtx_text")
-        r.conn.execute(
-            f"CREATE TEMP TABLE nvtx_text AS SELECT DISTINCT text FROM NVTX_EVENTS "
-            f"WHERE text IS NOT NULL AND eventType IN ({types})" + (" AND textId IS NULL" if has_text_id else "")
-        )
-        r.conn.execute("CREATE INDEX temp.nvtx_text_i ON nvtx_text(text)")
-        text_key = "-(SELECT rowid FROM temp.nvtx_text t WHERE t.text = n.text)"
-        key = f"COALESCE(n.textId, {text_key}, 0)" if has_text_id else f"COALESCE({text_key}, 0)"
-        domain = "n.domainId" if r.has("NVTX_EVENTS", "domainId") else "0"
-        cols = r.columns(
-            {"start_ns": "n.start", "end_ns": "COALESCE(n.end, -1)", "gtid": "n.globalTid", "key": key,
-             "domain": f"COALESCE({domain}, 0)"},
-            f"NVTX_EVENTS n WHERE n.eventType IN ({types}) AND n.start > 0",
-        )
-        if not len(cols["start_ns"]):
-            return empty
-        keys = np.unique(cols["key"])
-        names = r.strings(keys[keys > 0])
-        texts = dict(r.conn.execute("SELECT -rowid, text FROM temp.nvtx_text").fetchall())
-        domains = self._domain_names()
-        labels = [names.get(int(k)) or texts.get(int(k)) or "" for k in keys]
+        cols, label_of = read
+        keys = np.array(sorted(label_of), dtype=np.int64)
+        domains = {(int(pid_of(g)), d): text for (g, d), text in self.reader.nvtx_domain_names().items()}
+        labels = [label_of[int(k)] for k in keys]
         codes = np.searchsorted(keys, cols["key"])
         df = pd.DataFrame({"start_ns": cols["start_ns"], "end_ns": cols["end_ns"], "gtid": cols["gtid"]})
         df["pid"] = pid_of(df["gtid"].to_numpy())
@@ -243,16 +223,6 @@ class Trace:
             df.loc[df["open"], "end_ns"] = last
         return df
 
-    def _domain_names(self) -> dict[tuple[int, int], str]:
-        rows = self.reader.conn.execute(
-            "SELECT globalTid, domainId, COALESCE(text, '') FROM NVTX_EVENTS WHERE eventType = 75"
-            if self.reader.has("NVTX_EVENTS", "domainId") else "SELECT 0, 0, '' WHERE 0"
-        ).fetchall()
-        out = {}
-        for gtid, dom, text in rows:
-            out[(int(pid_of(gtid)), int(dom or 0))] = text
-        return out
-
     # ---- CUDA API calls ------------------------------------------------------------
     @cached_property
     def api_names(self) -> dict[int, str]:
@@ -262,8 +232,7 @@ class Trace:
         """
         if not self.reader.has(RUNTIME):
             return {}
-        rows = self.reader.conn.execute("SELECT id, value FROM StringIds WHERE value GLOB 'cu*'").fetchall()
-        return {int(i): api_base_name(n) for i, n in rows}
+        return {i: api_base_name(n) for i, n in self.reader.api_name_strings().items()}
 
     def want_launches(self, table_key: str, column: str, ids: list[int]) -> None:
         """Announce a later ``launches_of`` so the CPU calls behind those GPU ops come with the one runtime pass."""

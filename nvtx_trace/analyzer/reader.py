@@ -159,6 +159,46 @@ class Reader:
                 return i
         return None
 
+    def nvtx_ranges(self) -> tuple[dict[str, np.ndarray], dict[int, str]] | None:
+        """NVTX push/pop and start/end ranges as columns (start_ns, end_ns: -1 when never closed, gtid, key,
+        domain), and each key's label. Registered strings keep their id as key; unregistered texts
+        (in ``text``) get a negative key each."""
+        if not self.has("NVTX_EVENTS"):
+            return None
+        types = ",".join(map(str, RANGE_EVENT_TYPES))
+        has_text_id = self.has("NVTX_EVENTS", "textId")
+        self.conn.execute("DROP TABLE IF EXISTS temp.nvtx_text")
+        self.conn.execute(
+            f"CREATE TEMP TABLE nvtx_text AS SELECT DISTINCT text FROM NVTX_EVENTS "
+            f"WHERE text IS NOT NULL AND eventType IN ({types})" + (" AND textId IS NULL" if has_text_id else ""))
+        self.conn.execute("CREATE INDEX temp.nvtx_text_i ON nvtx_text(text)")
+        text_key = "-(SELECT rowid FROM temp.nvtx_text t WHERE t.text = n.text)"
+        key = f"COALESCE(n.textId, {text_key}, 0)" if has_text_id else f"COALESCE({text_key}, 0)"
+        domain = "n.domainId" if self.has("NVTX_EVENTS", "domainId") else "0"
+        cols = self.columns(
+            {"start_ns": "n.start", "end_ns": "COALESCE(n.end, -1)", "gtid": "n.globalTid", "key": key,
+             "domain": f"COALESCE({domain}, 0)"},
+            f"NVTX_EVENTS n WHERE n.eventType IN ({types}) AND n.start > 0")
+        if not len(cols["start_ns"]):
+            return None
+        keys = np.unique(cols["key"])
+        names = self.strings(keys[keys > 0])
+        texts = dict(self.conn.execute("SELECT -rowid, text FROM temp.nvtx_text").fetchall())
+        return cols, {int(k): names.get(int(k)) or texts.get(int(k)) or "" for k in keys}
+
+    def nvtx_domain_names(self) -> dict[tuple[int, int], str]:
+        """(globalTid, domain id) -> the domain's name, from its registration events (type 75)."""
+        if not self.has("NVTX_EVENTS", "domainId"):
+            return {}
+        rows = self.conn.execute(
+            "SELECT globalTid, domainId, COALESCE(text, '') FROM NVTX_EVENTS WHERE eventType = 75").fetchall()
+        return {(int(g), int(d or 0)): t for g, d, t in rows}
+
+    def api_name_strings(self) -> dict[int, str]:
+        """Every string that can name a CUDA runtime/driver call, by id (StringIds: thousands of rows,
+        not a DISTINCT over the runtime table's millions)."""
+        return {int(i): str(n) for i, n in self.conn.execute("SELECT id, value FROM StringIds WHERE value GLOB 'cu*'")}
+
     def htod_copy_kind(self) -> int | None:
         """The memcpy table's code for host-to-device copies, when the table can tell copy and source kinds."""
         if not all(self.has("CUPTI_ACTIVITY_KIND_MEMCPY", c) for c in ("copyKind", "srcKind")):
