@@ -37,6 +37,19 @@ def installed_nsys():
         need("Nsight Systems (nsys)", False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_history(tmp_path_factory):
+    """No test touches the user's run history: every run (and its subprocesses) records into a temporary one."""
+    old = os.environ.get("NVTX_TRACE_HISTORY")
+    path = tmp_path_factory.mktemp("history") / "history.db"
+    os.environ["NVTX_TRACE_HISTORY"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("NVTX_TRACE_HISTORY", None)
+    else:
+        os.environ["NVTX_TRACE_HISTORY"] = old
+
+
 @pytest.fixture
 def nsys_path() -> str:
     path = os.environ.get("NSYS") or shutil.which("nsys")

@@ -52,6 +52,10 @@ def run(
     min_gap_ms: float = typer.Option(1.0, "--min-gap-ms", help="Smallest GPU idle gap to report, in ms."),
     html_max_points: int = typer.Option(
         20_000, "--html-max-points", help="Drawing budget of summary.html; bigger traces are aggregated."),
+    history_path: Optional[Path] = typer.Option(
+        None, "--history", help="Run history database (default: $NVTX_TRACE_HISTORY, else the platform's data "
+                                "folder; see nvtx-trace history)."),
+    no_history: bool = typer.Option(False, "--no-history", help="Record nothing in the run history."),
 ) -> int:
     """Profile a training script under Nsight Systems with automatic NVTX ranges, then
     print why the GPU idles and write report.nsys-rep, report.sqlite, summary.json and
@@ -61,11 +65,15 @@ def run(
     nvtx-trace run --warmup-steps 10 --steps 20 -m mypkg.train |
     nvtx-trace run -- torchrun --nproc_per_node=2 train.py
     """
+    import time
+
     from rich.console import Console
 
-    from nvtx_trace import runner
+    from nvtx_trace import history, runner
 
+    began = time.time()
     err = Console(stderr=True, highlight=False)
+    history_db = history.resolve_path(history_path, disabled=no_history)
     opts = runner.RunOptions(
         target=list(target or []), module=module, python=python, autotrace=not no_autotrace,
         warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode, keep_running=keep_running,
@@ -99,6 +107,11 @@ def run(
         if started:
             status.stop()
     _report(result, err)
+    change, warning = history.after_run(result, history_db, began)
+    if warning:
+        err.print(f"nvtx-trace: warning: {warning}", soft_wrap=True, markup=False)
+    if change:
+        err.print(f"nvtx-trace: {change}", soft_wrap=True, markup=False)
     if result.exit_code != 0:
         return result.exit_code
     return result.error.exit_code if result.error else 0
