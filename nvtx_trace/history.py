@@ -117,7 +117,8 @@ def knobs(summary: dict) -> dict:
     return out
 
 
-def run_row(plan, exit_code: int, started: float, summary: dict | None, cwd: Path | None = None) -> dict:
+def run_row(plan, exit_code: int, started: float, summary: dict | None, cwd: Path | None = None,
+            window: str | None = None) -> dict:
     """The ``runs`` row of one finished run (``summary``: its summary.json, None when none was written)."""
     from nvtx_trace.target_python import python_probe
 
@@ -135,7 +136,7 @@ def run_row(plan, exit_code: int, started: float, summary: dict | None, cwd: Pat
         "args": json.dumps(target[1:]), "cwd": str(cwd), "git_commit": commit,
         "git_dirty": None if dirty is None else int(dirty),
         "torch_version": probe.get("torch"), "cuda_version": probe.get("cuda"),
-        "knobs": json.dumps(knobs(summary or {})), "window": getattr(plan, "window_note", None),
+        "knobs": json.dumps(knobs(summary or {})), "window": window,
         "steps": stats.get("steps"), "step_ns_median": stats.get("step_ns_median"),
         "step_ns_mean": stats.get("step_ns_mean"), "step_modes": json.dumps(stats.get("modes")),
         "gpu_busy_fraction": stats.get("gpu_busy_fraction"),
@@ -297,7 +298,9 @@ def after_run(result, path: Path | None, started: float) -> tuple[str | None, st
     try:
         if written in result.written:
             summary = json.loads(written.read_text())
-        _, previous = record(path, run_row(result.plan, result.exit_code, started, summary), finding_rows(summary))
+        window = result.window.line if getattr(result, "window", None) is not None else None
+        row = run_row(result.plan, result.exit_code, started, summary, window=window)
+        _, previous = record(path, row, finding_rows(summary))
         return (change_line(previous, summary) if previous else None), None
     except HistoryError as exc:
         return None, f"{exc} (run not recorded)"

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from nvtx_trace import default_window
 from nvtx_trace import nsys as nsys_mod
 from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.errors import BadReportError, NsysFailedError, NvtxTraceError, UsageError
@@ -68,6 +69,7 @@ class RunOptions:
     steps: int | None = None  # capture window: number of steps profiled
     capture_mode: str = "auto"  # auto | cuda | nvtx
     keep_running: bool = False  # after a capture window, let the program run on (default: stop it)
+    full: bool = False  # profile the whole run (default without --steps: a window chosen after warm-up)
     trace: list[str] | None = None  # -t list (default: TRAINING_TRACES this nsys supports)
     nsys_args: list[str] = field(default_factory=list)  # extra `nsys profile` options, verbatim
     out: Path | None = None  # the run's folder (default: ./nvtx-trace-out/<name>-<time>)
@@ -97,6 +99,7 @@ class Plan:
     capture_window: tuple[int, int] | None = None
     site_dir: Path | None = None  # generated sitecustomize (command mode), removed after the run
     options: RunOptions | None = None
+    window_file: Path | None = None  # the default window's decisions (nvtx_trace.default_window)
 
     @property
     def stem(self) -> Path:
@@ -119,6 +122,7 @@ class RunResult:
     written: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # stages that failed, one line each
     error: NvtxTraceError | None = None  # the first stage failure, for the exit code when the program succeeded
+    window: default_window.Outcome | None = None  # the default window: which steps were profiled and why
 
 
 # ---------------------------------------------------------------- planning
@@ -207,6 +211,8 @@ def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
     if opts.capture_mode not in CAPTURE_MODES:
         raise UsageError(f"--capture-mode must be one of {', '.join(CAPTURE_MODES)}")
     check_analysis_options(opts.min_gap_ms)
+    if opts.full and opts.steps is not None:
+        raise UsageError("--full profiles everything: drop --warmup-steps/--steps, or --full")
     if opts.steps is not None and not opts.autotrace:
         raise UsageError("--warmup-steps/--steps count steps with nvtx_autotrace; drop --no-autotrace")
     autotrace_env = _autotrace_env(opts)
@@ -261,14 +267,12 @@ def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
     if "--trace-fork-before-exec" in supported or not supported:
         extra += ["--trace-fork-before-exec=true"]  # DataLoader workers are forked without exec
 
-    window, capture = None, "the whole run"
-    if opts.steps is not None:
-        window = (opts.warmup_steps, opts.steps)
+    window, capture, window_file = None, "the whole run", None
+    if opts.steps is not None or default_window.applies(opts):
         cmode = opts.capture_mode
         if cmode == "auto":
             # cudaProfilerStart needs a GPU *and* a CUDA build of torch (a CPU wheel beside a driver is common)
             cmode = "cuda" if (_has_cuda_device() and probe.get("torch_cuda") and "cuda" in trace) else "nvtx"
-        last = opts.warmup_steps + opts.steps - 1
         if cmode == "cuda":
             extra += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
             how = "cudaProfilerStart/Stop"
@@ -278,14 +282,19 @@ def plan_run(opts: RunOptions, nsys: nsys_mod.Nsys | None = None, environ=None,
             extra += ["--capture-range=nvtx", "--nvtx-capture", NVTX_CAPTURE_RANGE, "--capture-range-end=stop"]
             env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
             how = f"an NVTX range {NVTX_CAPTURE_RANGE}"
+    if opts.steps is not None:
+        window, last = (opts.warmup_steps, opts.steps), opts.warmup_steps + opts.steps - 1
         env[CAPTURE_ENV] = f"{opts.warmup_steps}:{opts.steps}:{cmode}" + ("" if opts.keep_running else ":exit")
         capture = (f"steps {opts.warmup_steps}-{last} only (started/stopped at step boundaries with {how})"
                    + ("" if opts.keep_running else "; the program is stopped after them (--keep-running: not)"))
+    elif default_window.applies(opts):
+        window_file, capture = default_window.arm(env, cmode, opts.keep_running)
     extra += list(opts.nsys_args)
 
     out_dir = output_dir(opts, mode, now)
     return Plan(nsys=nsys, out_dir=out_dir, argv=argv, env=env, trace=trace, extra=extra, capture=capture,
-                mode=mode, notes=notes, capture_window=window, site_dir=site_dir, options=opts)
+                mode=mode, notes=notes, capture_window=window, site_dir=site_dir, options=opts,
+                window_file=window_file)
 
 
 SITECUSTOMIZE = '''\
@@ -356,7 +365,14 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     release = claim_folder(plan.out_dir)
     try:
-        return _execute(plan, progress)
+        result = _execute(plan, progress)
+        if result.window and result.window.ended_in_warmup:  # nothing captured, and a program that short
+            if progress:                                    # costs little to profile in full
+                progress(f"The program {result.window.line.split('the program ', 1)[-1]}")
+            first = result.window
+            result = _execute(default_window.full_plan(plan), progress)
+            result.window = first
+        return result
     finally:
         release()
 
@@ -373,6 +389,9 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         if plan.site_dir is not None:
             shutil.rmtree(plan.site_dir, ignore_errors=True)
     code = prof.returncode
+    window = default_window.outcome(plan.window_file, code)
+    if window and not window.opened and prof.rep is None:
+        prof.problem = window.line
     if code < 0 and not prof.interrupted and prof.rep is None:  # nsys was killed before writing a report
         result = RunResult(plan=plan, exit_code=0, profile=prof)
         _fail(result, NsysFailedError(_nsys_killed(prof)))
@@ -381,7 +400,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         code = 128 + (prof.signal or signal.SIGINT)  # 130 for Ctrl-C, 143 for SIGTERM, as a shell says
     elif code < 0:  # killed by a signal, shell-style
         code = 128 - code
-    result = RunResult(plan=plan, exit_code=code, profile=prof)
+    result = RunResult(plan=plan, exit_code=code, profile=prof, window=window)
     if prof.rep is None:
         _fail(result, NsysFailedError(prof.problem or "nsys produced no report"))
         return result
@@ -400,7 +419,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
 
     try:
         result.analysis = analyze(result.sqlite, min_gap_ms=opts.min_gap_ms,
-                                  warmup_steps=0 if plan.capture_window else None)
+                                  warmup_steps=0 if plan.capture_window or (window and window.stepped) else None)
     except NvtxTraceError as exc:
         _fail(result, exc)
         return result

@@ -32,6 +32,9 @@ def run(
     steps: Optional[int] = typer.Option(None, "--steps", help="Capture window: number of steps to profile."),
     keep_running: bool = typer.Option(
         False, "--keep-running", help="After the window, let the program run to its end (default: stop it there)."),
+    full: bool = typer.Option(
+        False, "--full", help="Profile the whole run (default: a window the program picks after warm-up, "
+                              "then it is stopped; see docs/run.md)."),
     capture_mode: str = typer.Option(
         "auto", "--capture-mode",
         help="How the window is cut: cuda (cudaProfilerApi), nvtx, or auto (cuda when the program's torch has "
@@ -60,8 +63,10 @@ def run(
     """Profile a training script under Nsight Systems with automatic NVTX ranges, then
     print why the GPU idles and write report.nsys-rep, report.sqlite, summary.json and
     summary.html into a fresh folder. nvtx-trace exits with the program's exit code.
+    By default the program picks its window: after warm-up (once the step pace settles), at least 20
+    steps and 5 s, then it is stopped; --full profiles the whole run, --warmup-steps/--steps a fixed window.
 
-    Examples: nvtx-trace run train.py --epochs 1 |
+    Examples: nvtx-trace run train.py --epochs 1 | nvtx-trace run --full train.py |
     nvtx-trace run --warmup-steps 10 --steps 20 -m mypkg.train |
     nvtx-trace run -- torchrun --nproc_per_node=2 train.py
     """
@@ -76,7 +81,7 @@ def run(
     history_db = history.resolve_path(history_path, disabled=no_history)
     opts = runner.RunOptions(
         target=list(target or []), module=module, python=python, autotrace=not no_autotrace,
-        warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode, keep_running=keep_running,
+        warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode, keep_running=keep_running, full=full,
         trace=[t for t in trace.split(",") if t] if trace else None,
         nsys_args=shlex.split(nsys_args) if nsys_args else [], out=out, force=force, nsys=nsys,
         min_gap_ms=min_gap_ms, html_max_points=html_max_points, autotrace_depth=autotrace_depth,
@@ -93,7 +98,7 @@ def run(
 
     def progress(message: str) -> None:
         nonlocal started
-        if message.startswith("Stopping") or message.startswith("Still"):
+        if message.startswith(("Stopping", "Still", "The program")):
             err.print(f"nvtx-trace: {message}")
             return
         if not started:
@@ -129,6 +134,8 @@ def _report(result, err) -> None:
                   "nvtx-trace ran QdstrmImporter itself")
     if result.analysis is not None:
         text.render(result.analysis, Console())
+    if result.window is not None and result.window.line not in result.problems:
+        err.print(f"nvtx-trace: {result.window.line}", soft_wrap=True, markup=False)
     for problem in result.problems:
         err.print(f"[red]nvtx-trace: {problem}[/red]")
     for path in result.written:
