@@ -46,22 +46,18 @@ def history(
 
 
 def _table(runs: list[dict], where: Path, console) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"{len(runs)} run(s) in {where}", title_justify="left")
-    for name in ("id", "started", "script", "commit", "step median", "GPU busy", "findings", "exit"):
-        table.add_column(name, justify="right" if name in ("id", "step median", "GPU busy", "exit") else "left")
+    """One line per run (greppable, whole at any terminal width): id, time, script, commit, step, busy, findings."""
+    console.print(f"{len(runs)} run(s) in {where}, newest first", soft_wrap=True, markup=False)
     for run in runs:
-        commit = (run.get("git_commit") or "")[:8] + ("+" if run.get("git_dirty") else "")
-        median = run.get("step_ns_median")
-        busy = run.get("gpu_busy_fraction")
+        commit = (run.get("git_commit") or "")[:8] + ("+dirty" if run.get("git_dirty") else "")
+        median, busy = run.get("step_ns_median"), run.get("gpu_busy_fraction")
         kinds = ", ".join(f"{f['kind']} {f['impact_ns'] / 1e6:.3g} ms" if f.get("impact_ns") is not None
-                          else f["kind"] for f in run["findings"]) or "-"
-        table.add_row(str(run["id"]), str(run.get("started_at") or "")[:19].replace("T", " "),
-                      _short(run.get("script") or ""), commit or "-",
-                      f"{median / 1e6:.4g} ms" if median else "-", f"{busy:.0%}" if busy is not None else "-",
-                      kinds, str(run.get("exit_code")))
-    console.print(table)
+                          else f["kind"] for f in run["findings"]) or "no findings"
+        parts = [f"#{run['id']}", str(run.get("started_at") or "")[:16].replace("T", " "),
+                 _short(run.get("script") or ""), *([commit] if commit else []),
+                 f"step median {median / 1e6:.4g} ms" if median else "no steps",
+                 f"GPU busy {busy:.0%}" if busy is not None else "GPU busy -", f"exit {run.get('exit_code')}:", kinds]
+        console.print("  ".join(parts), soft_wrap=True, markup=False, highlight=False)
 
 
 def _short(script: str) -> str:
