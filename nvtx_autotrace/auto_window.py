@@ -104,7 +104,8 @@ def _on_boundary(n: int) -> None:
         if why:
             capture._safely("start", capture._start, mode)
             capture._safely("record", lambda _m: capture._repeat_instrumentation_record(n), mode)
-            _state.update(phase="window", first=n, opened=now)
+            # counted from when the capture runs: starting it can take nsys a good part of a second
+            _state.update(phase="window", first=n, opened=time.perf_counter())
             _note("opened", step=n, why=why, at_s=round(now - _state["installed"], 3))
         return
     k, elapsed = n - _state["first"], now - _state["opened"]

@@ -1,0 +1,104 @@
+"""The default of `nvtx-trace run` under the real nsys on this machine: a window the program picks after
+warm-up, then it is stopped. A script that would run for minutes answers within seconds of its window; a
+script that ends during warm-up is profiled again in full; a loop with no training step gets a time window."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from test_run import SCRIPTS, SLOW, ready, step_ranges  # noqa: F401  (ready: the nsys/torch/nvtx fixture)
+
+from nvtx_autotrace import auto_window
+
+WINDOW_LINE = re.compile(r"nvtx-trace: profiled steps (\d+)-(\d+) \((\d+) steps, ([\d.]+) s\) after (\d+) warm-up "
+                         r"steps: (.*?); the program was stopped after them")
+
+
+def timed_run(args: list[str], cwd) -> tuple[int, str, str, dict[str, float]]:
+    """Run the CLI; returns (exit code, stdout, stderr, when marker lines appeared, in s from the start)."""
+    started = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "run", *args], cwd=cwd, text=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen, when = [], {}
+    try:
+        for line in child.stderr:
+            seen.append(line)
+            if line.startswith("nvtx-trace: the program was stopped"):
+                when["stopped"] = time.monotonic() - started
+        out = child.stdout.read()
+        child.wait(timeout=300)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    when["returned"] = time.monotonic() - started
+    return child.returncode, out, "".join(seen), when
+
+
+@pytest.fixture(scope="module")
+def long_run(ready, tmp_path_factory):  # noqa: F811
+    """20000 steps of at least 16 ms each: five minutes and more if nothing stopped it."""
+    work = tmp_path_factory.mktemp("long")
+    code, out, err, when = timed_run(["--out", "out", "--trace", "nvtx", str(SLOW), "--steps", "20000",
+                                      "--workers", "0"], work)
+    return code, out, err, when, work / "out"
+
+
+def test_a_long_script_answers_within_seconds_of_its_window(long_run):
+    code, out, err, when, _ = long_run
+    assert code == 0, err[-3000:]
+    assert "stopped" in when, err[-3000:]
+    assert "step 19999" not in err and "done" not in out  # the program did not run to its end
+    assert when["returned"] - when["stopped"] < 60, when  # export and analysis of the window only
+    assert when["returned"] < 120, when  # the answer within about two minutes of the start
+
+
+def test_the_report_holds_only_the_window_steps_the_line_names(long_run):
+    code, _, err, _, folder = long_run
+    match = WINDOW_LINE.search(" ".join(err.split()))
+    assert match, err[-3000:]
+    first, last, count, seconds, warmup = (int(match[1]), int(match[2]), int(match[3]), float(match[4]),
+                                           int(match[5]))
+    assert warmup == first >= auto_window.MIN_WARMUP and count == last - first + 1 >= auto_window.MIN_STEPS
+    assert step_ranges(folder / "report.sqlite") == [f"step {i}" for i in range(first, last + 1)]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert [s["step"] for s in summary["steps"]["table"]] == list(range(first, last + 1))
+    assert summary["steps"]["summary"]["warmup_steps"] == 0  # the window already left warm-up out
+    # the seconds it names, against plain SQL over the export: from step `first`'s start to step `last`'s end
+    with sqlite3.connect(folder / "report.sqlite") as db:
+        span = db.execute("SELECT max(e.end) - min(e.start) FROM NVTX_EVENTS e LEFT JOIN StringIds s "
+                          "ON s.id = e.textId WHERE coalesce(e.text, s.value) GLOB 'step [0-9]*'").fetchone()[0]
+    assert span / 1e9 == pytest.approx(seconds, rel=0.05, abs=0.05)
+    assert seconds >= auto_window.MIN_SECONDS
+
+
+def test_a_script_that_ends_during_warm_up_is_profiled_again_in_full(ready, tmp_path):  # noqa: F811
+    code, out, err, _ = timed_run(["--out", "out", "--trace", "nvtx", str(SLOW), "--steps", "6"], tmp_path)
+    assert code == 0, err[-3000:]
+    flat = " ".join(err.split())
+    assert "the program ended after 6 step(s)" in flat and "during warm-up" in flat and "profiled in full" in flat
+    assert out.splitlines().count("done") == 2 and err.count("step 5 loss") == 2  # it ran twice, said so
+    assert step_ranges(tmp_path / "out" / "report.sqlite")[:5] == [f"step {i}" for i in range(5)]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        ["report.nsys-rep", "report.sqlite", "summary.json", "summary.html"])
+
+
+def test_a_loop_without_training_steps_gets_a_time_window_then_is_stopped(ready, tmp_path):  # noqa: F811
+    code, out, err, when = timed_run(["--out", "out", "--trace", "nvtx", str(SCRIPTS / "no_step_loop.py")],
+                                     tmp_path)
+    assert code == 0, err[-3000:]
+    flat = " ".join(err.split())
+    assert f"no training step was seen in the first {auto_window.NO_STEP_S:.0f} s" in flat
+    assert "the program was stopped after its" in flat and "done" not in out
+    assert when["returned"] < auto_window.NO_STEP_S + auto_window.MAX_SECONDS + 60
+    # what was captured spans the time window (plain SQL over the batch-wait ranges)
+    with sqlite3.connect(tmp_path / "out" / "report.sqlite") as db:
+        span = db.execute("SELECT max(end) - min(start) FROM NVTX_EVENTS WHERE end IS NOT NULL").fetchone()[0]
+    assert auto_window.MAX_SECONDS - 1 <= span / 1e9 <= auto_window.MAX_SECONDS + 5
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["steps"]["source"] != "nvtx" and summary["findings"]  # steps inferred, an answer given

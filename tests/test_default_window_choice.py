@@ -1,0 +1,53 @@
+"""Where the default window starts, on the real step times of the shipped GPU samples (H100 captures of
+whole runs): the rule in nvtx_autotrace.auto_window was set from these, and this keeps it honest. The
+step times come from plain SQL over each export; the block means are recomputed here by hand."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import statistics
+
+import pytest
+from conftest import ROOT, SAMPLES
+
+SAMPLES_WITH_STEPS = ["resnet50_2workers_h100", "resnet50_8workers_h100", "resnet_ddp_flawed", "resnet_fixed",
+                      "resnet_fixed_user", "resnet_flawed", "resnet_flawed_user"]
+
+
+def step_starts(name: str) -> list[int]:
+    """Start of each `step N` range of the first training process, in step order (plain SQL)."""
+    with sqlite3.connect(SAMPLES / f"{name}.sqlite") as db:
+        rows = db.execute("SELECT (e.globalTid >> 24) & 16777215, e.start, e.end FROM NVTX_EVENTS e "
+                          "LEFT JOIN StringIds s ON s.id = e.textId WHERE coalesce(e.text, s.value) GLOB 'step [0-9]*' "
+                          "AND e.end IS NOT NULL ORDER BY e.start").fetchall()
+    lead = rows[0][0]
+    mine = [(start, end) for pid, start, end in rows if pid == lead]
+    return [start for start, _ in mine] + [mine[-1][1]]  # boundary k = start of step k; the last end closes it
+
+
+@pytest.mark.parametrize("name", SAMPLES_WITH_STEPS)
+def test_the_window_starts_once_the_pace_settles_and_matches_the_whole_run(name):
+    from nvtx_autotrace import auto_window as aw
+
+    starts = step_starts(name)
+    durations = [b - a for a, b in zip(starts, starts[1:])]  # durations[k]: step k
+    opened = None
+    for n in range(aw.MIN_WARMUP, len(starts)):
+        if aw.settled_at([s / 1e9 for s in starts[:n + 1]]):  # the times the process would have seen
+            opened = n
+            break
+    assert opened is not None and 9 <= opened <= 16, opened
+    # by hand: the 4 steps before the window against the 4 before them (step 0 never counts)
+    last4 = statistics.mean(durations[opened - 4:opened])
+    before = statistics.mean(durations[opened - 8:opened - 4])
+    assert abs(last4 - before) <= 0.2 * before
+    for n in range(9, opened):  # and no earlier boundary qualified
+        a, b = statistics.mean(durations[n - 8:n - 4]), statistics.mean(durations[n - 4:n])
+        assert abs(b - a) > 0.2 * a, n
+    # the steps from the window on run at the steady pace the analyzer finds in the whole run (its summary,
+    # tests/golden): by the median, or the mean where the steps come in two kinds
+    steady = json.loads((ROOT / "tests" / "golden" / f"{name}.json").read_text())["steps"]["summary"]
+    stat = "mean" if steady["modes"] else "median"
+    after = getattr(statistics, stat)(durations[opened:-1])  # the last step runs into the program's end
+    assert after == pytest.approx(steady[f"step_ns_{stat}"], rel=0.15), (after, stat)  # 2 kinds: 11 % off
