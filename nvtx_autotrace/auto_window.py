@@ -147,10 +147,18 @@ def _raise_in_main_thread() -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(SystemExit))
 
 
+def _launcher() -> bool:
+    """torchrun's (or torch.distributed.launch's) own process imports torch but never trains: a window there
+    would be a time window, and stopping it would stop the ranks it supervises."""
+    main = os.path.basename(sys.argv[0] if sys.argv else "")
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return main == "torchrun" or getattr(spec, "name", "") in ("torch.distributed.run", "torch.distributed.launch")
+
+
 def install(spec: str | None = None) -> bool:
     """Arm the default window from ``spec`` or ``$NVTX_AUTOTRACE_AUTO_WINDOW`` (once per process)."""
     spec = os.environ.get(ENV) if spec is None else spec
-    if not spec or _state or multiprocessing.parent_process() is not None:
+    if not spec or _state or multiprocessing.parent_process() is not None or _launcher():
         return False
     parts = spec.strip().split(":")
     mode = parts[0] or "nvtx"

@@ -68,7 +68,8 @@ def outcome(path: Path | None, exit_code: int) -> Outcome | None:
     if not events:
         return Outcome("no capture window was armed (the program never imported torch with nvtx_autotrace): "
                        "nothing was profiled; nvtx-trace run --full profiles the whole run", False, False)
-    lead = next((e["pid"] for e in events if e.get("rank") in ("0", None)), events[0]["pid"])
+    lead = next((e["pid"] for e in events if e.get("rank") == "0"),
+                next((e["pid"] for e in events if e["event"] == "opened"), events[0]["pid"]))
     mine = {e["event"]: e for e in events if e["pid"] == lead}
     opened, closed, ended = mine.get("opened"), mine.get("closed"), mine.get("ended")
     if opened is None:

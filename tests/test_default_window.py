@@ -102,3 +102,33 @@ def test_a_loop_without_training_steps_gets_a_time_window_then_is_stopped(ready,
     assert auto_window.MAX_SECONDS - 1 <= span / 1e9 <= auto_window.MAX_SECONDS + 5
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["steps"]["source"] != "nvtx" and summary["findings"]  # steps inferred, an answer given
+
+
+def test_torchrun_ranks_use_the_same_fixed_window_and_all_stop(ready, tmp_path):  # noqa: F811
+    """Ranks cannot agree on a time: each uses the fixed step counts, so all stop after the same step and
+    none waits in a collective; torchrun's own process (no steps) arms nothing and is not stopped."""
+    import os
+    import shutil
+
+    from conftest import need
+
+    need("torchrun", shutil.which("torchrun") is not None)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    child = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx", "--",
+                            "torchrun", "--nproc_per_node=2", str(SCRIPTS / "ddp_train.py"), "--steps", "400"],
+                           cwd=tmp_path, env=env, text=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=400)
+    assert child.returncode == 0, child.stderr[-3000:]
+    first, last = auto_window.DIST_WARMUP, auto_window.DIST_WARMUP + auto_window.DIST_STEPS - 1
+    assert child.stderr.count(f"the program was stopped after step {last}:") == 2  # one line per rank
+    assert " done " not in child.stdout  # neither rank ran its 400 steps
+    flat = " ".join(child.stderr.split())
+    assert f"profiled steps {first}-{last} ({auto_window.DIST_STEPS} steps" in flat and "distributed run" in flat
+    db = tmp_path / "out" / "report.sqlite"
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT (e.globalTid >> 24) & 16777215, coalesce(e.text, s.value) FROM NVTX_EVENTS e "
+                           "LEFT JOIN StringIds s ON s.id = e.textId WHERE coalesce(e.text, s.value) GLOB 'step [0-9]*' "
+                           "ORDER BY e.start").fetchall()
+    per_rank: dict[int, list[str]] = {}
+    for pid, name in rows:
+        per_rank.setdefault(pid, []).append(name)
+    assert len(per_rank) == 2 and all(v == [f"step {i}" for i in range(first, last + 1)] for v in per_rank.values())

@@ -4,12 +4,13 @@ step times come from plain SQL over each export; the block means are recomputed 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sqlite3
 import statistics
 
 import pytest
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, need
 
 SAMPLES_WITH_STEPS = ["resnet50_2workers_h100", "resnet50_8workers_h100", "resnet_ddp_flawed", "resnet_fixed",
                       "resnet_fixed_user", "resnet_flawed", "resnet_flawed_user"]
@@ -28,6 +29,7 @@ def step_starts(name: str) -> list[int]:
 
 @pytest.mark.parametrize("name", SAMPLES_WITH_STEPS)
 def test_the_window_starts_once_the_pace_settles_and_matches_the_whole_run(name):
+    need("PyTorch", importlib.util.find_spec("torch") is not None)  # importing nvtx_autotrace imports torch
     from nvtx_autotrace import auto_window as aw
 
     starts = step_starts(name)
