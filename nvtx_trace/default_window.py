@@ -78,7 +78,8 @@ def outcome(path: Path | None, exit_code: int) -> Outcome | None:
         if exit_code == 0:
             return Outcome(f"the program ended after {steps} step(s){at}, during warm-up, before the default window "
                            "opened: it runs again, profiled in full (--full)", False, False, ended_in_warmup=True)
-        return Outcome(f"the program ended (status {exit_code}) after {steps} step(s){at}, before the default window "
+        status = f"status {exit_code}" if exit_code >= 0 else f"signal {-exit_code}"
+        return Outcome(f"the program ended ({status}) after {steps} step(s){at}, before the default window "
                        "opened: nothing was profiled; nvtx-trace run --full profiles the whole run", False, False)
     if opened.get("step") is None:
         span = f"{closed['seconds']:.0f} s" if closed else "until the program ended"

@@ -132,3 +132,14 @@ def test_torchrun_ranks_use_the_same_fixed_window_and_all_stop(ready, tmp_path):
     for pid, name in rows:
         per_rank.setdefault(pid, []).append(name)
     assert len(per_rank) == 2 and all(v == [f"step {i}" for i in range(first, last + 1)] for v in per_rank.values())
+
+
+def test_a_script_that_fails_during_warm_up_says_nothing_was_profiled_and_keeps_its_exit_code(ready, tmp_path):  # noqa: F811
+    code, _, err, _ = timed_run(["--out", "out", "--trace", "nvtx", str(SLOW), "--raise-at", "3"], tmp_path)
+    assert code == 1, err[-3000:]  # the program's exit code, not ours
+    flat = " ".join(err.split())
+    assert "RuntimeError: deliberate failure at step 3" in flat  # the program's own traceback
+    assert "the program ended (status 1) after 3 step(s)" in flat and "nothing was profiled" in flat
+    assert "nvtx-trace run --full" in flat and "nvtx_trace/" not in err  # no traceback of ours
+    assert flat.count("before the default window opened") == 1  # said once
+    assert err.count("deliberate failure") == 2  # the message and its traceback line: the program ran once

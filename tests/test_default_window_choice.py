@@ -52,4 +52,4 @@ def test_the_window_starts_once_the_pace_settles_and_matches_the_whole_run(name)
     steady = json.loads((ROOT / "tests" / "golden" / f"{name}.json").read_text())["steps"]["summary"]
     stat = "mean" if steady["modes"] else "median"
     after = getattr(statistics, stat)(durations[opened:-1])  # the last step runs into the program's end
-    assert after == pytest.approx(steady[f"step_ns_{stat}"], rel=0.15), (after, stat)  # 2 kinds: 11 % off
+    assert after == pytest.approx(steady[f"step_ns_{stat}"], rel=0.15 if steady["modes"] else 0.08), (after, stat)
