@@ -11,7 +11,7 @@ the tool's own estimate of its cost (summary.json ``instrumentation``). Prints
 figures; asserts nothing.
 
 Configurations: ``plain`` (python), ``nsys`` (`nvtx-trace run --no-autotrace`:
-the same nsys flags, no ranges of ours), ``tool`` (`nvtx-trace run`, default),
+the same nsys flags, no ranges of ours), ``tool`` (`nvtx-trace run --full`: the whole program),
 ``autograd-nvtx`` (nsys's own ``--pytorch=autograd-nvtx``, where supported).
 """
 
