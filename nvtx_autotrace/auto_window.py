@@ -43,6 +43,7 @@ DIST_WARMUP, DIST_STEPS = 10, 20
 NO_STEP_S = 60.0
 
 _state: dict = {}
+_lock = threading.Lock()  # the timer thread and the training thread both may open the window: one does
 
 
 def _distributed() -> bool:
@@ -93,14 +94,17 @@ def _window_full(k: int, elapsed: float) -> bool:
 
 
 def _on_boundary(n: int) -> None:
-    if os.getpid() != _state.get("pid") or _state["phase"] in ("done", "timed"):
+    if os.getpid() != _state.get("pid") or _state["phase"] not in ("warmup", "window"):
         return
     now = time.perf_counter()
     while len(_state["times"]) <= n:  # times[k]: when step k began
         _state["times"].append(now)
     mode = _state["mode"]
     if _state["phase"] == "warmup":
-        why = _warmup_over(n, now)
+        with _lock:
+            why = _warmup_over(n, now) if _state["phase"] == "warmup" else None
+            if why:
+                _state["phase"] = "opening"
         if why:
             capture._safely("start", capture._start, mode)
             capture._safely("record", lambda _m: capture._repeat_instrumentation_record(n), mode)
@@ -122,10 +126,11 @@ def _on_boundary(n: int) -> None:
 
 def _no_steps() -> None:
     """Timer thread: no step boundary yet, so profile a stretch of time instead, then end the program."""
-    if _state.get("phase") != "warmup" or len(_state["times"]) > 1 or os.getpid() != _state.get("pid"):
-        return
+    with _lock:
+        if _state.get("phase") != "warmup" or len(_state["times"]) > 1 or os.getpid() != _state.get("pid"):
+            return
+        _state["phase"] = "timed"
     mode, started = _state["mode"], time.perf_counter()
-    _state["phase"] = "timed"
     capture._safely("start", capture._start, mode)
     _note("opened", step=None, why=f"no training step was seen in the first {NO_STEP_S:.0f} s: a time window "
           f"of {MAX_SECONDS:.0f} s", at_s=round(started - _state["installed"], 3))

@@ -53,3 +53,27 @@ def test_the_window_starts_once_the_pace_settles_and_matches_the_whole_run(name)
     stat = "mean" if steady["modes"] else "median"
     after = getattr(statistics, stat)(durations[opened:-1])  # the last step runs into the program's end
     assert after == pytest.approx(steady[f"step_ns_{stat}"], rel=0.15 if steady["modes"] else 0.08), (after, stat)
+
+
+def test_a_pace_that_keeps_changing_never_settles_and_the_cap_opens_the_window(monkeypatch):
+    """Edge cases by construction: each step 15 % longer than the last never settles; after WARMUP_MAX_S the
+    window opens anyway and says why; ranks of a distributed run open and close at fixed steps."""
+    need("PyTorch", importlib.util.find_spec("torch") is not None)
+    from nvtx_autotrace import auto_window as aw
+
+    times = [0.0, 1.0]
+    for k in range(1, 40):
+        times.append(times[-1] + 0.1 * 1.15 ** k)
+        assert not aw.settled_at(times)
+    monkeypatch.setattr(aw, "_state", {"times": times, "distributed": False})
+    n = len(times) - 1
+    assert aw._warmup_over(n, now=times[1] + aw.WARMUP_MAX_S - 0.01) is None
+    assert "capped at 30 s" in aw._warmup_over(n, now=times[1] + aw.WARMUP_MAX_S)
+    assert not aw._window_full(aw.MIN_STEPS, aw.MIN_SECONDS - 0.1)  # 20 steps but under 5 s
+    assert aw._window_full(aw.MIN_STEPS, aw.MIN_SECONDS)
+    assert not aw._window_full(aw.FLOOR_STEPS - 1, aw.MAX_SECONDS + 60)  # slow steps: at least 3
+    assert aw._window_full(aw.FLOOR_STEPS, aw.MAX_SECONDS)
+    monkeypatch.setattr(aw, "_state", {"times": times, "distributed": True})
+    assert aw._warmup_over(aw.DIST_WARMUP - 1, now=1e9) is None  # no time cap for ranks: they must agree
+    assert "fixed warm-up" in aw._warmup_over(aw.DIST_WARMUP, now=0.0)
+    assert not aw._window_full(aw.DIST_STEPS - 1, 1e9) and aw._window_full(aw.DIST_STEPS, 0.0)

@@ -142,3 +142,23 @@ def test_history_verb_lists_filters_and_prints_json(tmp_path, capsys):
     assert cli_main(["history", "--history", str(garbage)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("nvtx-trace: error: history") and "not a usable" in err[0]
+
+
+def test_the_documented_tables_are_the_written_ones(tmp_path):
+    """docs/json-schema.md, "Run history", names exactly the columns a run writes."""
+    import re
+
+    db = tmp_path / "h.db"
+    history.after_run(finished(tmp_path / "a", "resnet_flawed"), db, started=1.0)
+    with sqlite3.connect(db) as con:
+        written = {t: {r[1] for r in con.execute(f"PRAGMA table_info({t})")} for t in ("runs", "findings")}
+    doc = (ROOT / "docs" / "json-schema.md").read_text().split("## Run history", 1)[1]
+    runs_table = doc.split("Table `runs`", 1)[1].split("Table `findings`", 1)[0]
+    documented = set()
+    for line in runs_table.splitlines():
+        if line.startswith("| `"):
+            documented |= set(re.findall(r"`([a-z_]+)`", line.split("|")[1]))
+    assert documented == written["runs"]
+    findings_text = doc.split("Table `findings`", 1)[1].split("`nvtx-trace history --json`", 1)[0]
+    named = {m for m in re.findall(r"`([a-z_]+)`", findings_text)}
+    assert written["findings"] <= named
