@@ -83,3 +83,16 @@ def test_the_second_run_prints_one_line_of_what_changed(two_runs):
     b_ns, a_ns = runs[1]["step_ns_median"], runs[0]["step_ns_median"]
     assert f"step {b_ns / 1e6:.3g} ms -> {a_ns / 1e6:.3g} ms ({(a_ns - b_ns) / b_ns:+.0%}, median)" in flat
     assert str(repo / "one") in flat
+
+
+def test_a_history_that_cannot_be_written_costs_one_warning_line_not_the_run(two_runs, tmp_path):
+    repo = two_runs[0]
+    garbage = tmp_path / "not-a-db"
+    garbage.write_bytes(b"\x00garbage" * 512)
+    proc = cli(["run", "--out", str(tmp_path / "three"), "--history", str(garbage), "--trace", "nvtx",
+                "--warmup-steps", "5", "--steps", "3", "train.py", "--steps", "3000", "--workers", "0"], repo, None)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("nvtx-trace: warning: history")]
+    assert len(warnings) == 1 and "not a usable SQLite database" in warnings[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and (tmp_path / "three" / "summary.json").is_file()
+    assert garbage.read_bytes() == b"\x00garbage" * 512  # left as it was
