@@ -96,6 +96,15 @@ def outcome(path: Path | None, exit_code: int) -> Outcome | None:
                    f"{opened['why']}", True, True)
 
 
+def ran_again(outcome: Outcome) -> tuple[str, Outcome]:
+    """(the notice before the second run, the outcome that the report then states) for a program that ended
+    during warm-up."""
+    before = outcome.line.replace("the program ended", "The program ended", 1)
+    after = outcome.line.replace("it runs again, profiled in full (--full)", "so it was run again, profiled in full "
+                                 "(--full)")
+    return before, dataclasses.replace(outcome, line=after, ended_in_warmup=False)
+
+
 def full_plan(plan):
     """The same run without the default window: nsys options and variables as ``--full`` plans them."""
     env = {k: v for k, v in plan.env.items() if k not in (AUTO_ENV, FILE_ENV)}

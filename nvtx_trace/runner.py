@@ -367,11 +367,11 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
     try:
         result = _execute(plan, progress)
         if result.window and result.window.ended_in_warmup:  # nothing captured, and a program that short
-            if progress:                                    # costs little to profile in full
-                progress(f"The program {result.window.line.split('the program ', 1)[-1]}")
-            first = result.window
+            notice, window = default_window.ran_again(result.window)  # costs little to profile in full
+            if progress:
+                progress(notice)
             result = _execute(default_window.full_plan(plan), progress)
-            result.window = first
+            result.window = window
         return result
     finally:
         release()

@@ -81,7 +81,8 @@ def test_a_script_that_ends_during_warm_up_is_profiled_again_in_full(ready, tmp_
     code, out, err, _ = timed_run(["--out", "out", "--trace", "nvtx", str(SLOW), "--steps", "6"], tmp_path)
     assert code == 0, err[-3000:]
     flat = " ".join(err.split())
-    assert "the program ended after 6 step(s)" in flat and "during warm-up" in flat and "profiled in full" in flat
+    assert "The program ended after 6 step(s)" in flat and "during warm-up" in flat  # before it runs again
+    assert "so it was run again, profiled in full (--full)" in flat  # and with the report
     assert out.splitlines().count("done") == 2 and err.count("step 5 loss") == 2  # it ran twice, said so
     assert step_ranges(tmp_path / "out" / "report.sqlite")[:5] == [f"step {i}" for i in range(5)]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
