@@ -46,7 +46,7 @@ def test_fewer_cores_bound_the_advice_and_more_cores_free_it(tmp_path):
     advised, have = advised_workers(few)
     assert advised is None or advised <= max(have, 4 // 2 - 1)
     stall = next(f for f in few.findings if f.kind == "dataloader_stall")
-    assert "4 CPU cores for 2 training process(es)" in stall.fix and "cheaper to load" in stall.fix
+    assert "4 CPU cores for 2 training processes" in stall.fix and "cheaper to load" in stall.fix
     many = analyze(with_cores("resnet_ddp_flawed", 64, tmp_path))
     stall = next(f for f in many.findings if f.kind == "dataloader_stall")
     assert need_line.search(stall.fix) and "CPU cores" not in stall.fix  # nothing to bound
@@ -69,6 +69,6 @@ def test_loader_prediction_is_never_faster_than_the_measured_compute():
     compute = sorted(end - start - wait for start, end, wait in steady)[len(steady) // 2]
     p = stall.predicted
     assert p["step_ns"] >= 0.98 * compute  # never faster than the GPU/CPU work the step itself needs
-    assert p["step_ns"] + p["saving_ns"] == a.steps.summary()["step_ns_median"]
+    assert p["step_ns"] + p["saving_ns"] == pytest.approx(a.steps.summary()["step_ns_median"], abs=1)
     assert stall.recommend["num_workers"] <= a.cpu_cores - 1 and stall.recommend["pin_memory"] is True
     assert "Expected: step" in stall.fix

@@ -99,3 +99,25 @@ def test_diff_shows_the_stall_resolved_and_the_prediction_beside_the_measurement
     assert d["after"]["step_ns_median"] == pytest.approx(np.median(step_durations_sql(AFTER, a.warmup_steps)), rel=0.02)
     assert d["speedup"] == pytest.approx(d["before"]["step_ns_mean"] / d["after"]["step_ns_mean"])
     assert "Steady step (mean)" in proc.stdout and "resolved" in proc.stdout
+
+
+def transpose_ns_per_step_sql(path) -> float:
+    """cuDNN's layout-conversion kernels (nchwToNhwc / nhwcToNchw) per `step N` range, by SQL alone."""
+    with sqlite3.connect(path) as db:
+        (total,) = db.execute("SELECT sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+                              "ON s.id = k.shortName WHERE s.value IN ('nchwToNhwcKernel', 'nhwcToNchwKernel')"
+                              ).fetchone()
+    return total / len(step_durations_sql(path, 0))
+
+
+def test_every_prediction_is_the_step_now_less_a_measured_part(before, after):
+    """On the GPU-bound after-run, channels_last is predicted to save the transposes' time per step (SQL)."""
+    layout = next(f for f in after.findings if f.kind == "layout_transpose")
+    now = float(np.median(step_durations_sql(AFTER, after.steps.warmup_steps)))
+    assert layout.predicted["saving_ns"] == pytest.approx(transpose_ns_per_step_sql(AFTER), rel=0.01)
+    assert layout.predicted["step_ns"] + layout.predicted["saving_ns"] == pytest.approx(now, rel=0.02)
+    assert "Expected: step" in layout.fix
+    for a in (before[0], after):
+        for f in a.findings:
+            p = f.predicted
+            assert p is None or 0 < p["step_ns"] and p["saving_ns"] >= 0

@@ -24,6 +24,8 @@ def test_cli_help_has_no_type_tags_and_an_example(verb):
     assert proc.returncode == 0, proc.stderr
     assert not re.search(r"<(bool|str|path|int|float|list\[str\])>", proc.stdout), proc.stdout
     assert "Example" in proc.stdout  # every verb shows one
+    usage = next(line for line in proc.stdout.splitlines() if "Usage:" in line)
+    assert "{" not in usage, usage  # REPORT, as the arguments' own column names it, not {REPORT}
 
 
 def test_cli_version():

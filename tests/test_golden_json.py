@@ -8,46 +8,10 @@ When a change is *meant* to change figures, regenerate and review the diff:
 from __future__ import annotations
 
 import json
-import math
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = ROOT / "tests" / "golden"
-SAMPLES = sorted((ROOT / "sample_reports").glob("*.sqlite"))
-
-
-def summary(report: Path) -> dict:
-    from nvtx_trace.analyzer import analyze
-    from nvtx_trace.report.json import to_dict
-
-    out = json.loads(json.dumps(to_dict(analyze(report))))
-    out["report"]["path"] = report.name  # where the checkout lives is not a figure
-    out["tool"]["version"] = None
-    return out
-
-
-def differences(got, want, where: str = "") -> list[str]:
-    """Paths where two JSON values differ; floats compare to 1e-9 relative (summation order may vary)."""
-    if isinstance(want, dict) and isinstance(got, dict):
-        out = [f"{where}.{k}: missing" for k in want if k not in got]
-        out += [f"{where}.{k}: new" for k in got if k not in want]
-        for k in want.keys() & got.keys():
-            out += differences(got[k], want[k], f"{where}.{k}")
-        return out
-    if isinstance(want, list) and isinstance(got, list):
-        if len(want) != len(got):
-            return [f"{where}: {len(got)} items, recorded {len(want)}"]
-        return [d for i, (g, w) in enumerate(zip(got, want)) for d in differences(g, w, f"{where}[{i}]")]
-    if isinstance(want, float) or isinstance(got, float):
-        if isinstance(want, (int, float)) and isinstance(got, (int, float)) and math.isclose(got, want, rel_tol=1e-9,
-                                                                                             abs_tol=1e-12):
-            return []
-    elif got == want:
-        return []
-    return [f"{where}: {got!r}, recorded {want!r}"]
+from golden_compare import GOLDEN, SAMPLES, differences, summary
 
 
 @pytest.mark.parametrize("report", SAMPLES, ids=[p.stem for p in SAMPLES])

@@ -126,7 +126,7 @@ def flawed():
     return analyze(ROOT / "sample_reports" / "resnet_flawed_user.sqlite")
 
 
-@pytest.mark.parametrize("name", ["resnet_flawed_user", "resnet_fixed_user"])
+@pytest.mark.parametrize("name", ["resnet_flawed_user", "resnet_fixed_user", "resnet50_2workers_h100"])
 def test_sample_report_page_draws_every_chart_and_its_headline_equals_the_json(name, chromium, tmp_path):
     a = analyze(ROOT / "sample_reports" / f"{name}.sqlite")
     page = html_report.write(a, tmp_path / f"{name}.html")
@@ -137,6 +137,8 @@ def test_sample_report_page_draws_every_chart_and_its_headline_equals_the_json(n
     must = ["devices.0.utilization", "devices.0.window_utilization", "devices.0.gap_idle_ns",
             "steps.summary.step_ns_median"]
     must += ["idle_causes.window.0.share"] if d["idle_causes"]["window"] else []
+    if d["steps"]["summary"]["modes"]:  # steps of two kinds: the mean leads, both kinds are named
+        must += ["steps.summary.step_ns_mean", "steps.summary.modes.low_ns", "steps.summary.modes.high_ns"]
     must += ["findings.0.impact_ns"] if d["findings"] else []
     for key in must:
         assert key in keys, f"headline lacks {key}"

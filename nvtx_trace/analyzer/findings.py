@@ -57,8 +57,14 @@ def size(n: float) -> str:
     return f"{n} B"
 
 
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """'1 worker', '3 workers', '2 training processes'."""
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
+
+
 def pct(x: float) -> str:
-    return f"{100 * x:.0f} %"
+    """'37 %'; a share that rounds to 0 but is not zero reads '<1 %'."""
+    return "<1 %" if 0 < x < 0.005 else f"{100 * x:.0f} %"
 
 
 def _plain(obj):

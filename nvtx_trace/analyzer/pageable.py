@@ -16,10 +16,6 @@ import pandas as pd
 
 from nvtx_trace.analyzer.attribution import attribute, range_labels
 from nvtx_trace.analyzer.model import Trace
-from nvtx_trace.analyzer.reader import FALLBACK_MEM_KINDS, FALLBACK_MEMCPY_KINDS
-
-MEMCPY_ENUM = "ENUM_CUDA_MEMCPY_OPER"
-MEMKIND_ENUM = "ENUM_CUDA_MEM_KIND"
 
 
 @dataclass
@@ -47,8 +43,8 @@ class PageableResult:
 
 def launch_filter(trace: Trace) -> tuple[str, str, list[int]] | None:
     """Host-to-device copies as a launch request (table, column, copy kinds); None when the kind is unknown."""
-    htod = trace.reader.enum_id(MEMCPY_ENUM, FALLBACK_MEMCPY_KINDS, "Host-to-Device", "HtoD", "CUDA_MEMCPY_KIND_HTOD")
-    if htod is None or not all(trace.reader.has("CUPTI_ACTIVITY_KIND_MEMCPY", c) for c in ("copyKind", "srcKind")):
+    htod = trace.reader.htod_copy_kind()
+    if htod is None:
         return None
     return ("memcpy", "copy_kind", [htod])
 
@@ -56,8 +52,7 @@ def launch_filter(trace: Trace) -> tuple[str, str, list[int]] | None:
 def analyze_pageable(trace: Trace) -> PageableResult | None:
     r = trace.reader
     request = launch_filter(trace)
-    pageable = r.enum_id(MEMKIND_ENUM, FALLBACK_MEM_KINDS, "Pageable", "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE")
-    pinned = r.enum_id(MEMKIND_ENUM, FALLBACK_MEM_KINDS, "Pinned", "CUDA_MEMOPR_MEMORY_KIND_PINNED")
+    pageable, pinned = r.memory_kind("pageable"), r.memory_kind("pinned")
     if request is None or pageable is None:
         return None
     copies = trace.launches_of(*request)

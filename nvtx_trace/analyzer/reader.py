@@ -159,6 +159,18 @@ class Reader:
                 return i
         return None
 
+    def htod_copy_kind(self) -> int | None:
+        """The memcpy table's code for host-to-device copies, when the table can tell copy and source kinds."""
+        if not all(self.has("CUPTI_ACTIVITY_KIND_MEMCPY", c) for c in ("copyKind", "srcKind")):
+            return None
+        return self.enum_id("ENUM_CUDA_MEMCPY_OPER", FALLBACK_MEMCPY_KINDS, "Host-to-Device", "HtoD",
+                            "CUDA_MEMCPY_KIND_HTOD")
+
+    def memory_kind(self, kind: str) -> int | None:
+        """Code of a copy's source memory kind: ``pageable`` or ``pinned``."""
+        return self.enum_id("ENUM_CUDA_MEM_KIND", FALLBACK_MEM_KINDS, kind.capitalize(),
+                            f"CUDA_MEMOPR_MEMORY_KIND_{kind.upper()}")
+
     # ---- decoded entities -------------------------------------------------
     def gpu_names(self) -> dict[int, str]:
         if self.has("TARGET_INFO_GPU", "name"):

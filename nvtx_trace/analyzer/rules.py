@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.dataloader import workers_needed
-from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct, size
+from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, count, ms, pct, size
 from nvtx_trace.analyzer.gpu_idle import gaps_in
 from nvtx_trace.analyzer.pageable import within
-from nvtx_trace.analyzer.steps import typical_step_ns, union_of_process
+from nvtx_trace.analyzer.steps import union_of_process
 
 
 def build_findings(a) -> list:
@@ -34,6 +35,7 @@ def build_findings(a) -> list:
     covered |= {{"dataloader_stall": "dataloader", "sync": "sync", "pageable_h2d": "copy"}.get(f.kind) for f in out}
     left = {c: int(ns * keep) if c in CPU_CAUSES else ns for c, ns in cause_ns.items() if c not in covered}
     out += _gpu_idle(a, left, gpu_ns)  # (the tool's own share of CPU-bound idle is out of it too)
+    predict.add_predictions(a, out)
     return sorted(out, key=lambda f: f.impact_ns, reverse=True)
 
 
@@ -59,6 +61,12 @@ def _gpu_idle(a, cause_ns: dict, window_ns: int) -> list[Finding]:
     parts = ", ".join(f"{labels[c]}: {pct(ns / idle)}" for c, ns in ranked[:3] if ns)
     devs = ", ".join(f"GPU {d} {pct(u)} busy" for d, u in a.window_utilization.items())
     fix = CAUSE_FIXES.get(top, "")
+    per_step = _per_step_pageable(a)[0]
+    if top == "copy" and per_step is not None and not per_step.count:
+        # the label came from the copy range the thread was in; its copies are pinned already
+        fix = ("The copies inside the steps already come from pinned memory: overlap them with compute "
+               "(copy the next batch on a side stream, non_blocking=True) or copy fewer bytes (uint8 inputs, "
+               "normalize on the GPU).")
     return [Finding(
         kind="gpu_idle",
         title=f"GPU idle {ms(idle)} ({pct(idle / window_ns)} of the window"
@@ -100,10 +108,11 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
             recommend["num_workers"] = int(workers_after)
         if need > have and (usable is None or need <= usable):
             fixes.append(f"num_workers={need} (now {have}): a worker needs {ms(top['fetch_ns_median'])} per batch and "
-                         f"a step computes in {ms(compute)}, so {have} worker(s) deliver a batch every "
+                         f"a step computes in {ms(compute)}, so {count(have, 'worker')} deliver a batch every "
                          f"{ms(top['fetch_ns_median'] / have)}; each worker needs a free CPU core")
         elif need > have:  # more workers than the machine has cores for: say so, and what else is left
-            cores = (f"this machine has {a.cpu_cores} CPU cores for {_ranks(a)} training process(es) and each "
+            ranks = count(_ranks(a), "training process", "training processes")
+            cores = (f"this machine has {a.cpu_cores} CPU cores for {ranks} and each "
                      "worker needs one")
             cheaper = ("make each batch cheaper to load (decode or augment on the GPU, cache decoded samples, "
                        "smaller inputs)")
@@ -127,7 +136,7 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
         fixes.append("pin_memory=True (pageable host-to-device copies were found inside the steps)")
         recommend["pin_memory"] = True
     for loader, extra in a.loader.restarts.items():
-        fixes.append(f"persistent_workers=True ({loader}: workers were re-created {extra} time(s))")
+        fixes.append(f"persistent_workers=True ({loader}: workers were re-created {count(extra, 'time')})")
     n_gpus = len(a.idle.devices) if a.idle else 1
     if not a.idle:
         head = f"Training waits {ms(cost)} for data ({pct(cost / window_ns)} of the window)"
@@ -138,33 +147,14 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
     title = head + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over {int(top['waits'])} batches"
     return [Finding(
         kind="dataloader_stall", title=title, impact_ns=int(cost),
-        fix=("In the DataLoader: " + "; ".join(fixes) if fixes else "Speed up the dataset's __getitem__ / collate.")
-            + _predicted_text(predicted := _loader_prediction(a, top, compute, workers_after)),
+        fix=predict.with_expected("In the DataLoader: " + "; ".join(fixes) if fixes
+                                  else "Speed up the dataset's __getitem__ / collate.",
+                                  predicted := predict.loader(a, top["fetch_ns_median"], compute, workers_after)),
         recommend=recommend or None, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
         evidence={"loaders": a.loader.loaders, "workers": a.loader.workers,
                   "compute_ns_per_step": int(compute) if compute else None},
     )]
-
-
-def _loader_prediction(a, top, compute: float | None, workers: int | None) -> dict | None:
-    """The steady step once the loader keeps up as far as it can: never faster than the measured compute,
-    never faster than ``workers`` workers deliver batches at their measured fetch time."""
-    if not compute or not workers or not a.steps:
-        return None
-    now = float(typical_step_ns(a.steps.summary())[0])
-    delivery = float(top["fetch_ns_median"]) / workers
-    step = min(now, max(compute, delivery))
-    return {"step_ns": int(step), "saving_ns": int(now - step),
-            "basis": f"a step computes in {ms(compute)} without its waits; {workers} worker(s) at "
-                     f"{ms(top['fetch_ns_median'])} per batch deliver one every {ms(delivery)}"}
-
-
-def _predicted_text(predicted: dict | None) -> str:
-    if not predicted or predicted["saving_ns"] <= 0:
-        return ""
-    return (f". Expected: step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> about "
-            f"{ms(predicted['step_ns'])} ({predicted['basis']})")
 
 
 def _straggler(a, window_ns: int) -> list[Finding]:
@@ -196,7 +186,7 @@ def _straggler(a, window_ns: int) -> list[Finding]:
                                "(bucket or pad), no extra work on one rank, the same GPU model"}.get(why, "")
     return [Finding(
         kind="straggler",
-        title=f"GPU {slow.device_id} (pid {slow.pid}) arrives last at collectives: the other GPU(s) wait "
+        title=f"GPU {slow.device_id} (pid {slow.pid}) arrives last at collectives: the other {count(len(others), 'GPU')} wait "
               f"{ms(impact)} more inside NCCL kernels than it does (waits: "
               + ", ".join(f"GPU {d.device_id} {ms(d.wait_ns)}" for d in c.devices) + ")" + because,
         impact_ns=impact, fix=fix or "Find what the slow rank does that the others do not.",
@@ -340,7 +330,7 @@ def _launch_bound(a, window_ns: int, short: dict, keep: float) -> list[Finding]:
             continue
         out.append(Finding(
             kind="cpu_overhead",
-            title=f"GPU {dev.device_id} is busy only {pct(busy / window_ns)} of {a.window['source']}; {ms(raw)} "
+            title=f"GPU {dev.device_id} is busy only {pct(busy / window_ns)} of the window; {ms(raw)} "
                   f"({pct(raw / window_ns)}) is lost in {n_short} gaps shorter than {ms(a.min_gap_ns)} "
                   f"(median {ms(median)}): kernel launches cannot keep up" + _own_cost_note(a, raw - short_idle)
                   + _profiler_unmeasured(a),

@@ -63,3 +63,18 @@ def analyze_startup(trace, first_step_ns: int, busy, step_ns: float) -> Startup 
             parts[group] = parts.get(group, 0) + int(dur)
     return Startup(start_ns=int(lo), end_ns=int(first_step_ns), gpu_busy_ns=gpu_busy,
                    parts=dict(sorted(parts.items(), key=lambda kv: -kv[1])))
+
+
+LAZY_LOADING = ("cuModuleLoad", "cuLibraryLoad", "cuModuleGetFunction", "cuLibraryGetKernel")
+FIRST_TIME_NS = 1_000_000  # a step that loads this much GPU code ran code paths for the first time
+
+
+def first_time_code_ns(trace, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per step, CPU time in slow calls that load GPU code (CUDA loads modules lazily, on a kernel's first
+    launch): a step that holds them is still warming up, however close its length is to the others'."""
+    if not trace.reader.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        return np.zeros(len(starts), dtype=np.int64)
+    calls = trace.api_calls(min_duration_ns=SLOW_API_NS)
+    names = trace.api_names
+    loading = calls[[api_base_name(names.get(int(i), "")).startswith(LAZY_LOADING) for i in calls["name_id"]]]
+    return iv.Coverage(iv.union(loading["start_ns"].to_numpy(), loading["end_ns"].to_numpy())).measure(starts, ends)

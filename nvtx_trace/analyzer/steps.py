@@ -31,6 +31,15 @@ class StepsResult:
     how: str = "`step N` ranges"  # the same, in words
     confidence: float | None = None  # inferred steps: share of steady-state kernels that repeat at the period
 
+    def extend_warmup(self, first_time_ns: np.ndarray, threshold_ns: int) -> None:
+        """Leading steps that still load GPU code (``first_time_ns`` per step) are warm-up too, up to half."""
+        k = self.warmup_steps
+        while k < len(self.table) // 2 and first_time_ns[k] >= threshold_ns:
+            k += 1
+        if k > self.warmup_steps:
+            self.warmup_steps = k
+            self.table["warmup"] = np.arange(len(self.table)) < k
+
     @property
     def steady(self) -> pd.DataFrame:
         return self.table[~self.table["warmup"]]
@@ -161,8 +170,8 @@ def analyze_steps(ranges: pd.DataFrame, busy_by_pid: dict[int, iv.Set] | None, l
         found = infer()
         if found is not None:
             steps, source, confidence = found.steps, found.method, found.confidence
-            how = (f"inferred from the kernel sequence, which repeats every {found.period_kernels} kernels "
-                   f"({found.confidence:.0%} of the steady state)") if not found.marker else \
+            how = (f"inferred from the kernel sequence, which repeats every {found.period_kernels} kernels, "
+                   f"{found.confidence:.0%} of the steady state's") if not found.marker else \
                 (f"inferred from the range `{found.marker}`, which " + ("marks each iteration"
                  if found.marker.startswith(names.OPTIMIZER_STEP_PREFIX) else "recurs evenly (each may be a "
                  "micro-batch: name the real step ranges with --step-range)"))

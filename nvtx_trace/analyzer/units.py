@@ -24,7 +24,7 @@ from nvtx_trace.analyzer.pageable import analyze_pageable
 from nvtx_trace.analyzer.pageable import launch_filter as pageable_launches
 from nvtx_trace.analyzer.pipeline import Context, Unit
 from nvtx_trace.analyzer.rules import build_findings
-from nvtx_trace.analyzer.startup import analyze_startup
+from nvtx_trace.analyzer.startup import FIRST_TIME_NS, analyze_startup, first_time_code_ns
 from nvtx_trace.analyzer.steps import analyze_steps
 from nvtx_trace.analyzer.sync import analyze_sync
 
@@ -169,6 +169,10 @@ def _steps(ctx: Context) -> None:
     a.steps = analyze_steps(ctx.trace.ranges, busy_by_pid if a.idle else None, a.loader.waits if a.loader else None,
                             a.sync.calls if a.sync else None, ctx.warmup_steps, infer=infer,
                             step_range=ctx.step_range)
+    if a.steps is not None and ctx.warmup_steps is None:
+        t = a.steps.table
+        a.steps.extend_warmup(first_time_code_ns(ctx.trace, t["start_ns"].to_numpy(), t["end_ns"].to_numpy()),
+                              FIRST_TIME_NS)
     if a.steps is None and ctx.step_range is not None:
         a.skipped["steps"] = f"no NVTX range matches --step-range {ctx.step_range!r}"
     elif a.steps is None:
@@ -208,9 +212,10 @@ def _window(ctx: Context) -> None:
         first, last = int(a.steps.steady["step"].iloc[0]), int(a.steps.steady["step"].iloc[-1])
         inferred = {"inferred:kernel-period": ", inferred from the kernel sequence",
                     "inferred:nvtx-period": ", inferred from a recurring range"}.get(a.steps.source, "")
+        n = a.steps.warmup_steps
+        after = {0: "no warm-up step left out", 1: "after 1 warm-up step"}.get(n, f"after {n} warm-up steps")
         a.window = {"start_ns": window[0], "end_ns": window[1],
-                    "source": f"steady-state steps {first}-{last} ({a.steps.warmup_steps} warm-up step(s) left out"
-                              f"{inferred})"}
+                    "source": f"steady-state steps {first}-{last}, {after}{inferred}"}
     else:
         a.window = {"start_ns": lo, "end_ns": hi, "source": "whole trace (no step ranges)"}
 

@@ -59,6 +59,13 @@ def _plain_metavars() -> None:
             return {"STR": "TEXT"}.get(word, word)
 
         cls.display_type_rich = display
+    usage = getattr(TyperArgument, "_usage_display_name", None)
+    if usage is not None:  # typer 0.2x writes required arguments as {REPORT}; the usage convention is bare
+        def bare(self, _usage=usage):
+            shown = _usage(self)
+            return shown[1:].replace("}", "", 1) if shown.startswith("{") else shown
+
+        TyperArgument._usage_display_name = bare
 
 
 _plain_metavars()

@@ -16,28 +16,23 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import html as _html
 import json as _json
 from pathlib import Path
 from string import Template
 
-import numpy as np
 import pandas as pd
 
 from nvtx_trace import __version__
-from nvtx_trace.analyzer.findings import ms, pct, size
+from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.instrumentation import depth_text
 from nvtx_trace.output_paths import write_atomically
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import stepchart, timeline
+from nvtx_trace.report.html_table import esc, fmt
+from nvtx_trace.report.sections import html_tables
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html"
 MAX_POINTS_OPTION = "--html-max-points"
-TABLE_ROWS = 25
-
-
-def esc(x) -> str:
-    return _html.escape(str(x), quote=True)
 
 
 def script_json(obj) -> str:
@@ -80,7 +75,7 @@ def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread
         "timeline_section": _timeline_section(tl, notes, max_points) if tl.figure["data"] else
         "<p class='muted'>No GPU activity or NVTX ranges to draw.</p>",
         "steps_section": _steps_section(d, step_note) if bd is not None else _no_step_chart(a),
-        "tables": _tables(a, d),
+        "tables": html_tables(a, d),
         "plotly_js": js,
         "data_json": script_json({"figures": figures}),
     }
@@ -109,6 +104,19 @@ def num(value, text: str, key: str) -> str:
     return f'<span class="num" data-key="{esc(key)}" data-value="{esc(raw)}">{esc(text)}</span>'
 
 
+def _two_kinds(s: dict) -> str:
+    """Steps of two kinds: the mean (throughput) leads, both kinds follow; a median would describe neither."""
+    m = s["modes"]
+    return (f"<div class='big'>{num(s['step_ns_mean'], ms(s['step_ns_mean']), 'steps.summary.step_ns_mean')}"
+            f"<small> mean</small></div><div>two kinds of step: "
+            f"{num(m['low_steps'], str(m['low_steps']), 'steps.summary.modes.low_steps')} of about "
+            f"{num(m['low_ns'], ms(m['low_ns']), 'steps.summary.modes.low_ns')} and "
+            f"{num(m['high_steps'], str(m['high_steps']), 'steps.summary.modes.high_steps')} of about "
+            f"{num(m['high_ns'], ms(m['high_ns']), 'steps.summary.modes.high_ns')}; the median, "
+            f"{num(s['step_ns_median'], ms(s['step_ns_median']), 'steps.summary.step_ns_median')}, "
+            "describes neither</div>")
+
+
 def _headline(d: dict) -> str:
     cards = []
     for i, dev in enumerate(d["devices"]):
@@ -120,16 +128,17 @@ def _headline(d: dict) -> str:
             f"<div>{num(dev['utilization'], pct(dev['utilization']), f'devices.{i}.utilization')} over the whole "
             f"trace ({num(dev['busy_ns'], ms(dev['busy_ns']), f'devices.{i}.busy_ns')} busy of "
             f"{num(dev['span_ns'], ms(dev['span_ns']), f'devices.{i}.span_ns')})</div>"
-            f"<div>idle {num(dev['gap_idle_ns'], ms(dev['gap_idle_ns']), f'devices.{i}.gap_idle_ns')} in "
+            f"<div>whole trace: idle {num(dev['gap_idle_ns'], ms(dev['gap_idle_ns']), f'devices.{i}.gap_idle_ns')} in "
             f"{num(dev['gap_count'], format(dev['gap_count'], ','), f'devices.{i}.gap_count')} gaps &ge; "
             f"{esc(ms(d['min_gap_ns']))}</div></div>")
     steps = d.get("steps") or {}
     s = steps.get("summary") or {}
     if s:
         cards.append(
-            f"<div class='card'><div class='label'>Steady-state step time</div>"
-            f"<div class='big'>{num(s['step_ns_median'], ms(s['step_ns_median']), 'steps.summary.step_ns_median')}"
-            f"<small> median</small></div>"
+            "<div class='card'><div class='label'>Steady-state step time</div>"
+            + (_two_kinds(s) if s.get("modes") else
+               f"<div class='big'>{num(s['step_ns_median'], ms(s['step_ns_median']), 'steps.summary.step_ns_median')}"
+               f"<small> median</small></div>") +
             f"<div>p90 {num(s['step_ns_p90'], ms(s['step_ns_p90']), 'steps.summary.step_ns_p90')} over "
             f"{num(s['steady_steps'], str(s['steady_steps']), 'steps.summary.steady_steps')} steps "
             f"({num(s['warmup_steps'], str(s['warmup_steps']), 'steps.summary.warmup_steps')} warm-up left out)</div>"
@@ -217,31 +226,13 @@ def _findings(d: dict) -> str:
     return "<ol class='findings'>" + "".join(items) + "</ol>"
 
 
-def _fmt(key: str, v) -> str:
-    if isinstance(v, bool) or v is None:
-        return esc(v)
-    if isinstance(v, (int, float)):
-        if key in ("pid", "worker", "step", "device_id", "tid"):  # identifiers, not quantities: no separators
-            return esc(str(int(v)))
-        if key.endswith("_ns") or "_ns_" in key:  # fetch_ns_median too: every time carries its unit
-            return esc(ms(v))
-        if key.endswith(("fraction", "share", "utilization")):
-            return esc(pct(v))
-        if key.endswith("bytes"):
-            return esc(size(v))
-        if isinstance(v, float):
-            return esc(f"{v:.3g}")
-        return esc(f"{v:,}")
-    return esc(v)
-
-
 def _evidence(ev, depth: int = 0) -> str:
     """Evidence of a finding, generically: scalars as a list, records as a small table."""
     if isinstance(ev, dict):
         if not ev:
             return ""
         return "<dl>" + "".join(f"<dt>{esc(k)}</dt>"
-                                f"<dd>{_evidence(v, depth + 1) if isinstance(v, (dict, list)) else _fmt(k, v)}</dd>"
+                                f"<dd>{_evidence(v, depth + 1) if isinstance(v, (dict, list)) else fmt(k, v)}</dd>"
                                 for k, v in ev.items()) + "</dl>"
     if isinstance(ev, list):
         if ev and all(isinstance(r, dict) for r in ev):
@@ -255,7 +246,7 @@ def _records_table(records: list[dict], more: int = 0) -> str:
     head = "".join(f"<th>{esc(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(
         f"<td class='{'r' if isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) else ''}'>"
-        f"{_evidence(r.get(c)) if isinstance(r.get(c), (dict, list)) else _fmt(c, r.get(c))}</td>" for c in cols)
+        f"{_evidence(r.get(c)) if isinstance(r.get(c), (dict, list)) else fmt(c, r.get(c))}</td>" for c in cols)
         + "</tr>" for r in records)
     extra = f"<p class='muted'>… and {more:,} more rows (all of them are in the JSON output).</p>" if more > 0 else ""
     return f"<table class='data'><tr>{head}</tr>{body}</table>{extra}"
@@ -282,64 +273,3 @@ def _steps_section(d: dict, note: str | None) -> str:
     if note:
         out += f"<div class='note'>{esc(note)}.</div>"
     return out + "<div id='steps-chart' class='plot'></div>"
-
-
-def _table(df: pd.DataFrame | None, title: str, cols: dict[str, str], explain: str = "") -> str:
-    if df is None or not len(df):
-        return ""
-    cut = df.head(TABLE_ROWS)
-    head = "".join(f"<th>{esc(label)}</th>" for label in cols.values())
-    rows = []
-    for r in cut.to_dict(orient="records"):
-        cells = []
-        for c in cols:
-            v = r.get(c)
-            if isinstance(v, np.generic):
-                v = v.item()
-            numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
-            cells.append(f"<td class='{'r' if numeric else 'name'}'>{_fmt(c, v)}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    more = f"<p class='muted'>Top {TABLE_ROWS} of {len(df):,} rows; all are in the JSON output.</p>" \
-        if len(df) > TABLE_ROWS else ""
-    return (f"<h3>{esc(title)}</h3>" + (f"<p class='muted'>{esc(explain)}</p>" if explain else "")
-            + f"<table class='data'><tr>{head}</tr>{''.join(rows)}</table>{more}")
-
-
-def _tables(a, d: dict) -> str:
-    t = a.tables
-    parts = []
-    top = t.get("top_kernels")
-    if top is not None and len(top):
-        total = d["transposes"]["kernel_time_ns"] if d.get("transposes") else int(top["time_ns"].sum())
-        top = top.assign(mean_ns=top["time_ns"] / top["count"].clip(lower=1),
-                         kernel_time_share=top["time_ns"] / max(total, 1))
-        parts.append(_table(top, "Top kernels by GPU time", {"name": "kernel", "count": "launches",
-                                                             "time_ns": "total", "mean_ns": "mean",
-                                                             "kernel_time_share": "share of kernel time"}))
-    tr = d.get("transposes")
-    if tr and tr["count"]:
-        parts.append(_table(t.get("transpose_kernels"), "Layout-transpose kernels (NCHW ↔ NHWC)",
-                            {"name": "kernel", "count": "launches", "time_ns": "GPU time"},
-                            f"{tr['count']:,} transposes took {ms(tr['time_ns'])}, "
-                            f"{pct(tr['kernel_time_fraction'])} of all kernel time."))
-        parts.append(_table(t.get("transpose_modules"), "…and the modules that caused them",
-                            {"module": "module (NVTX range open at launch)", "phase": "phase", "count": "launches",
-                             "time_ns": "GPU time", "via_fallback": "attributed via process-wide fallback"}))
-    pg = d.get("pageable_h2d")
-    if pg and pg["count"]:
-        parts.append(_table(t.get("pageable_sources"), "Host-to-device copies from pageable memory",
-                            {"range": "NVTX range that issued them", "api": "CUDA call", "count": "copies",
-                             "bytes": "bytes", "time_ns": "GPU time", "api_ns": "CPU blocked"},
-                            f"{pg['count']:,} copies, {size(pg['bytes'])}, at "
-                            f"{pg['bandwidth_gbps'] or 0:.1f} GB/s (pinned copies in this report: "
-                            f"{pg['pinned_bandwidth_gbps'] or 0:.1f} GB/s)."))
-    parts.append(_table(t.get("sync_sources"), "Host syncs (CPU blocked until the GPU caught up)",
-                        {"api": "CUDA call", "range": "NVTX range", "count": "calls", "blocked_ns": "CPU blocked"}))
-    parts.append(_table(t.get("loader_workers"), "DataLoader workers",
-                        {"loader": "loader", "worker": "worker", "pid": "pid", "fetches": "batches",
-                         "fetch_ns_median": "median fetch", "batches_per_s": "batches/s"}))
-    notes = "".join(f"<li><b>skipped {esc(k)}</b>: {esc(v)}</li>" for k, v in d["skipped"].items())
-    notes += "".join(f"<li><b>warning</b>: {esc(w)}</li>" for w in d["warnings"])
-    if notes:
-        parts.append(f"<h3>Notes on this report</h3><ul class='notes'>{notes}</ul>")
-    return "".join(parts) or "<p class='muted'>No kernel, copy or sync data in this report.</p>"

@@ -1,0 +1,87 @@
+"""What each fix would do to the steady step, from measured parts only (``findings[].predicted``).
+
+Each prediction is for that fix alone: the step as it is now, less the time the finding measured per
+step, never below what the step needs anyway (the GPU's own work per step for fixes that only remove
+idle time). Where the measured parts cannot say (no steps; a GPU-side saving on a GPU that is mostly
+idle, so the step is bound elsewhere) there is no prediction rather than a guess.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nvtx_trace.analyzer.findings import Finding, count, ms
+from nvtx_trace.analyzer.steps import typical_step_ns
+
+IDLE_KINDS = ("gpu_idle", "sync", "cpu_overhead", "cuda_api", "straggler")  # impact: GPU time lost in the window
+GPU_BOUND = 0.8  # a GPU-side saving shortens the step only when the GPU is this busy
+
+
+def loader(a, fetch_ns_median: float, compute: float | None, workers: int | None) -> dict | None:
+    """The steady step once the loader keeps up as far as it can: never faster than the measured compute,
+    never faster than ``workers`` workers deliver batches at their measured fetch time."""
+    now = _now(a)
+    if not compute or not workers or not now:
+        return None
+    delivery = float(fetch_ns_median) / workers
+    step = min(now, max(compute, delivery))
+    return {"step_ns": int(step), "saving_ns": int(now - step),
+            "basis": f"a step computes in {ms(compute)} without its waits; {count(workers, 'worker')} at "
+                     f"{ms(fetch_ns_median)} per batch deliver one every {ms(delivery)}"}
+
+
+def add_predictions(a, findings: list[Finding]) -> None:
+    """Fill ``predicted`` (and the fix's "Expected:" sentence) for findings whose rule made none."""
+    for f in findings:
+        if f.predicted is None:
+            f.predicted = _generic(a, f)
+            f.fix = with_expected(f.fix, f.predicted)
+
+
+def with_expected(fix: str, predicted: dict | None) -> str:
+    """The fix, then what it is expected to do to the step, as one more sentence."""
+    if not predicted or predicted["saving_ns"] <= 0:
+        return fix
+    return (fix.rstrip(" .") + f". Expected: step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> about "
+            f"{ms(predicted['step_ns'])} ({predicted['basis']}).")
+
+
+def _now(a) -> float | None:
+    if not a.steps:
+        return None
+    value, _ = typical_step_ns(a.steps.summary())
+    return float(value) if value else None
+
+
+def _generic(a, f: Finding) -> dict | None:
+    now = _now(a)
+    if not now:
+        return None
+    steady = a.steps.steady
+    n_gpus = max(1, len(a.idle.devices) if a.idle else 1)
+    if f.kind in IDLE_KINDS:
+        # summed over the GPUs in the steady window, which the steady steps span; a straggler's impact is
+        # the waiting of the other GPUs only
+        sharing = max(1, n_gpus - 1) if f.kind == "straggler" else n_gpus
+        per_step = f.impact_ns / sharing / max(1, len(steady))
+        busy = steady["gpu_busy_ns"].to_numpy() if "gpu_busy" in a.steps.measured else np.zeros(0)
+        floor = float(np.median(busy)) if len(busy) else 0.0
+        step = max(now - per_step, floor, 0.0)
+        lost = "waiting inside collectives" if f.kind == "straggler" else "GPU idle"
+        what = f"{ms(per_step)} of {lost} per step goes" + (f"; the GPU's own work is {ms(floor)} a step"
+                                                             if floor else "")
+    elif f.kind in ("layout_transpose", "pageable_h2d"):
+        # measured over every step (transposes and copies recur from the first step on)
+        per_step = f.impact_ns / n_gpus / max(1, len(a.steps.table))
+        busy_share = a.steps.summary().get("gpu_busy_fraction")
+        if f.kind == "layout_transpose" and (busy_share is None or busy_share < GPU_BOUND):
+            return None  # the GPU mostly waits: less GPU work would not shorten the step
+        step = max(now - per_step, 0.0)
+        what = (f"{ms(per_step)} of transpose kernels per step go (a floor: channels_last convolutions are "
+                "often faster too)" if f.kind == "layout_transpose"
+                else f"{ms(per_step)} of pageable copying per step goes")
+    else:
+        return None
+    if now - step <= 0:
+        return None
+    return {"step_ns": int(step), "saving_ns": int(now - step), "basis": what}
