@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from test_run import SCRIPTS, SLOW, ready, step_ranges  # noqa: F401  (ready: the nsys/torch/nvtx fixture)
+from test_run import SCRIPTS, SLOW, WAIT, ranges_by_pid, ready, step_ranges  # noqa: F401  (ready: the nsys/torch/nvtx fixture)
 
 from nvtx_autotrace import auto_window
 
@@ -102,7 +102,10 @@ def test_a_loop_without_training_steps_gets_a_time_window_then_is_stopped(ready,
         span = db.execute("SELECT max(end) - min(start) FROM NVTX_EVENTS WHERE end IS NOT NULL").fetchone()[0]
     assert auto_window.MAX_SECONDS - 1 <= span / 1e9 <= auto_window.MAX_SECONDS + 5
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["steps"]["source"] != "nvtx" and summary["findings"]  # steps inferred, an answer given
+    assert (summary["steps"] or {}).get("source") != "nvtx"  # no step ranges: inferred (or none on a noisy host)
+    # the answer covers the window's batch waits: as many as plain SQL counts in the export
+    waits = ranges_by_pid(tmp_path / "out" / "report.sqlite", WAIT)
+    assert sum(waits.values()) > 100 and summary["dataloader"]["loaders"][0]["waits"] == sum(waits.values())
 
 
 def test_torchrun_ranks_use_the_same_fixed_window_and_all_stop(ready, tmp_path):  # noqa: F811
