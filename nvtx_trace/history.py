@@ -61,12 +61,18 @@ def resolve_path(option: Path | None = None, disabled: bool = False, environ=os.
 
 def script_key(target: list[str], mode: str, cwd: Path) -> str:
     """What "the same script" means: its absolute path, ``-m module`` (with the folder it runs in), or the
-    command with its .py arguments made absolute."""
+    command up to its first .py argument, made absolute (``torchrun --nproc_per_node=2 /abs/train.py``: the
+    script's own arguments may change between runs, as they do for a script)."""
     if mode == "script":
         return str((cwd / target[0]).resolve())
     if mode == "module":
         return f"-m {target[0]} @ {cwd}"
-    words = [str((cwd / a).resolve()) if a.endswith(".py") and (cwd / a).is_file() else a for a in target]
+    words = []
+    for word in target:
+        if word.endswith(".py") and (cwd / word).is_file():
+            words.append(str((cwd / word).resolve()))
+            break
+        words.append(word)
     return shlex.join(words)
 
 

@@ -162,3 +162,12 @@ def test_the_documented_tables_are_the_written_ones(tmp_path):
     findings_text = doc.split("Table `findings`", 1)[1].split("`nvtx-trace history --json`", 1)[0]
     named = {m for m in re.findall(r"`([a-z_]+)`", findings_text)}
     assert written["findings"] <= named
+
+
+def test_the_same_script_is_its_path_its_module_and_folder_or_its_command_up_to_the_script(tmp_path):
+    (tmp_path / "train.py").write_text("")
+    assert history.script_key(["train.py", "--lr", "1"], "script", tmp_path) == str(tmp_path / "train.py")
+    assert history.script_key(["pkg.train", "--lr", "1"], "module", tmp_path) == f"-m pkg.train @ {tmp_path}"
+    one = history.script_key(["torchrun", "--nproc_per_node=2", "train.py", "--lr", "1"], "command", tmp_path)
+    two = history.script_key(["torchrun", "--nproc_per_node=2", "train.py", "--lr", "2"], "command", tmp_path)
+    assert one == two == f"torchrun --nproc_per_node=2 {tmp_path / 'train.py'}"
