@@ -11,7 +11,7 @@ the tool's own estimate of its cost (summary.json ``instrumentation``). Prints
 figures; asserts nothing.
 
 Configurations: ``plain`` (python), ``nsys`` (`nvtx-trace run --no-autotrace`:
-the same nsys flags, no ranges of ours), ``tool`` (`nvtx-trace run`, default),
+the same nsys flags, no ranges of ours), ``tool`` (`nvtx-trace run --full`: the whole program),
 ``autograd-nvtx`` (nsys's own ``--pytorch=autograd-nvtx``, where supported).
 """
 
@@ -46,7 +46,7 @@ def command(config: str, program: list[str], out: Path, nsys: str | None) -> lis
     script = [str(HERE / "programs" / program[0]), *program[1:]]
     if config == "plain":
         return [sys.executable, *script]
-    run = [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(out), "-f"]
+    run = [sys.executable, "-m", "nvtx_trace.cli", "run", "--full", "--out", str(out), "-f"]  # whole program
     if nsys:
         run += ["--nsys", nsys]
     if config == "nsys":

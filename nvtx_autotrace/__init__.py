@@ -155,3 +155,11 @@ if os.environ.get("NVTX_AUTOTRACE_CAPTURE"):  # capture window (nvtx-trace run -
         _capture.install()
     except ValueError as exc:
         _registry.warn_once("capture", f"no capture window: {exc}")
+
+if os.environ.get("NVTX_AUTOTRACE_AUTO_WINDOW"):  # default window of nvtx-trace run (no --steps, no --full)
+    from nvtx_autotrace import auto_window as _auto_window
+
+    try:
+        _auto_window.install()
+    except ValueError as exc:
+        _registry.warn_once("capture", f"no capture window: {exc}")

@@ -51,6 +51,10 @@ CAPTURE_ENV = "NVTX_AUTOTRACE_CAPTURE"
 CAPTURE_DOMAIN = "nvtx-trace"
 CAPTURE_RANGE = "capture"
 NSYS_NVTX_CAPTURE = f"{CAPTURE_RANGE}@{CAPTURE_DOMAIN}"  # nsys's --nvtx-capture value for that range
+# The default window (nvtx-trace run without --steps or --full): the variable that arms
+# nvtx_autotrace.auto_window, and the file where it appends its decisions for the runner.
+AUTO_WINDOW_ENV = "NVTX_AUTOTRACE_AUTO_WINDOW"
+WINDOW_FILE_ENV = "NVTX_AUTOTRACE_WINDOW_FILE"
 
 
 def step(index: int) -> str:

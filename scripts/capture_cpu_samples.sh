@@ -14,6 +14,6 @@ work=${1:-$(mktemp -d)}
 mkdir -p "$work"
 out="$work/cpu_slow_loader"
 rm -rf "$out"
-nvtx-trace run --out "$out" --trace nvtx "$root/tests/scripts/slow_loader_train.py" --steps 12
+nvtx-trace run --full --out "$out" --trace nvtx "$root/tests/scripts/slow_loader_train.py" --steps 12
 nvtx-trace redact "$out/report.sqlite" -o "$root/sample_reports/cpu_slow_loader.sqlite" --force
 ls -la "$out" "$root/sample_reports/cpu_slow_loader.sqlite"

@@ -15,7 +15,7 @@ out=${1:?usage: capture_gpu_samples.sh OUTDIR}
 nsys=${NSYS:-nsys}
 mkdir -p "$out"
 for variant in flawed fixed; do
-  python3 -m nvtx_trace.cli run --nsys "$nsys" -t cuda,nvtx,cudnn,cublas --out "$out/run_$variant" --force \
+  python3 -m nvtx_trace.cli run --full --nsys "$nsys" -t cuda,nvtx,cudnn,cublas --out "$out/run_$variant" --force \
       examples/resnet_train.py --variant "$variant" --steps 30
   name="$out/resnet_${variant}_user"
   "$nsys" profile -f true -o "$name" -t cuda,nvtx,cudnn,cublas -s none --cpuctxsw none \
@@ -24,7 +24,7 @@ for variant in flawed fixed; do
   "$nsys" export --type sqlite -f true -o "$name.sqlite" "$name.nsys-rep"
 done
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-  python3 -m nvtx_trace.cli run --nsys "$nsys" -t cuda,nvtx,cudnn,cublas --out "$out/run_ddp_flawed" --force \
+  python3 -m nvtx_trace.cli run --full --nsys "$nsys" -t cuda,nvtx,cudnn,cublas --out "$out/run_ddp_flawed" --force \
       -- torchrun --nproc_per_node=2 examples/resnet_train.py --variant flawed --steps 30
 fi
 ls -la "$out"

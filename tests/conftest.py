@@ -37,6 +37,19 @@ def installed_nsys():
         need("Nsight Systems (nsys)", False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_history(tmp_path_factory):
+    """No test touches the user's run history: every run (and its subprocesses) records into a temporary one."""
+    old = os.environ.get("NVTX_TRACE_HISTORY")
+    path = tmp_path_factory.mktemp("history") / "history.db"
+    os.environ["NVTX_TRACE_HISTORY"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("NVTX_TRACE_HISTORY", None)
+    else:
+        os.environ["NVTX_TRACE_HISTORY"] = old
+
+
 @pytest.fixture
 def nsys_path() -> str:
     path = os.environ.get("NSYS") or shutil.which("nsys")
@@ -114,9 +127,10 @@ def ctrl_c_when(child: subprocess.Popen, marker: str, timeout: float) -> tuple[s
 
 # ---------------------------------------------------------------- markers, so that a unit loop needs no name lists
 # (README, "Development": python -m pytest -q -m "not slow" runs in well under 20 s on 2 cores)
-NSYS_MODULES = {"test_run", "test_run_faults", "test_run_output", "test_autotrace_nsys", "test_nsys", "test_doctor"}
+NSYS_MODULES = {"test_run", "test_run_faults", "test_run_output", "test_autotrace_nsys", "test_nsys", "test_doctor",
+                "test_history_run", "test_default_window"}
 TORCH_MODULES = {"test_autotrace", "test_autotrace_budget", "test_autotrace_nsys", "test_run", "test_run_faults",
-                 "test_gpu_autotrace_samples"}
+                 "test_gpu_autotrace_samples", "test_history_run", "test_default_window"}
 SLOW_MODULES = NSYS_MODULES | {  # each spawns CLI or training processes, or trains, per test
     "test_bad_input", "test_autotrace", "test_autotrace_budget", "test_gpu_autotrace_samples", "test_redact",
     "test_json_and_imports"}

@@ -80,10 +80,11 @@ def step_ranges(db: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def slow_run(ready, tmp_path_factory):
-    """nvtx-trace run with the default options on a loop that waits for a slow dataset."""
+    """nvtx-trace run --full (the whole run, otherwise the default options) on a loop that waits for a slow
+    dataset; the default window has its own tests (test_default_window.py)."""
     work = tmp_path_factory.mktemp("slow")
     t0 = time.monotonic()
-    proc = cli([str(SLOW), "--steps", "12"], cwd=work)
+    proc = cli(["--full", str(SLOW), "--steps", "12"], cwd=work)
     runs = list((work / runner.DEFAULT_OUT_ROOT).glob("slow_loader_train-*"))
     return proc, runs, time.monotonic() - t0
 
@@ -153,7 +154,7 @@ def test_report_is_analyzed_without_gpu_analyses(slow_run):
 @pytest.fixture(scope="module")
 def crashed_run(ready, tmp_path_factory):
     work = tmp_path_factory.mktemp("crash")
-    proc = cli(["--out", "out", "--trace", "nvtx", str(SLOW), "--raise-at", "5"], cwd=work)
+    proc = cli(["--out", "out", "--trace", "nvtx", "--full", str(SLOW), "--raise-at", "5"], cwd=work)
     return proc, work / "out"
 
 
@@ -255,7 +256,7 @@ def test_profiler_cost_is_measured_against_the_steps_just_before_the_window(wind
 def interrupted_run(ready, tmp_path_factory):
     work = tmp_path_factory.mktemp("ctrlc")
     child = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx",
-                              str(SLOW), "--steps", "3000"], cwd=work, text=True, stdin=subprocess.DEVNULL,
+                              "--full", str(SLOW), "--steps", "3000"], cwd=work, text=True, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     out, err = ctrl_c_when(child, "step 15 ", timeout=240)
     return child.returncode, out, err, work / "out"
@@ -281,7 +282,7 @@ def torchrun_run(ready, tmp_path_factory):
     need("torchrun", shutil.which("torchrun") is not None)
     work = tmp_path_factory.mktemp("torchrun")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = cli(["--out", "out", "--trace", "nvtx", "--", "torchrun", "--nproc_per_node=2",
+    proc = cli(["--out", "out", "--trace", "nvtx", "--full", "--", "torchrun", "--nproc_per_node=2",
                 str(SCRIPTS / "ddp_train.py")], cwd=work, env=env)
     return proc, work / "out"
 

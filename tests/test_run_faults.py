@@ -41,7 +41,7 @@ def importlib_ok(name: str) -> bool:
 
 def start_run(work: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx",
-                             *extra, str(SLOW), "--steps", "3000"], cwd=work, text=True, stdin=subprocess.DEVNULL,
+                             "--full", *extra, str(SLOW), "--steps", "3000"], cwd=work, text=True, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -119,7 +119,7 @@ def test_export_stopped_by_the_file_size_limit_says_so_and_keeps_the_report(read
     """`ulimit -f` stands in for a full disk: the export dies of SIGXFSZ half-way."""
     source = tmp_path / "made"
     proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(source), "--trace", "nvtx",
-                           str(SLOW), "--steps", "20"], cwd=tmp_path, capture_output=True, text=True)
+                           "--full", str(SLOW), "--steps", "20"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rep = tmp_path / "r.nsys-rep"
     shutil.copy(source / "report.nsys-rep", rep)

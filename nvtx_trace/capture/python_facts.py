@@ -1,4 +1,5 @@
-"""What a Python has for ``nvtx-trace run``: nvtx, nvtx_autotrace, torch and whether it is a CUDA build.
+"""What a Python has for ``nvtx-trace run``: nvtx, nvtx_autotrace, torch (its version, whether it is a CUDA
+build and for which CUDA).
 
 Standard library only: ``target_python.probe`` runs this file's text with the interpreter that
 will run the user's program (which may not have nvtx-trace), and reads the one JSON line it
@@ -11,6 +12,7 @@ import importlib.metadata as md
 import importlib.util
 import json
 import os
+import re
 import sys
 
 
@@ -21,6 +23,26 @@ def torch_has_cuda(spec) -> bool:
     return bool(glob.glob(os.path.join(list(spec.submodule_search_locations)[0], "lib", "libtorch_cuda*")))
 
 
+def torch_versions(spec):
+    """(torch.__version__, the CUDA it was built for) from torch/version.py, read as text: no import.
+
+    No annotations with ``X | None`` here: this file runs in the target Python, which may predate 3.10.
+    """
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    try:
+        with open(os.path.join(list(spec.submodule_search_locations)[0], "version.py")) as fh:
+            text = fh.read()
+    except OSError:
+        return None, None
+
+    def value(name):
+        match = re.search(rf"^{name}\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        return match.group(1) if match else None
+
+    return value("__version__"), value("cuda")
+
+
 def facts(import_torch: bool = False) -> dict:
     info = {"python": sys.version.split()[0]}
     for package in ("nvtx", "torch"):
@@ -29,7 +51,10 @@ def facts(import_torch: bool = False) -> dict:
         except md.PackageNotFoundError:
             info[package] = None
     info["autotrace"] = importlib.util.find_spec("nvtx_autotrace") is not None
-    info["torch_cuda"] = torch_has_cuda(importlib.util.find_spec("torch"))
+    torch_spec = importlib.util.find_spec("torch")
+    info["torch_cuda"] = torch_has_cuda(torch_spec)
+    version, info["cuda_version"] = torch_versions(torch_spec)  # cuda_version: None for a CPU build
+    info["torch"] = version or info["torch"]  # what torch.__version__ says, else the package's metadata
     if import_torch and info["torch"]:
         try:
             import torch

@@ -20,8 +20,8 @@ _PROGRAM = Path(python_facts.__file__).read_text()
 def probe(python: str, import_torch: bool = False, timeout: float = 60) -> dict:
     """``python_facts.facts`` as ``python`` sees them; ``{"error": why}`` when it does not run.
 
-    Keys: python, nvtx, torch (versions or None), autotrace, torch_cuda (bools); with
-    ``import_torch`` also cuda, cuda_version, gpus, or torch_error.
+    Keys: python, nvtx, torch, cuda_version (the CUDA torch was built for; versions or None),
+    autotrace, torch_cuda (bools); with ``import_torch`` also cuda (available), gpus, or torch_error.
     """
     if not import_torch and os.path.realpath(python) == os.path.realpath(sys.executable):
         return python_facts.facts()  # the same answer, without starting an interpreter

@@ -76,7 +76,7 @@ def _register() -> None:
     from nvtx_trace.cli import analyze
 
     app.command("analyze")(analyze.analyze)
-    for verb in ("run", "diff", "redact", "doctor"):
+    for verb in ("run", "diff", "history", "redact", "doctor"):
         try:
             module = __import__(f"nvtx_trace.cli.{verb}", fromlist=[verb])
         except ModuleNotFoundError as exc:

@@ -32,6 +32,9 @@ def run(
     steps: Optional[int] = typer.Option(None, "--steps", help="Capture window: number of steps to profile."),
     keep_running: bool = typer.Option(
         False, "--keep-running", help="After the window, let the program run to its end (default: stop it there)."),
+    full: bool = typer.Option(
+        False, "--full", help="Profile the whole run (default: a window the program picks after warm-up, "
+                              "then it is stopped; see docs/run.md)."),
     capture_mode: str = typer.Option(
         "auto", "--capture-mode",
         help="How the window is cut: cuda (cudaProfilerApi), nvtx, or auto (cuda when the program's torch has "
@@ -52,24 +55,34 @@ def run(
     min_gap_ms: float = typer.Option(1.0, "--min-gap-ms", help="Smallest GPU idle gap to report, in ms."),
     html_max_points: int = typer.Option(
         20_000, "--html-max-points", help="Drawing budget of summary.html; bigger traces are aggregated."),
+    history_path: Optional[Path] = typer.Option(
+        None, "--history", help="Run history database (default: $NVTX_TRACE_HISTORY, else the platform's data "
+                                "folder; see nvtx-trace history)."),
+    no_history: bool = typer.Option(False, "--no-history", help="Record nothing in the run history."),
 ) -> int:
     """Profile a training script under Nsight Systems with automatic NVTX ranges, then
     print why the GPU idles and write report.nsys-rep, report.sqlite, summary.json and
     summary.html into a fresh folder (nsys's own messages go to nsys.log there; the
     program's output comes through unchanged). nvtx-trace exits with the program's exit code.
+    By default the program picks its window: after warm-up (once the step pace settles), at least 20
+    steps and 5 s, then it is stopped; --full profiles the whole run, --warmup-steps/--steps a fixed window.
 
-    Examples: nvtx-trace run train.py --epochs 1 |
+    Examples: nvtx-trace run train.py --epochs 1 | nvtx-trace run --full train.py |
     nvtx-trace run --warmup-steps 10 --steps 20 -m mypkg.train |
     nvtx-trace run -- torchrun --nproc_per_node=2 train.py
     """
+    import time
+
     from rich.console import Console
 
-    from nvtx_trace import runner
+    from nvtx_trace import history, runner
 
+    began = time.time()
     err = Console(stderr=True, highlight=False)
+    history_db = history.resolve_path(history_path, disabled=no_history)
     opts = runner.RunOptions(
         target=list(target or []), module=module, python=python, autotrace=not no_autotrace,
-        warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode, keep_running=keep_running,
+        warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode, keep_running=keep_running, full=full,
         trace=[t for t in trace.split(",") if t] if trace else None,
         nsys_args=shlex.split(nsys_args) if nsys_args else [], out=out, force=force, nsys=nsys,
         min_gap_ms=min_gap_ms, html_max_points=html_max_points, autotrace_depth=autotrace_depth,
@@ -87,6 +100,11 @@ def run(
     finally:
         progress.stop()
     _report(result, err)
+    change, warning = history.after_run(result, history_db, began)
+    if warning:
+        err.print(f"nvtx-trace: warning: {warning}", soft_wrap=True, markup=False)
+    if change:
+        err.print(f"nvtx-trace: {change}", soft_wrap=True, markup=False)
     if result.exit_code != 0:
         return result.exit_code
     return result.error.exit_code if result.error else 0
@@ -126,6 +144,8 @@ def _report(result, err) -> None:
     prof = result.profile
     if result.analysis is not None:
         text.render(result.analysis, Console())
+    if result.window is not None and result.window.line not in result.problems:
+        err.print(f"nvtx-trace: {result.window.line}", soft_wrap=True, markup=False)
     for problem in result.problems:
         err.print(f"[red]nvtx-trace: {problem}[/red]")
     for path in result.written:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from nvtx_trace import default_window
 from nvtx_trace.capture.export import export_sqlite
 from nvtx_trace.capture.nsys_log import NsysLog
 from nvtx_trace.capture.processes import group_members
@@ -34,6 +35,7 @@ class RunResult:
     written: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # stages that failed, one line each
     error: NvtxTraceError | None = None  # the first stage failure, for the exit code when the program succeeded
+    window: default_window.Outcome | None = None  # the default window: which steps were profiled and why
 
 
 def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
@@ -41,7 +43,14 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     release = claim_folder(plan.out_dir)
     try:
-        return _execute(plan, progress)
+        result = _execute(plan, progress)
+        if result.window and result.window.ended_in_warmup:  # nothing captured, and a program that short
+            notice, window = default_window.ran_again(result.window)  # costs little to profile in full
+            if progress:
+                progress(notice)
+            result = _execute(default_window.full_plan(plan), progress)
+            result.window = window
+        return result
     finally:
         release()
 
@@ -51,12 +60,15 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     log = NsysLog(plan.log)
     prof = profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
                    progress=progress, log=log)
+    window = default_window.outcome(plan.window_file, prof.returncode)
+    if window and not window.opened and prof.rep is None:
+        prof.problem = window.line
     code = _exit_code(prof)
     if code is None:  # nsys was killed before writing a report
         result = RunResult(plan=plan, exit_code=0, profile=prof)
         _fail(result, NsysFailedError(_nsys_killed(prof)))
         return result
-    result = RunResult(plan=plan, exit_code=code, profile=prof)
+    result = RunResult(plan=plan, exit_code=code, profile=prof, window=window)
     if prof.rep is None:
         _fail(result, NsysFailedError(prof.problem or "nsys produced no report"))
         return result
@@ -75,7 +87,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
 
     try:
         result.analysis = analyze(result.sqlite, min_gap_ms=opts.min_gap_ms,
-                                  warmup_steps=0 if plan.capture_window else None)
+                                  warmup_steps=0 if plan.capture_window or (window and window.stepped) else None)
     except NvtxTraceError as exc:
         _fail(result, exc)
         return result

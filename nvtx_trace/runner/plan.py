@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from nvtx_trace import names
+from nvtx_trace import default_window, names
 from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.capture import INJECT_DIR, target_python
 from nvtx_trace.capture.locate import Nsys, find_nsys, nvtx_problem, pick_traces, supported_options
@@ -49,6 +49,7 @@ class RunOptions:
     steps: int | None = None  # capture window: number of steps profiled
     capture_mode: str = "auto"  # auto | cuda | nvtx
     keep_running: bool = False  # after a capture window, let the program run on (default: stop it)
+    full: bool = False  # profile the whole run (default without --steps: a window chosen after warm-up)
     trace: list[str] | None = None  # -t list (default: TRAINING_TRACES this nsys supports)
     nsys_args: list[str] = field(default_factory=list)  # extra `nsys profile` options, verbatim
     out: Path | None = None  # the run's folder (default: ./nvtx-trace-out/<name>-<time>)
@@ -78,6 +79,7 @@ class Plan:
     capture_window: tuple[int, int] | None = None
     site_dir: Path | None = None  # the sitecustomize folder put on PYTHONPATH (command mode)
     options: RunOptions | None = None
+    window_file: Path | None = None  # the default window's decisions (nvtx_trace.default_window)
 
     @property
     def stem(self) -> Path:
@@ -182,6 +184,8 @@ def _check_request(opts: RunOptions) -> None:
     if opts.capture_mode not in CAPTURE_MODES:
         raise UsageError(f"--capture-mode must be one of {', '.join(CAPTURE_MODES)}")
     check_analysis_options(opts.min_gap_ms)
+    if opts.full and opts.steps is not None:
+        raise UsageError("--full profiles everything: drop --warmup-steps/--steps, or --full")
     if opts.steps is not None and not opts.autotrace:
         raise UsageError("--warmup-steps/--steps count steps with nvtx_autotrace; drop --no-autotrace")
 
@@ -226,15 +230,16 @@ def _program_argv(opts: RunOptions, mode: str, python: str) -> list[str]:
 
 
 def _capture_window(opts: RunOptions, probe: dict, trace: list[str], extra: list[str],
-                    env: dict[str, str]) -> str:
-    """Options and variables that cut the capture at step boundaries; what will be profiled, in words."""
-    if opts.steps is None:
-        return "the whole run"
+                    env: dict[str, str]) -> tuple[str, Path | None]:
+    """Options and variables that cut the capture at step boundaries: a fixed window (--steps) or the
+    default one the program picks after warm-up; (what will be profiled in words, the default window's
+    decisions file)."""
+    if opts.steps is None and not default_window.applies(opts):
+        return "the whole run", None
     cmode = opts.capture_mode
     if cmode == "auto":
         # cudaProfilerStart needs a GPU *and* a CUDA build of torch (a CPU wheel beside a driver is common)
         cmode = "cuda" if (_has_cuda_device() and probe.get("torch_cuda") and "cuda" in trace) else "nvtx"
-    last = opts.warmup_steps + opts.steps - 1
     if cmode == "cuda":
         extra += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
         how = "cudaProfilerStart/Stop"
@@ -244,9 +249,13 @@ def _capture_window(opts: RunOptions, probe: dict, trace: list[str], extra: list
         extra += ["--capture-range=nvtx", "--nvtx-capture", names.NSYS_NVTX_CAPTURE, "--capture-range-end=stop"]
         env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")
         how = f"an NVTX range {names.NSYS_NVTX_CAPTURE}"
+    if opts.steps is None:
+        window_file, capture = default_window.arm(env, cmode, opts.keep_running)
+        return capture, window_file
+    last = opts.warmup_steps + opts.steps - 1
     env[CAPTURE_ENV] = f"{opts.warmup_steps}:{opts.steps}:{cmode}" + ("" if opts.keep_running else ":exit")
     return (f"steps {opts.warmup_steps}-{last} only (started/stopped at step boundaries with {how})"
-            + ("" if opts.keep_running else "; the program is stopped after them (--keep-running: not)"))
+            + ("" if opts.keep_running else "; the program is stopped after them (--keep-running: not)")), None
 
 
 def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: float | None = None) -> Plan:
@@ -275,10 +284,10 @@ def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: floa
     extra = list(QUIET_OPTIONS)
     if "--trace-fork-before-exec" in supported or not supported:
         extra += ["--trace-fork-before-exec=true"]  # DataLoader workers are forked without exec
-    capture = _capture_window(opts, probe, trace, extra, env)
+    capture, window_file = _capture_window(opts, probe, trace, extra, env)
     extra += list(opts.nsys_args)
 
     out_dir = output_dir(opts, mode, now)
     return Plan(nsys=nsys, out_dir=out_dir, argv=argv, env=env, trace=trace, extra=extra, capture=capture,
                 mode=mode, notes=notes, capture_window=None if opts.steps is None else (opts.warmup_steps, opts.steps),
-                site_dir=site_dir, options=opts)
+                site_dir=site_dir, options=opts, window_file=window_file)

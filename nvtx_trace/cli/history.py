@@ -1,0 +1,67 @@
+"""`nvtx-trace history`: the runs recorded by `nvtx-trace run`, newest first."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def history(
+    script: Optional[str] = typer.Option(None, "--script", "-s", help="Only runs whose script contains this text."),
+    last: int = typer.Option(20, "--last", "-n", help="Show the newest N runs (0: all)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON (each with its findings)."),
+    path: Optional[Path] = typer.Option(
+        None, "--history", help="History database (default: $NVTX_TRACE_HISTORY, else the platform's data folder)."),
+) -> None:
+    """List the runs `nvtx-trace run` recorded: when, which script and commit, the steady step time,
+    GPU busy share and the findings of each, newest first.
+
+    Example: nvtx-trace history --script train.py --last 5
+    """
+    from rich.console import Console
+
+    from nvtx_trace import history as hist
+    from nvtx_trace.errors import UsageError
+
+    if last < 0:
+        raise UsageError("--last must be >= 0 (0: all runs)")
+    where = hist.resolve_path(path)
+    if where is None:
+        raise UsageError(f"the history is switched off (${hist.ENV}={os.environ.get(hist.ENV)!r}); "
+                         "give --history PATH")
+    runs = hist.query(where, script=script, last=last or None)
+    if json_out:
+        print(json.dumps({"history": str(where), "runs": runs}, indent=1))
+        return
+    console = Console()
+    if not runs:
+        what = f" of a script matching {script!r}" if script else ""
+        console.print(f"No runs{what} recorded in {where}", soft_wrap=True, markup=False)
+        return
+    _table(runs, where, console)
+
+
+def _table(runs: list[dict], where: Path, console) -> None:
+    """One line per run (greppable, whole at any terminal width): id, time, script, commit, step, busy, findings."""
+    console.print(f"{len(runs)} run(s) in {where}, newest first", soft_wrap=True, markup=False)
+    for run in runs:
+        commit = (run.get("git_commit") or "")[:8] + ("+dirty" if run.get("git_dirty") else "")
+        median, busy = run.get("step_ns_median"), run.get("gpu_busy_fraction")
+        kinds = ", ".join(f"{f['kind']} {f['impact_ns'] / 1e6:.3g} ms" if f.get("impact_ns") is not None
+                          else f["kind"] for f in run["findings"]) or "no findings"
+        parts = [f"#{run['id']}", str(run.get("started_at") or "")[:16].replace("T", " "),
+                 _short(run.get("script") or ""), *([commit] if commit else []),
+                 f"step median {median / 1e6:.4g} ms" if median else "no steps",
+                 f"GPU busy {busy:.0%}" if busy is not None else "GPU busy -", f"exit {run.get('exit_code')}:", kinds]
+        console.print("  ".join(parts), soft_wrap=True, markup=False, highlight=False)
+
+
+def _short(script: str) -> str:
+    """The script's file name, or the module/command as recorded."""
+    if script.startswith("/") and " " not in script:
+        return Path(script).name
+    return script

@@ -1,0 +1,124 @@
+"""The default of ``nvtx-trace run`` (no ``--warmup-steps/--steps``, no ``--full``): a capture window that
+the program picks itself after warm-up (nvtx_autotrace/auto_window.py says how and why), then the
+program is stopped, so that any script answers in minutes.
+
+The runner calls three things: :func:`arm` while planning, :func:`outcome` after nsys returns (the one
+line saying which steps were profiled and why), and :func:`full_plan` when the program ended before
+its window opened: nsys then wrote nothing, and a program that short is cheap to profile in full.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+from nvtx_trace import names
+
+AUTO_ENV = names.AUTO_WINDOW_ENV  # read by nvtx_autotrace.auto_window
+FILE_ENV = names.WINDOW_FILE_ENV
+
+
+@dataclasses.dataclass
+class Outcome:
+    line: str  # what was profiled and why, for the user
+    opened: bool  # a window was captured (steps or time)
+    stepped: bool  # the window starts at a step boundary (the analyzer need not skip warm-up)
+    ended_in_warmup: bool = False  # the program ended before any window opened
+
+
+def applies(opts) -> bool:
+    """The default window needs nvtx_autotrace's step counter and no explicit choice."""
+    return opts.steps is None and not getattr(opts, "full", False) and opts.autotrace
+
+
+def arm(env: dict, cmode: str, keep_running: bool) -> tuple[Path, str]:
+    """Set the program's variables; returns (the decisions file to read afterwards, what is profiled in words)."""
+    path = Path(tempfile.gettempdir()) / f"nvtx-trace-window-{os.getpid()}-{secrets.token_hex(6)}.jsonl"
+    env[AUTO_ENV] = cmode + ("" if keep_running else ":exit")
+    env[FILE_ENV] = str(path)
+    words = ("a window chosen after warm-up (the step pace settled; at least 20 steps and 5 s, at most about 20 s)"
+             + ("" if keep_running else ", then the program is stopped (--full: profile everything; "
+                                        "--keep-running: let it finish)"))
+    return path, words
+
+
+def _events(path: Path) -> list[dict]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    finally:
+        path.unlink(missing_ok=True)
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events
+
+
+def outcome(path: Path | None, exit_code: int) -> Outcome | None:
+    """What the program's window did, from its decisions (the lead process: rank 0, else the first)."""
+    if path is None:
+        return None
+    events = _events(path)
+    if not events:
+        return Outcome("no capture window was armed (the program never imported torch with nvtx_autotrace): "
+                       "nothing was profiled; nvtx-trace run --full profiles the whole run", False, False)
+    lead = next((e["pid"] for e in events if e.get("rank") == "0"),
+                next((e["pid"] for e in events if e["event"] == "opened"), events[0]["pid"]))
+    mine = {e["event"]: e for e in events if e["pid"] == lead}
+    opened, closed, ended = mine.get("opened"), mine.get("closed"), mine.get("ended")
+    if opened is None:
+        steps = ended.get("steps") if ended else None
+        at = f", {ended['at_s']:.1f} s" if ended and ended.get("at_s") is not None else ""
+        if exit_code == 0:
+            return Outcome(f"the program ended after {steps} step(s){at}, during warm-up, before the default window "
+                           "opened: it runs again, profiled in full (--full)", False, False, ended_in_warmup=True)
+        status = f"status {exit_code}" if exit_code >= 0 else f"signal {-exit_code}"
+        return Outcome(f"the program ended ({status}) after {steps} step(s){at}, before the default window "
+                       "opened: nothing was profiled; nvtx-trace run --full profiles the whole run", False, False)
+    if opened.get("step") is None:
+        span = f"{closed['seconds']:.0f} s" if closed else "until the program ended"
+        return Outcome(f"profiled {span} from {opened['at_s']:.0f} s after start: {opened['why']}; steps are "
+                       "inferred from the rhythm of the work", True, False)
+    first = opened["step"]
+    if closed:
+        last = closed["step"] - 1
+        tail = "; the program was stopped after them" if closed.get("stopping") else ""
+        return Outcome(f"profiled steps {first}-{last} ({closed['steps']} steps, {closed['seconds']:.1f} s) after "
+                       f"{first} warm-up steps: {opened['why']}{tail}", True, True)
+    last = f"-{ended['steps'] - 1}" if ended and ended.get("steps") else ""
+    return Outcome(f"profiled steps {first}{last} (to the program's end) after {first} warm-up steps: "
+                   f"{opened['why']}", True, True)
+
+
+def ran_again(outcome: Outcome) -> tuple[str, Outcome]:
+    """(the notice before the second run, the outcome that the report then states) for a program that ended
+    during warm-up."""
+    before = outcome.line
+    after = outcome.line.replace("it runs again, profiled in full (--full)", "so it was run again, profiled in full "
+                                 "(--full)")
+    return before, dataclasses.replace(outcome, line=after, ended_in_warmup=False)
+
+
+def full_plan(plan):
+    """The same run without the default window: nsys options and variables as ``--full`` plans them."""
+    env = {k: v for k, v in plan.env.items() if k not in (AUTO_ENV, FILE_ENV)}
+    extra, skip = [], False
+    for item in plan.extra:
+        if skip:
+            skip = False
+            continue
+        if item == "--nvtx-capture":
+            skip = True
+            continue
+        if item.startswith("--capture-range"):
+            continue
+        extra.append(item)
+    return dataclasses.replace(plan, env=env, extra=extra, capture="the whole run", window_file=None)

@@ -1,0 +1,173 @@
+"""Run history, without nsys: where the database lives, what a row holds, what the change line says, and a
+history that cannot be written (read-only folder, a file that is no database) warns in one line, never fails.
+
+The rows come from the real summaries of the shipped samples (tests/golden/*.json are their summary.json);
+the real `nvtx-trace run` twice is in test_history_run.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from nvtx_trace import history, runner
+from nvtx_trace.cli import main as cli_main
+
+GOLDEN = ROOT / "tests" / "golden"
+SCRIPT = ROOT / "tests" / "scripts" / "slow_loader_train.py"
+
+
+def summary(name: str) -> dict:
+    return json.loads((GOLDEN / f"{name}.json").read_text())
+
+
+def finished(out_dir: Path, name: str | None, exit_code: int = 0) -> runner.RunResult:
+    """A run as the runner returns it: the plan for SCRIPT, its summary.json written (a sample's) or not."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plan = runner.Plan(nsys=None, out_dir=out_dir, argv=[sys.executable, "-m", "nvtx_autotrace", str(SCRIPT)],
+                       env={}, trace=["nvtx"], extra=[], capture="the whole run", mode="script",
+                       options=runner.RunOptions(target=[str(SCRIPT), "--steps", "12"]))
+    result = runner.RunResult(plan=plan, exit_code=exit_code)
+    if name:
+        (out_dir / "summary.json").write_text(json.dumps(summary(name)))
+        result.written.append(out_dir / "summary.json")
+    return result
+
+
+def test_location_follows_the_platform_and_can_be_overridden_or_switched_off(tmp_path):
+    home = {"HOME": "/home/u"}
+    assert history.default_path(home, "linux") == Path("/home/u/.local/share/nvtx-trace/history.db")
+    assert history.default_path({**home, "XDG_DATA_HOME": "/x"}, "linux") == Path("/x/nvtx-trace/history.db")
+    assert history.default_path(home, "darwin") == Path("/home/u/Library/Application Support/nvtx-trace/history.db")
+    assert history.default_path({**home, "LOCALAPPDATA": "C:/L"}, "win32") == Path("C:/L/nvtx-trace/history.db")
+    env = {**home, history.ENV: str(tmp_path / "h.db")}
+    assert history.resolve_path(None, environ=env) == tmp_path / "h.db"
+    assert history.resolve_path(tmp_path / "o.db", environ=env) == tmp_path / "o.db"  # --history wins
+    assert history.resolve_path(tmp_path / "o.db", disabled=True, environ=env) is None  # --no-history
+    assert history.resolve_path(None, environ={**home, history.ENV: "off"}) is None
+
+
+def test_the_test_session_never_writes_the_real_history(private_history):
+    assert os.environ[history.ENV] == str(private_history)
+    assert history.resolve_path() == private_history
+
+
+def test_a_row_holds_the_run_and_its_findings_as_the_summary_says(tmp_path):
+    db = tmp_path / "h.db"
+    result = finished(tmp_path / "run1", "cpu_slow_loader")
+    change, warning = history.after_run(result, db, started=1_000.0)
+    assert (change, warning) == (None, None)  # the first run of this script: nothing to compare with
+    [run] = history.query(db)
+    want = summary("cpu_slow_loader")
+    assert run["script"] == str(SCRIPT.resolve()) and run["args"] == ["--steps", "12"]
+    assert run["step_ns_median"] == want["steps"]["summary"]["step_ns_median"]
+    assert run["step_ns_mean"] == want["steps"]["summary"]["step_ns_mean"]
+    assert run["knobs"] == {"num_workers": want["dataloader"]["loaders"][0]["workers"]} == {"num_workers": 2}
+    assert [(f["kind"], f["impact_ns"]) for f in run["findings"]] == [(f["kind"], f["impact_ns"])
+                                                                      for f in want["findings"]]
+    assert run["out_dir"] == str(tmp_path / "run1") and run["exit_code"] == 0
+    assert run["torch_version"] and run["torch_version"].startswith("2.")  # this interpreter's torch, read not imported
+    # the same row, by plain SQL on the file (the documented tables)
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT script, step_ns_median FROM runs").fetchall() == [
+            (str(SCRIPT.resolve()), want["steps"]["summary"]["step_ns_median"])]
+        assert con.execute("SELECT count(*) FROM findings WHERE run_id = 1").fetchone()[0] == len(want["findings"])
+
+
+def test_the_next_run_of_the_same_script_prints_what_changed(tmp_path):
+    db = tmp_path / "h.db"
+    history.after_run(finished(tmp_path / "a", "resnet50_2workers_h100"), db, started=1_000.0)
+    change, warning = history.after_run(finished(tmp_path / "b", "resnet50_8workers_h100"), db, started=2_000.0)
+    assert warning is None and change is not None and "\n" not in change
+    before, after = summary("resnet50_2workers_h100"), summary("resnet50_8workers_h100")
+    from nvtx_trace.diff import compare
+
+    diff = compare(before, after)  # the documented diff of the two summaries: the line must say the same
+    stat = diff["step_statistic"]
+    b_ns, a_ns = before["steps"]["summary"][f"step_ns_{stat}"], after["steps"]["summary"][f"step_ns_{stat}"]
+    assert f"step {b_ns / 1e6:.3g} ms -> {a_ns / 1e6:.3g} ms ({(a_ns - b_ns) / b_ns:+.0%}, {stat})" in change
+    resolved = [f["kind"] for f in diff["findings"] if f["status"] == "resolved"]
+    assert resolved and f"resolved: {', '.join(resolved)}" in change
+    assert str(tmp_path / "a") in change  # where the earlier run's outputs are
+    assert len(history.query(db)) == 2 and len(history.query(db, last=1)) == 1
+    assert history.query(db, script="no-such-script") == []
+
+
+def test_a_history_that_cannot_be_written_is_one_warning_not_a_failure(tmp_path):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    before = garbage.read_bytes()
+    change, warning = history.after_run(finished(tmp_path / "r", "cpu_slow_loader"), garbage, started=1.0)
+    assert change is None and "not a usable SQLite database" in warning and "\n" not in warning
+    assert garbage.read_bytes() == before  # never modified
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user who may write a read-only folder (root)")
+        change, warning = history.after_run(finished(tmp_path / "r2", None), locked / "h.db", started=1.0)
+        assert change is None and warning and "--no-history" in warning
+    finally:
+        locked.chmod(0o700)
+
+
+def test_a_read_only_history_folder_as_root_is_one_warning(tmp_path):
+    """Root writes read-only folders; a path under a file fails for every user alike."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    change, warning = history.after_run(finished(tmp_path / "r", "cpu_slow_loader"), blocker / "h.db", started=1.0)
+    assert change is None and warning.startswith(f"history {blocker / 'h.db'}") and "\n" not in warning
+
+
+def test_history_verb_lists_filters_and_prints_json(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    history.after_run(finished(tmp_path / "a", "cpu_slow_loader"), db, started=1_000.0)
+    history.after_run(finished(tmp_path / "b", "cpu_slow_loader", exit_code=3), db, started=2_000.0)
+    assert cli_main(["history", "--history", str(db), "--json", "--last", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in data["runs"]] == [2] and data["runs"][0]["exit_code"] == 3
+    assert cli_main(["history", "--history", str(db), "--script", "slow_loader"]) == 0
+    out = capsys.readouterr().out
+    assert "2 run(s)" in out and "slow_loader_train.py" in out and "dataloader_stall" in out
+    assert cli_main(["history", "--history", str(tmp_path / "none.db")]) == 0
+    assert "No runs recorded" in capsys.readouterr().out
+    garbage = tmp_path / "g.db"
+    garbage.write_bytes(b"x" * 4096)
+    assert cli_main(["history", "--history", str(garbage)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("nvtx-trace: error: history") and "not a usable" in err[0]
+
+
+def test_the_documented_tables_are_the_written_ones(tmp_path):
+    """docs/json-schema.md, "Run history", names exactly the columns a run writes."""
+    import re
+
+    db = tmp_path / "h.db"
+    history.after_run(finished(tmp_path / "a", "resnet_flawed"), db, started=1.0)
+    with sqlite3.connect(db) as con:
+        written = {t: {r[1] for r in con.execute(f"PRAGMA table_info({t})")} for t in ("runs", "findings")}
+    doc = (ROOT / "docs" / "json-schema.md").read_text().split("## Run history", 1)[1]
+    runs_table = doc.split("Table `runs`", 1)[1].split("Table `findings`", 1)[0]
+    documented = set()
+    for line in runs_table.splitlines():
+        if line.startswith("| `"):
+            documented |= set(re.findall(r"`([a-z_]+)`", line.split("|")[1]))
+    assert documented == written["runs"]
+    findings_text = doc.split("Table `findings`", 1)[1].split("`nvtx-trace history --json`", 1)[0]
+    named = {m for m in re.findall(r"`([a-z_]+)`", findings_text)}
+    assert written["findings"] <= named
+
+
+def test_the_same_script_is_its_path_its_module_and_folder_or_its_command_up_to_the_script(tmp_path):
+    (tmp_path / "train.py").write_text("")
+    assert history.script_key(["train.py", "--lr", "1"], "script", tmp_path) == str(tmp_path / "train.py")
+    assert history.script_key(["pkg.train", "--lr", "1"], "module", tmp_path) == f"-m pkg.train @ {tmp_path}"
+    one = history.script_key(["torchrun", "--nproc_per_node=2", "train.py", "--lr", "1"], "command", tmp_path)
+    two = history.script_key(["torchrun", "--nproc_per_node=2", "train.py", "--lr", "2"], "command", tmp_path)
+    assert one == two == f"torchrun --nproc_per_node=2 {tmp_path / 'train.py'}"
