@@ -1,0 +1,70 @@
+"""Real two-GPU DDP captures (two H200s, NCCL; sample_reports/README.md, scripts/capture_ddp_samples.sh):
+a balanced run, a run whose rank 1 loads data 6x slower (one report for the node), and the same straggler
+program captured as one report per rank. The straggler's GPU, rank and impact are checked against plain
+SQL over the NCCL kernels; the balanced run must have no straggler finding.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from conftest import SAMPLES
+from rank_files import ddp_rank_groups, split_by_process
+
+from nvtx_trace.analyzer import analyze
+
+BALANCED = SAMPLES / "ddp_balanced_h200x2.sqlite"
+STRAGGLER = SAMPLES / "ddp_straggler_h200x2.sqlite"
+PER_RANK = [SAMPLES / "ddp_straggler_rank0_h200x2.sqlite", SAMPLES / "ddp_straggler_rank1_h200x2.sqlite"]
+
+
+def nccl_ns(path, device: int, window: dict, shift_ns: int = 0) -> int:
+    """Time of NCCL kernels on ``device`` inside the window, by SQL (``shift_ns``: this file's clock offset)."""
+    w0, w1 = window["start_ns"], window["end_ns"]
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        (ns,) = db.execute(
+            "SELECT sum(min(k.end + :s, :w1) - max(k.start + :s, :w0)) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            "JOIN StringIds n ON n.id = k.shortName WHERE n.value LIKE 'nccl%' AND k.deviceId = :d "
+            "AND k.end + :s > :w0 AND k.start + :s < :w1", {"s": shift_ns, "w0": w0, "w1": w1, "d": device}).fetchone()
+    return ns or 0
+
+
+def straggler(a):
+    return next(f for f in a.findings if f.kind == "straggler")
+
+
+def test_the_slow_rank_is_named_with_its_impact_in_one_report():
+    a = analyze(STRAGGLER)
+    f = straggler(a)
+    assert f.evidence["slow_device_id"] == 1 and f.evidence["last_share"] > 0.9
+    sql = nccl_ns(STRAGGLER, 0, a.window) - nccl_ns(STRAGGLER, 1, a.window)  # the waiting GPU minus the slow one
+    assert f.impact_ns == pytest.approx(sql, rel=0.25)
+    assert "data loader" in f.title  # why: its own loader waits, from its own evidence
+
+
+def test_the_slow_rank_is_named_from_one_report_per_rank():
+    a = analyze([str(p) for p in PER_RANK])
+    f = straggler(a)
+    rank1 = next(r for r in a.ranks if r["report"].endswith("rank1_h200x2.sqlite"))
+    assert f.evidence["slow_device_id"] == 1 and f.evidence["slow_rank"] in rank1["pids"] and rank1["straggler"]
+    offset = a.clock["sessions"][1]["offset_ns"]  # two nsys sessions: rank 1's file put on rank 0's clock
+    sql = nccl_ns(PER_RANK[0], 0, a.window) - nccl_ns(PER_RANK[1], 1, a.window, offset)
+    assert f.impact_ns == pytest.approx(sql, rel=0.25)
+
+
+def test_one_report_split_per_rank_and_merged_agrees_with_itself(tmp_path):
+    """The same run in both forms: the node report, and its processes written one file per rank."""
+    files = split_by_process(STRAGGLER, tmp_path, ddp_rank_groups(STRAGGLER))
+    one, merged = analyze(STRAGGLER), analyze([str(p) for p in files])
+    for d1, d2 in zip(one.idle.devices, merged.idle.devices):
+        assert d2.busy_ns == pytest.approx(d1.busy_ns, rel=0.01)
+        assert d2.gap_count == pytest.approx(d1.gap_count, rel=0.01)
+    assert merged.steps.summary()["step_ns_median"] == pytest.approx(one.steps.summary()["step_ns_median"], rel=0.01)
+    assert straggler(merged).impact_ns == pytest.approx(straggler(one).impact_ns, rel=0.01)
+
+
+def test_the_balanced_run_has_no_straggler():
+    a = analyze(BALANCED)
+    assert a.communication is not None and len(a.communication.devices) == 2
+    assert not any(f.kind == "straggler" for f in a.findings)
