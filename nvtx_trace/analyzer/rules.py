@@ -191,7 +191,7 @@ def _straggler(a, window_ns: int) -> list[Finding]:
                                "(bucket or pad), no extra work on one rank, the same GPU model"}.get(why, "")
     return [Finding(
         kind="straggler",
-        title=f"GPU {slow.device_id} (pid {slow.pid}) arrives last at collectives: the other {count(len(others), 'GPU')} wait "
+        title=f"GPU {slow.device_id} (pid {slow.pid}) arrives last at collectives: {'the other GPU waits' if len(others) == 1 else f'the other {len(others)} GPUs wait'} "
               f"{ms(impact)} more inside NCCL kernels than it does (waits: "
               + ", ".join(f"GPU {d.device_id} {ms(d.wait_ns)}" for d in c.devices) + ")" + because,
         impact_ns=impact, fix=fix or "Find what the slow rank does that the others do not.",
