@@ -189,9 +189,10 @@ def _straggler(a, window_ns: int) -> list[Finding]:
                                     "finding), pinned memory, or a cheaper dataset; every rank waits for the last",
            "its GPU computes": "Even out the work per rank: same batch size and sequence lengths on every rank "
                                "(bucket or pad), no extra work on one rank, the same GPU model"}.get(why, "")
+    waiters = "the other GPU waits" if len(others) == 1 else f"the other {len(others)} GPUs wait"
     return [Finding(
         kind="straggler",
-        title=f"GPU {slow.device_id} (pid {slow.pid}) arrives last at collectives: {'the other GPU waits' if len(others) == 1 else f'the other {len(others)} GPUs wait'} "
+        title=f"GPU {slow.device_id} (pid {slow.pid}) arrives last at collectives: {waiters} "
               f"{ms(impact)} more inside NCCL kernels than it does (waits: "
               + ", ".join(f"GPU {d.device_id} {ms(d.wait_ns)}" for d in c.devices) + ")" + because,
         impact_ns=impact, fix=fix or "Find what the slow rank does that the others do not.",
