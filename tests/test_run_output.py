@@ -53,7 +53,9 @@ def quiet_run(ready, tmp_path_factory):
     work = tmp_path_factory.mktemp("quiet")
     (work / "prog.py").write_text(PROGRAM)
     started = time.monotonic()
-    proc = cli(["--out", "out", "--trace", "nvtx", "prog.py"], cwd=work)
+    # --full: the whole run (the default window would run this step-less script a second time, in full;
+    # test_default_window.py covers that)
+    proc = cli(["--out", "out", "--trace", "nvtx", "--full", "prog.py"], cwd=work)
     proc.wall_s = time.monotonic() - started
     return proc, work / "out"
 
@@ -99,7 +101,7 @@ def test_a_failing_export_shows_the_tail_of_nsys_log(ready, tmp_path):
                        f"  echo 'fatal: the export broke (test)' >&2\n  exit 7\nfi\nexec {ready.path} \"$@\"\n")
     wrapper.chmod(0o755)
     (tmp_path / "prog.py").write_text(PROGRAM)
-    proc = cli(["--nsys", wrapper, "--out", "out", "--trace", "nvtx", "prog.py"], cwd=tmp_path)
+    proc = cli(["--nsys", wrapper, "--out", "out", "--trace", "nvtx", "--full", "prog.py"], cwd=tmp_path)
     assert proc.returncode == 5, proc.stderr[-3000:]
     flat = " ".join(proc.stderr.split())
     log = tmp_path / "out" / LOG_NAME
