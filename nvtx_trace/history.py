@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.errors import NvtxTraceError
 
 ENV = "NVTX_TRACE_HISTORY"  # a database path, or "off" / "0" / "" to record nothing
@@ -271,7 +272,7 @@ def change_line(previous: dict, summary: dict | None) -> str:
     stat = result["step_statistic"]
     before, after = result["before"][f"step_ns_{stat}"], result["after"][f"step_ns_{stat}"]
     if before and after:
-        parts.append(f"step {_seconds(before)} -> {_seconds(after)} ({result['step_change']:+.0%}, {stat})")
+        parts.append(f"step {ms(before)} -> {ms(after)} ({result['step_change']:+.0%}, {stat})")
     else:
         parts.append("step time not comparable (no steps on one side)")
     b_busy, a_busy = result["before"]["gpu_busy_fraction"], result["after"]["gpu_busy_fraction"]
@@ -289,9 +290,6 @@ def change_line(previous: dict, summary: dict | None) -> str:
 def _label(finding: dict) -> str:
     return finding["kind"] + (f" ({finding['cause']})" if finding.get("cause") else "")
 
-
-def _seconds(ns: float) -> str:
-    return f"{ns / 1e9:.3g} s" if ns >= 1e9 else f"{ns / 1e6:.3g} ms"
 
 
 def after_run(result, path: Path | None, started: float) -> tuple[str | None, str | None]:

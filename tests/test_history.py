@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT
 
 from nvtx_trace import history, runner
+from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.cli import main as cli_main
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -90,7 +91,7 @@ def test_the_next_run_of_the_same_script_prints_what_changed(tmp_path):
     diff = compare(before, after)  # the documented diff of the two summaries: the line must say the same
     stat = diff["step_statistic"]
     b_ns, a_ns = before["steps"]["summary"][f"step_ns_{stat}"], after["steps"]["summary"][f"step_ns_{stat}"]
-    assert f"step {b_ns / 1e6:.3g} ms -> {a_ns / 1e6:.3g} ms ({(a_ns - b_ns) / b_ns:+.0%}, {stat})" in change
+    assert f"step {ms(b_ns)} -> {ms(a_ns)} ({(a_ns - b_ns) / b_ns:+.0%}, {stat})" in change
     resolved = [f["kind"] for f in diff["findings"] if f["status"] == "resolved"]
     assert resolved and f"resolved: {', '.join(resolved)}" in change
     assert str(tmp_path / "a") in change  # where the earlier run's outputs are

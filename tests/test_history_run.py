@@ -14,6 +14,8 @@ import sys
 import pytest
 from conftest import ROOT, installed_nsys, need
 
+from nvtx_trace.analyzer.findings import ms
+
 SCRIPT = ROOT / "tests" / "scripts" / "slow_loader_train.py"
 
 
@@ -83,7 +85,7 @@ def test_the_second_run_prints_one_line_of_what_changed(two_runs):
     # the median, or the mean where either run's steps come in two kinds (workers=2 on a loaded host can)
     stat = "mean" if any(r["step_modes"] for r in runs) else "median"
     b_ns, a_ns = runs[1][f"step_ns_{stat}"], runs[0][f"step_ns_{stat}"]
-    assert f"step {b_ns / 1e6:.3g} ms -> {a_ns / 1e6:.3g} ms ({(a_ns - b_ns) / b_ns:+.0%}, {stat})" in flat
+    assert f"step {ms(b_ns)} -> {ms(a_ns)} ({(a_ns - b_ns) / b_ns:+.0%}, {stat})" in flat
     assert str(repo / "one") in flat
 
 

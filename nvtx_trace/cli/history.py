@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from nvtx_trace.analyzer.findings import ms
+
 
 def history(
     script: Optional[str] = typer.Option(None, "--script", "-s", help="Only runs whose script contains this text."),
@@ -51,11 +53,11 @@ def _table(runs: list[dict], where: Path, console) -> None:
     for run in runs:
         commit = (run.get("git_commit") or "")[:8] + ("+dirty" if run.get("git_dirty") else "")
         median, busy = run.get("step_ns_median"), run.get("gpu_busy_fraction")
-        kinds = ", ".join(f"{f['kind']} {f['impact_ns'] / 1e6:.3g} ms" if f.get("impact_ns") is not None
+        kinds = ", ".join(f"{f['kind']} {ms(f['impact_ns'])}" if f.get("impact_ns") is not None
                           else f["kind"] for f in run["findings"]) or "no findings"
         parts = [f"#{run['id']}", str(run.get("started_at") or "")[:16].replace("T", " "),
                  _short(run.get("script") or ""), *([commit] if commit else []),
-                 f"step median {median / 1e6:.4g} ms" if median else "no steps",
+                 f"step median {ms(median)}" if median else "no steps",
                  f"GPU busy {busy:.0%}" if busy is not None else "GPU busy -", f"exit {run.get('exit_code')}:", kinds]
         console.print("  ".join(parts), soft_wrap=True, markup=False, highlight=False)
 
