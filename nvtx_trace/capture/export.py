@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from nvtx_trace.capture.locate import Nsys, find_nsys
-from nvtx_trace.capture.nsys_log import NsysLog, run_quiet, tail
+from nvtx_trace.capture.nsys_log import NsysLog, run_step, tail
 from nvtx_trace.capture.paths import REPORT_SUFFIXES, stem_of, with_suffix
 from nvtx_trace.capture.qdstrm import import_qdstrm
 from nvtx_trace.errors import BadReportError, NsysFailedError, NsysNotFoundError
@@ -59,13 +59,7 @@ def export_sqlite(nsys: Nsys, rep: str | os.PathLike, out: str | os.PathLike | N
         progress("Exporting to SQLite…")
     argv = [str(nsys.path), "export", "--type", "sqlite", "-f", "true", "-o", str(tmp), str(rep)]
     try:
-        try:
-            proc = run_quiet(argv, timeout=None)
-        except OSError as exc:
-            raise NsysFailedError(f"could not run {nsys.path} export: {exc}") from exc
-        output = proc.stdout + proc.stderr
-        if log is not None:
-            log.add("export", argv, output)
+        returncode, output = run_step("export", argv, log, f"could not run {nsys.path} export: {{why}}")
         if is_sqlite(tmp):
             try:
                 _mark_source(tmp, Path(source or rep))  # the file the user named (a .qdstrm, not its import)
@@ -73,13 +67,13 @@ def export_sqlite(nsys: Nsys, rep: str | os.PathLike, out: str | os.PathLike | N
                 raise NsysFailedError(f"could not finish the export of {rep} ({exc}); free some space and "
                                       "export it again") from None
         if not is_sqlite(tmp):
-            space = _space_problem(out.parent, proc.returncode, output)
+            space = _space_problem(out.parent, returncode, output)
             if space:
                 raise NsysFailedError(f"nsys export of {rep} stopped: {space}; {rep} is kept, "
                                       f"export it again once there is room")
             where = f" ({log.where()})" if log is not None else ""
             raise NsysFailedError(
-                f"nsys export of {rep} gave no valid SQLite file (status {proc.returncode}): "
+                f"nsys export of {rep} gave no valid SQLite file (status {returncode}): "
                 f"{tail(output) or 'no output'}{where}"
             )
         os.replace(tmp, out)

@@ -24,6 +24,21 @@ def run_quiet(argv: Sequence[str], timeout: float | None = 60, **kw) -> subproce
     )
 
 
+def run_step(step: str, argv: Sequence[str], log: "NsysLog | None", cannot: str) -> tuple[int, str]:
+    """One nsys step (import, export) to its end: (exit status, its output), the output kept in the log.
+    A program that cannot start is one error line: ``cannot`` + why."""
+    from nvtx_trace.errors import NsysFailedError
+
+    try:
+        proc = run_quiet(argv, timeout=None)
+    except OSError as exc:
+        raise NsysFailedError(cannot.format(why=exc)) from exc
+    output = proc.stdout + proc.stderr
+    if log is not None:
+        log.add(step, argv, output)
+    return proc.returncode, output
+
+
 def tail(text: str, lines: int = 3) -> str:
     """The last non-blank lines of some output, on one line (progress bars' carriage returns split lines)."""
     kept = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]

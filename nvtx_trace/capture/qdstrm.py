@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from nvtx_trace.capture.locate import Nsys
-from nvtx_trace.capture.nsys_log import NsysLog, run_quiet, tail
+from nvtx_trace.capture.nsys_log import NsysLog, run_step, tail
 from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.errors import NsysFailedError
 
@@ -27,16 +27,11 @@ def import_qdstrm(nsys: Nsys, qdstrm: str | os.PathLike, out: str | os.PathLike 
         progress("Importing the capture…")
     target.unlink(missing_ok=True)
     argv = [str(nsys.importer), "-i", str(qdstrm), "-o", str(target)]
-    try:
-        proc = run_quiet(argv, timeout=None)
-    except OSError as exc:
-        raise NsysFailedError(f"could not run {nsys.importer}: {exc}; the capture is left as {qdstrm}") from exc
-    output = proc.stdout + proc.stderr
-    if log is not None:
-        log.add("import", argv, output)
-    if proc.returncode != 0 or not target.exists() or target.stat().st_size == 0:
+    returncode, output = run_step("import", argv, log,
+                                  f"could not run {nsys.importer}: {{why}}; the capture is left as {qdstrm}")
+    if returncode != 0 or not target.exists() or target.stat().st_size == 0:
         where = f" ({log.where()})" if log is not None else ""
         raise NsysFailedError(
-            f"QdstrmImporter failed on {qdstrm} (status {proc.returncode}): {tail(output) or 'no output'}{where}"
+            f"QdstrmImporter failed on {qdstrm} (status {returncode}): {tail(output) or 'no output'}{where}"
         )
     return target
