@@ -87,7 +87,8 @@ def compare(before: dict, after: dict) -> dict:
 
     # Where one side's steps come in two kinds, both sides are compared by their mean (throughput).
     statistic = "mean" if "mean" in (b_stat, a_stat) else "median"
-    b_step, a_step = side(before)[f"step_ns_{statistic}"], side(after)[f"step_ns_{statistic}"]
-    return {"before": side(before), "after": side(after), "step_statistic": statistic,
+    b_side, a_side = side(before), side(after)
+    b_step, a_step = b_side[f"step_ns_{statistic}"], a_side[f"step_ns_{statistic}"]
+    return {"before": b_side, "after": a_side, "step_statistic": statistic,
             "step_change": (a_step - b_step) / b_step if a_step and b_step else None,
             "speedup": (b_step / a_step) if a_step and b_step else None, "findings": findings}

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import IO, Sequence
 
+from nvtx_trace.errors import NsysFailedError
+
 LOG_NAME = "nsys.log"
 
 
@@ -27,8 +29,6 @@ def run_quiet(argv: Sequence[str], timeout: float | None = 60, **kw) -> subproce
 def run_step(step: str, argv: Sequence[str], log: "NsysLog | None", cannot: str) -> tuple[int, str]:
     """One nsys step (import, export) to its end: (exit status, its output), the output kept in the log.
     A program that cannot start is one error line: ``cannot`` + why."""
-    from nvtx_trace.errors import NsysFailedError
-
     try:
         proc = run_quiet(argv, timeout=None)
     except OSError as exc:
