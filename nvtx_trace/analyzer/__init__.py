@@ -135,7 +135,7 @@ def _analyze_ranks(paths: list[Path], min_gap_ns: int, loader_pattern: str, warm
     ranks.check_reports(reports)
     plan = clocks.align(reports)
     trace = merge.merge(reports, plan)
-    if plan.method != "shared":
+    if plan.needs_warning:
         trace.warnings.append(f"clocks: {plan.how()}")
     pipeline.announce(UNITS, trace)
     return _run_analyses(trace, trace.reader, min_gap_ns, loader_pattern, warmup_steps, step_range)

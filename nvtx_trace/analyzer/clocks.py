@@ -8,7 +8,9 @@ start on their own host's clock, so each session is moved onto the first report'
   every rank leaves the same all-reduce at nearly the same instant, so with the collectives paired
   by order the median difference of their ends is the offset, good to their own skew (µs);
 * else by the sessions' wall-clock start times (``utcEpochNs``), as good as the hosts' clock sync
-  (about a millisecond with NTP), assuming each report counts from its session's start.
+  (about a millisecond with NTP), assuming each report counts from its session's start. On one host
+  there is no sync to trust: the two H200 ranks' session starts differed by 1 ns from the offset
+  their 114 collective ends gave.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class SessionClock:
     method: str  # "reference", "collective-ends", "session-start", "none"
     paired: int = 0  # collectives paired with the reference session
     residual_ns: int | None = None  # median distance of paired ends after alignment
+    same_host: bool | None = None  # captured on the reference session's host (None: a host is unknown)
 
 
 @dataclass
@@ -60,7 +63,9 @@ class ClockPlan:
         for i, s in enumerate(self.sessions[1:], 1):
             what = {"collective-ends": f"on the ends of {s.paired} paired collectives (residual "
                                       f"{ms(s.residual_ns or 0)})",
-                    "session-start": "on the sessions' wall-clock start times (as good as the hosts' clock sync)",
+                    "session-start": ("on the sessions' start times, read from one host's clock (exact: no clock "
+                                      "sync involved)" if s.same_host else
+                                      "on the sessions' wall-clock start times (as good as the hosts' clock sync)"),
                     "none": "not aligned (no collectives and no session start time): assumed shared"}[s.method]
             parts.append(f"session {i} ({len(s.reports)} report(s)) moved by {s.offset_ns / 1e6:+.3f} ms {what}")
         return f"{len(self.sessions)} capture sessions put on the first one's clock: " + "; ".join(parts)
@@ -68,7 +73,12 @@ class ClockPlan:
     def to_json(self) -> dict:
         return {"method": self.method, "how": self.how(), "sessions": [
             {"reports": s.reports, "offset_ns": s.offset_ns, "method": s.method, "paired_collectives": s.paired,
-             "residual_ns": s.residual_ns} for s in self.sessions]}
+             "residual_ns": s.residual_ns, "same_host": s.same_host} for s in self.sessions]}
+
+    @property
+    def needs_warning(self) -> bool:
+        """Clocks moved by anything less certain than collective ends or one host's own clock."""
+        return any(s.method in ("session-start", "none") and not s.same_host for s in self.sessions[1:])
 
 
 def align(reports: list[DecodedReport]) -> ClockPlan:
@@ -101,8 +111,10 @@ def _align_session(reports, ref: list[int], members: list[int], ref_ends: np.nda
                         f"{reports[ref[0]].path.name}'s by order (ends {ms(residual)} apart after alignment); "
                         "aligned on the session start times instead")
     a, b = reports[ref[0]].utc_start_ns, reports[members[0]].utc_start_ns
+    hosts = reports[ref[0]].host, reports[members[0]].host
+    same_host = None if None in hosts else hosts[0] == hosts[1]
     if a is not None and b is not None:
-        return SessionClock(members, int(b - a), "session-start")
+        return SessionClock(members, int(b - a), "session-start", same_host=same_host)
     warnings.append(f"{reports[members[0]].path.name}: no collectives and no session start time to align its clock "
                     "with; assumed to share the first report's clock")
     return SessionClock(members, 0, "none")

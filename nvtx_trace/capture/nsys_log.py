@@ -53,8 +53,7 @@ class NsysLog:
         self._lock = threading.Lock()
 
     def section(self, step: str, argv: Sequence[str] = ()) -> None:
-        header = f"== nsys {step} ==" + (f" {' '.join(map(str, argv))}" if argv else "")
-        self.write(header + "\n")
+        self.write(_header(step, argv) + "\n")
 
     def write(self, text: str) -> None:
         with self._lock, open(self.path, "a", encoding="utf-8", errors="replace") as fh:
@@ -62,10 +61,8 @@ class NsysLog:
 
     def add(self, step: str, argv: Sequence[str], output: str) -> None:
         """One finished step's output, each progress bar reduced to its last state."""
-        self.section(step, argv)
         kept = _last_of_each_bar(output.replace("\r", "\n").splitlines())
-        if kept:
-            self.write("\n".join(kept) + "\n")
+        self.write("\n".join([_header(step, argv), *kept]) + "\n")  # in one write: steps may run side by side
 
     def tail(self, lines: int = 3) -> str:
         try:
@@ -76,6 +73,10 @@ class NsysLog:
     def where(self) -> str:
         """How failure messages point at the whole log."""
         return f"nsys's output is in {self.path}"
+
+
+def _header(step: str, argv: Sequence[str]) -> str:
+    return f"== nsys {step} ==" + (f" {' '.join(map(str, argv))}" if argv else "")
 
 
 _BAR = re.compile(r"^(?P<label>.*?)\[[= ]*\d+%[= ]*\](?P<after>.*?)\s*$")  # "[1/1] [==18%  ] report.nsys-rep"

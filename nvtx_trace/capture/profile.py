@@ -15,7 +15,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -24,6 +25,7 @@ from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
 from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.capture.qdstrm import import_qdstrm
+from nvtx_trace.capture.torchrun import RANK_FIELD, rank_of
 from nvtx_trace.errors import NsysFailedError
 
 Progress = Callable[[str], None]
@@ -53,6 +55,7 @@ class ProfileResult:
     imported_by_us: bool = False  # nsys could not import the .qdstrm; we ran QdstrmImporter
     problem: str | None = None  # why there is no report
     pid: int | None = None  # nsys's pid, also the process group of the program it started
+    reports: list[Path] = field(default_factory=list)  # every report written: ``rep``, or one per rank
 
     def require_report(self) -> Path:
         """The ``.nsys-rep``, or NsysFailedError saying why there is none."""
@@ -62,14 +65,16 @@ class ProfileResult:
 
 
 def profile_command(nsys: Nsys, stem, trace: Sequence[str], extra: Sequence[str], argv: Sequence[str],
-                    own_output_python: str | None = None) -> list[str]:
+                    own_output_python: str | None = None, launcher: Sequence[str] = ()) -> list[str]:
     """The one place the ``nsys profile`` command line is built (run prints it, profile runs it).
 
     With ``own_output_python``, the program is started through ``own_output`` by that interpreter (by
     path: it needs nothing but the standard library, and no module of the program's folder can shadow it).
+    With a ``launcher`` (``torchrun ... --no-python``), nsys runs inside it, once per rank.
     """
     wrap = [own_output_python, own_output.__file__] if own_output_python else []
-    return [str(nsys.path), "profile", "-o", str(stem), "-f", "true", "-t", ",".join(trace), *extra, *wrap, *argv]
+    return [*launcher, str(nsys.path), "profile", "-o", str(stem), "-f", "true", "-t", ",".join(trace), *extra,
+            *wrap, *argv]
 
 
 class _Forwarder:
@@ -164,18 +169,19 @@ def profile(
     capture_output: bool = False,
     log: NsysLog | None = None,
     progress: Progress | None = None,
+    launcher: Sequence[str] = (),
 ) -> ProfileResult:
     """Run ``nsys profile -o out_stem -f true -t trace extra argv`` and make sure a report exists.
 
     Output: with ``capture_output`` everything lands in ``ProfileResult.log``; with ``log``,
     nsys's lines go to the log file and the program's to our stdout/stderr; otherwise both are
     inherited. Existing ``out_stem.nsys-rep`` / ``.qdstrm`` are replaced. When only a ``.qdstrm``
-    appears, the matching QdstrmImporter is run here.
+    appears, the matching QdstrmImporter is run here. With a ``launcher`` (torchrun), ``out_stem``
+    holds ``%q{RANK}`` and every rank's report is collected (``ProfileResult.reports``).
     """
     stem = Path(os.path.abspath(Path(cwd or ".") / stem_of(out_stem)))
     stem.parent.mkdir(parents=True, exist_ok=True)
-    rep_path, qd_path = with_suffix(stem, ".nsys-rep"), with_suffix(stem, ".qdstrm")
-    for stale in (rep_path, qd_path):
+    for stale in _files_of(stem, (".nsys-rep", ".qdstrm")):
         stale.unlink(missing_ok=True)
     env = dict(os.environ if env is None else env)
     handover = None
@@ -185,7 +191,8 @@ def profile(
             env[own_output.ENV] = handover.address
         except (OSError, AttributeError):  # no abstract Unix sockets here: nsys's stream is sorted instead
             handover = None
-    cmd = profile_command(nsys, stem, trace, extra, argv, own_output_python=sys.executable if handover else None)
+    cmd = profile_command(nsys, stem, trace, extra, argv, own_output_python=sys.executable if handover else None,
+                          launcher=launcher)
     if log is not None:
         log.section("profile", cmd)
     pipe = subprocess.PIPE if (capture_output or log is not None) else None
@@ -198,10 +205,11 @@ def profile(
     except OSError as exc:
         if handover is not None:
             handover.close()
-        raise NsysFailedError(f"could not start {nsys.path}: {exc}") from exc
+        raise NsysFailedError(f"could not start {cmd[0]}: {exc}") from exc
     pumps = []
     if log is not None and not capture_output:
-        sorter = _Sorter(log, mixed=handover is None)
+        # a launcher's own lines (torchrun's warnings, its failure report) are the user's to see
+        sorter = _Sorter(log, mixed=handover is None or bool(launcher))
         pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
     started = time.monotonic()
     with _Forwarder(proc, progress) as fwd:
@@ -217,23 +225,60 @@ def profile(
         sorter.flush()
     if capture_output and log is not None:
         log.write(text)
-    result = ProfileResult(returncode, None, qd_path if qd_path.exists() else None, text,
-                           interrupted=fwd.count > 0, pid=proc.pid, signal=fwd.first)
-    if rep_path.exists() and rep_path.stat().st_size > 0:
-        result.rep = rep_path
-    elif result.qdstrm is not None:
-        try:
-            result.rep = import_qdstrm(nsys, result.qdstrm, progress=progress, log=log)
-            result.imported_by_us = True
-        except NsysFailedError as exc:
-            result.problem = str(exc)
-    else:
+    result = ProfileResult(returncode, None, None, text, interrupted=fwd.count > 0, pid=proc.pid, signal=fwd.first)
+    stems = _stems_written(stem) if launcher else [stem]
+    if len(stems) > 1 and progress:
+        progress(f"{len(stems)} rank reports written")
+    with ThreadPoolExecutor(max_workers=min(len(stems), MAX_PARALLEL_IMPORTS) or 1) as pool:
+        collected = list(pool.map(lambda s: _collect(nsys, s, log, progress if len(stems) == 1 else None), stems))
+    for rep, qdstrm, imported, problem in collected:
+        result.qdstrm = result.qdstrm or qdstrm
+        result.imported_by_us |= imported
+        if rep is not None:
+            result.reports.append(rep)
+        result.problem = result.problem or problem
+    result.rep = result.reports[0] if result.reports else None
+    if not stems or (result.rep is None and result.problem is None):
         said = tail(text) if text else (log.tail() if log is not None else "")
+        wrote = (f"no {stem.name.replace(RANK_FIELD, 'N')}.nsys-rep" if launcher
+                 else f"neither {with_suffix(stem, '.nsys-rep').name} nor {with_suffix(stem, '.qdstrm').name}")
         result.problem = (
-            f"nsys exited with status {returncode} and wrote neither {rep_path.name} nor {qd_path.name}"
+            f"{'the launcher' if launcher else 'nsys'} exited with status {returncode} and wrote {wrote}"
             + (f": {said}" if said else "") + (f" ({log.where()})" if log is not None else "")
         )
     return result
+
+
+MAX_PARALLEL_IMPORTS = 4  # importing or exporting a big report takes a core and GBs of memory
+
+
+def _files_of(stem: Path, suffixes: Sequence[str]) -> list[Path]:
+    """The files a stem names, ``%q{RANK}`` standing for any rank."""
+    if RANK_FIELD not in stem.name:
+        return [with_suffix(stem, s) for s in suffixes]
+    pattern = stem.name.replace(RANK_FIELD, "*")
+    return [p for s in suffixes for p in stem.parent.glob(pattern + s)]
+
+
+def _stems_written(stem: Path) -> list[Path]:
+    """Each rank's stem, in rank order (rank2 before rank10)."""
+    found = {stem_of(p) for p in _files_of(stem, (".nsys-rep", ".qdstrm"))}
+    return sorted(found, key=lambda p: (rank_of(p) is None, rank_of(p) or 0, p.name))
+
+
+def _collect(nsys: Nsys, stem: Path, log: NsysLog | None, progress: Progress | None) \
+        -> tuple[Path | None, Path | None, bool, str | None]:
+    """(the report, the raw capture left, imported by us, why there is no report) for one stem."""
+    rep_path, qd_path = with_suffix(stem, ".nsys-rep"), with_suffix(stem, ".qdstrm")
+    qdstrm = qd_path if qd_path.exists() else None
+    if rep_path.exists() and rep_path.stat().st_size > 0:
+        return rep_path, qdstrm, False, None
+    if qdstrm is None:
+        return None, None, False, None
+    try:
+        return import_qdstrm(nsys, qdstrm, progress=progress, log=log), qdstrm, True, None
+    except NsysFailedError as exc:
+        return None, qdstrm, False, str(exc)
 
 
 def _drain(proc: subprocess.Popen) -> str:

@@ -55,6 +55,9 @@ def run(
     min_gap_ms: float = typer.Option(1.0, "--min-gap-ms", help="Smallest GPU idle gap to report, in ms."),
     html_max_points: int = typer.Option(
         20_000, "--html-max-points", help="Drawing budget of summary.html; bigger traces are aggregated."),
+    per_rank: bool = typer.Option(
+        False, "--per-rank", help="With -- torchrun ...: one nsys per rank inside torchrun, one report per rank "
+                                  "(rank0.nsys-rep, ...), analyzed together (default: one report for the node)."),
     history_path: Optional[Path] = typer.Option(
         None, "--history", help="Run history database (default: $NVTX_TRACE_HISTORY, else the platform's data "
                                 "folder; see nvtx-trace history)."),
@@ -69,7 +72,8 @@ def run(
 
     Examples: nvtx-trace run train.py --epochs 1 | nvtx-trace run --full train.py |
     nvtx-trace run --warmup-steps 10 --steps 20 -m mypkg.train |
-    nvtx-trace run -- torchrun --nproc_per_node=2 train.py
+    nvtx-trace run -- torchrun --nproc_per_node=2 train.py |
+    nvtx-trace run --per-rank -- torchrun --nproc_per_node=2 train.py
     """
     import time
 
@@ -86,7 +90,7 @@ def run(
         trace=[t for t in trace.split(",") if t] if trace else None,
         nsys_args=shlex.split(nsys_args) if nsys_args else [], out=out, force=force, nsys=nsys,
         min_gap_ms=min_gap_ms, html_max_points=html_max_points, autotrace_depth=autotrace_depth,
-        autotrace_budget=autotrace_budget)
+        autotrace_budget=autotrace_budget, per_rank=per_rank)
     plan = runner.plan_run(opts)
     for note in plan.notes:
         err.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -16,11 +17,12 @@ from typing import Callable
 from nvtx_trace import default_window
 from nvtx_trace.capture.export import export_sqlite
 from nvtx_trace.capture.nsys_log import NsysLog
+from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.capture.processes import group_members
-from nvtx_trace.capture.profile import ProfileResult, profile
+from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
 from nvtx_trace.errors import BadReportError, NsysFailedError, NvtxTraceError
 from nvtx_trace.output_paths import claim_folder, write_atomically
-from nvtx_trace.runner.plan import Plan, RunOptions
+from nvtx_trace.runner.plan import Plan, RunOptions, rank_outputs
 
 Progress = Callable[[str], None]
 
@@ -30,7 +32,8 @@ class RunResult:
     plan: Plan
     exit_code: int  # the program's (130 after Ctrl-C when the program gave none)
     profile: ProfileResult | None = None
-    sqlite: Path | None = None
+    sqlite: Path | None = None  # the (first) export
+    sqlites: list[Path] = field(default_factory=list)  # every export: one, or one per rank (--per-rank)
     analysis: object | None = None  # nvtx_trace.analyzer.Analysis
     written: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # stages that failed, one line each
@@ -58,8 +61,10 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
 def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     opts = plan.options or RunOptions(target=plan.argv)
     log = NsysLog(plan.log)
+    for stale in (rank_outputs(plan.out_dir) if plan.launcher else []):  # an earlier run's ranks (--force)
+        (plan.out_dir / stale).unlink(missing_ok=True)
     prof = profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
-                   progress=progress, log=log)
+                   progress=progress, log=log, launcher=plan.launcher)
     window = default_window.outcome(plan.window_file, prof.returncode)
     if window and not window.opened and prof.rep is None:
         prof.problem = window.line
@@ -72,27 +77,42 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     if prof.rep is None:
         _fail(result, NsysFailedError(prof.problem or "nsys produced no report"))
         return result
-    result.written.append(prof.rep)
-    if prof.qdstrm is not None and prof.qdstrm.exists():
-        prof.qdstrm.unlink()  # the raw stream (often 100+ MB); nsys deletes it too once imported
+    if prof.problem:  # some ranks left no report: the others are still analyzed
+        _fail(result, NsysFailedError(prof.problem))
+    result.written += prof.reports
+    for rep in prof.reports:  # the raw streams (often 100+ MB); nsys deletes them too once imported
+        with_suffix(stem_of(rep), ".qdstrm").unlink(missing_ok=True)
     try:
-        result.sqlite = export_sqlite(plan.nsys, prof.rep, plan.path("report.sqlite"), progress=progress, log=log)
-        result.written.append(result.sqlite)
+        result.sqlites = _export_all(plan, prof.reports, log, progress)
     except NvtxTraceError as exc:
         _fail(result, exc)
         return result
+    result.sqlite = result.sqlites[0]
+    result.written += result.sqlites
     if progress:
-        progress("Analyzing…")
+        progress("Analyzing…" if len(result.sqlites) == 1 else f"Analyzing the {len(result.sqlites)} ranks together…")
     from nvtx_trace.analyzer import analyze
 
     try:
-        result.analysis = analyze(result.sqlite, min_gap_ms=opts.min_gap_ms,
+        result.analysis = analyze(result.sqlites if len(result.sqlites) > 1 else result.sqlite,
+                                  min_gap_ms=opts.min_gap_ms,
                                   warmup_steps=0 if plan.capture_window or (window and window.stepped) else None)
     except NvtxTraceError as exc:
         _fail(result, exc)
         return result
     write_summaries(result, html=opts.html, progress=progress, max_points=opts.html_max_points)
     return result
+
+
+def _export_all(plan: Plan, reports: list[Path], log: NsysLog, progress: Progress | None) -> list[Path]:
+    """Each report's SQLite export beside it (``report.sqlite``, or ``rankN.sqlite``), a few at a time."""
+    if len(reports) == 1:
+        return [export_sqlite(plan.nsys, reports[0], plan.path("report.sqlite"), progress=progress, log=log)]
+    if progress:
+        progress(f"Exporting the {len(reports)} rank reports to SQLite…")
+    with ThreadPoolExecutor(max_workers=min(len(reports), MAX_PARALLEL_IMPORTS)) as pool:
+        return list(pool.map(lambda rep: export_sqlite(plan.nsys, rep, with_suffix(stem_of(rep), ".sqlite"), log=log),
+                             reports))
 
 
 def _exit_code(prof: ProfileResult) -> int | None:
@@ -160,6 +180,8 @@ def next_command(result: RunResult) -> str | None:
         return f"open {display(html)}"
     if isinstance(result.error, BadReportError):
         return None  # the report holds nothing to analyze: analyzing it again would say the same
+    if len(result.sqlites) > 1:
+        return f"nvtx-trace analyze {display(result.plan.out_dir)} --html {display(html)}"
     if result.sqlite:
         return f"nvtx-trace analyze {display(result.sqlite)} --html {display(html)}"
     if result.profile and result.profile.rep:

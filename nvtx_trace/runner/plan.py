@@ -17,7 +17,7 @@ from typing import Sequence
 
 from nvtx_trace import default_window, names
 from nvtx_trace.analysis_options import check_analysis_options
-from nvtx_trace.capture import INJECT_DIR, target_python
+from nvtx_trace.capture import INJECT_DIR, target_python, torchrun
 from nvtx_trace.capture.locate import Nsys, find_nsys, nvtx_problem, pick_traces, supported_options
 from nvtx_trace.capture.nsys_log import LOG_NAME
 from nvtx_trace.capture.profile import profile_command
@@ -61,6 +61,7 @@ class RunOptions:
     html: bool = True
     autotrace_depth: str | None = None  # NVTX_AUTOTRACE_MODULE_DEPTH for the program (auto, N, -1)
     autotrace_budget: float | None = None  # NVTX_AUTOTRACE_BUDGET_PCT
+    per_rank: bool = False  # torchrun: one nsys per rank inside it (one report each), not one around it
 
 
 @dataclass
@@ -80,10 +81,12 @@ class Plan:
     site_dir: Path | None = None  # the sitecustomize folder put on PYTHONPATH (command mode)
     options: RunOptions | None = None
     window_file: Path | None = None  # the default window's decisions (nvtx_trace.default_window)
+    launcher: list[str] = field(default_factory=list)  # per rank: torchrun ... --no-python, nsys inside it
 
     @property
     def stem(self) -> Path:
-        return self.out_dir / REPORT_STEM
+        """``report``, or ``rank%q{RANK}`` (nsys names each rank's report) when nsys runs per rank."""
+        return torchrun.rank_stem(self.out_dir) if self.launcher else self.out_dir / REPORT_STEM
 
     def path(self, name: str) -> Path:
         return self.out_dir / name
@@ -96,7 +99,7 @@ class Plan:
     def nsys_command(self) -> list[str]:
         """The command line ``execute`` runs (the program started through ``own_output``)."""
         return profile_command(self.nsys, self.stem, self.trace, self.extra, self.argv,
-                               own_output_python=sys.executable)
+                               own_output_python=sys.executable, launcher=self.launcher)
 
 
 # ---------------------------------------------------------------- planning
@@ -137,7 +140,7 @@ def output_dir(opts: RunOptions, mode: str, now: float | None = None) -> Path:
             raise UsageError(f"--out {out} is a file; give a folder")
         check_folder_writable(out)
         check_unclaimed(out)
-        taken = [n for n in (*OUTPUT_NAMES, LOG_NAME) if (out / n).exists()]
+        taken = [n for n in (*OUTPUT_NAMES, LOG_NAME) if (out / n).exists()] + rank_outputs(out)[:3]
         if taken and not opts.force:
             raise UsageError(f"{out} already holds {', '.join(taken)}; choose another --out or pass --force")
         return out.resolve()
@@ -149,6 +152,14 @@ def output_dir(opts: RunOptions, mode: str, now: float | None = None) -> Path:
         n += 1
         out = base.with_name(f"{base.name}-{n}")
     return out.resolve()
+
+
+def rank_outputs(out: Path) -> list[str]:
+    """The per-rank files of an earlier --per-rank run in ``out`` (rank0.nsys-rep, rank0.sqlite, ...)."""
+    if not out.is_dir():
+        return []
+    return sorted(p.name for p in out.iterdir() if torchrun.rank_of(p) is not None
+                  and p.name.endswith((".nsys-rep", ".qdstrm", ".sqlite")))
 
 
 def _has_cuda_device() -> bool:
@@ -219,6 +230,22 @@ def _check_python(opts: RunOptions, python: str, nsys: Nsys, notes: list[str]) -
     return probe
 
 
+def _per_rank_launch(opts: RunOptions, mode: str) -> torchrun.Launch:
+    """The torchrun command taken apart where nsys goes in; refused for anything else."""
+    launch = torchrun.parse(opts.target) if mode == "command" else None
+    if launch is None:
+        raise UsageError("--per-rank puts one nsys per rank inside torchrun; give a torchrun command, e.g. "
+                         "nvtx-trace run --per-rank -- torchrun --nproc-per-node 2 train.py")
+    if not launch.program:
+        raise UsageError(f"{' '.join(opts.target)}: torchrun is given nothing to run; put the script after its "
+                         "options, e.g. torchrun --nproc-per-node 2 train.py")
+    if launch.kind == "script" and not Path(launch.program[0]).is_file():
+        raise UsageError(f"{launch.program[0]}: no such script")
+    if launch.kind == "command" and shutil.which(launch.program[0]) is None:
+        raise UsageError(f"{launch.program[0]}: command not found (torchrun --no-python runs it per rank)")
+    return launch
+
+
 def _program_argv(opts: RunOptions, mode: str, python: str) -> list[str]:
     """The program as nsys starts it: ``python -m nvtx_autotrace`` in front of a script or module."""
     autotrace = ["-m", "nvtx_autotrace"] if opts.autotrace else []
@@ -267,13 +294,14 @@ def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: floa
     nsys = nsys or find_nsys(opts.nsys)
     env = dict(os.environ if environ is None else environ)
     env.update(autotrace_env)
-    python = opts.python or sys.executable
+    launch = _per_rank_launch(opts, mode) if opts.per_rank else None
+    python = opts.python or (launch.python if launch else sys.executable)
     notes: list[str] = []
     probe = _check_python(opts, python, nsys, notes)
-    argv = _program_argv(opts, mode, python)
+    argv = launch.rank_argv(python, opts.autotrace) if launch else _program_argv(opts, mode, python)
 
     site_dir = None
-    if mode == "command" and opts.autotrace:
+    if mode == "command" and opts.autotrace and (launch is None or launch.kind == "command"):
         site_dir = INJECT_DIR  # a folder of the package: nothing to create, nothing to clean up
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site_dir), env.get("PYTHONPATH")) if p)
 
@@ -287,7 +315,10 @@ def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: floa
     capture, window_file = _capture_window(opts, probe, trace, extra, env)
     extra += list(opts.nsys_args)
 
+    if launch:
+        capture += ", one report per rank (an nsys for each, inside torchrun)"
     out_dir = output_dir(opts, mode, now)
     return Plan(nsys=nsys, out_dir=out_dir, argv=argv, env=env, trace=trace, extra=extra, capture=capture,
                 mode=mode, notes=notes, capture_window=None if opts.steps is None else (opts.warmup_steps, opts.steps),
-                site_dir=site_dir, options=opts, window_file=window_file)
+                site_dir=site_dir, options=opts, window_file=window_file,
+                launcher=[*launch.launcher, "--no-python"] if launch else [])

@@ -1,0 +1,112 @@
+"""torchrun command lines taken apart, so that nsys can go inside: one ``nsys profile`` per rank.
+
+``torchrun [its options] train.py ARGS`` starts ``python -u train.py ARGS`` once per rank; with
+``--no-python`` it starts the command given instead. That is how NVIDIA's guides profile each rank:
+``torchrun [its options] --no-python nsys profile -o rank%q{RANK} ... python -u train.py ARGS``
+(nsys puts each rank's ``RANK`` variable into the file name). Nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+# torchrun's options that take no value (torch 1.10 to 2.x; torch.distributed.launch's --use-env too);
+# every other option takes one, as ``--opt VALUE`` or ``--opt=VALUE``.
+FLAGS = frozenset({"--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
+                   "--virtual-local-rank", "--virtual_local_rank", "--use-env", "--use_env", "-h", "--help"})
+MODULE_FLAGS = frozenset({"-m", "--module"})
+NO_PYTHON_FLAGS = frozenset({"--no-python", "--no_python"})
+RUN_PATH_FLAGS = frozenset({"--run-path", "--run_path"})  # runpy.run_path in-process: we start a Python instead
+LAUNCH_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+RANK_FIELD = "%q{RANK}"  # nsys expands it from each rank's environment (torchrun sets RANK)
+RANK_STEM = "rank" + RANK_FIELD
+
+
+@dataclass
+class Launch:
+    """A torchrun command line, split where nsys goes in."""
+
+    launcher: list[str]  # torchrun (or python -m torch.distributed.run) and its options, ours removed
+    kind: str  # what each rank runs: "script" | "module" | "command" (the user's own --no-python)
+    program: list[str]  # the script or module and its arguments, or the command and its arguments
+    python: str  # the interpreter torchrun starts the ranks with
+    nproc: str | None = None  # --nproc-per-node as given (a number, gpu, cpu, auto), when given
+
+    def rank_argv(self, python: str | None = None, autotrace: bool = True) -> list[str]:
+        """What nsys starts in each rank: ``python -u [-m nvtx_autotrace] train.py ARGS`` (-u as torchrun does)."""
+        if self.kind == "command":
+            return list(self.program)
+        head = [python or self.python, "-u", *(["-m", "nvtx_autotrace"] if autotrace else [])]
+        return head + (["-m", *self.program] if self.kind == "module" else list(self.program))
+
+
+def _python_of_launcher(path: str) -> str:
+    """The interpreter named in a launcher script's ``#!`` line (pip writes torchrun that way), else ours."""
+    found = shutil.which(path) or path
+    try:
+        with open(found, "rb") as fh:
+            first = fh.readline(512).decode("utf-8", "replace").strip()
+    except OSError:
+        return sys.executable
+    if not first.startswith("#!"):
+        return sys.executable
+    words = first[2:].split()
+    if words and os.path.basename(words[0]) == "env" and len(words) > 1:
+        words = [shutil.which(words[1]) or words[1]]
+    return words[0] if words and os.path.basename(words[0]).startswith("python") else sys.executable
+
+
+def parse(target: Sequence[str]) -> Launch | None:
+    """The launch, or None when ``target`` is no torchrun command (``torchrun ...``, ``python -m
+    torch.distributed.run ...``). A torchrun line with nothing to run gives a Launch with no program."""
+    target = list(target)
+    if not target:
+        return None
+    if os.path.basename(target[0]) == "torchrun":
+        start, python = 1, _python_of_launcher(target[0])
+    elif (os.path.basename(target[0]).startswith("python") and len(target) > 2 and target[1] == "-m"
+          and target[2] in LAUNCH_MODULES):
+        start, python = 3, target[0]
+    else:
+        return None
+    launcher, kind, nproc, i = target[:start], "script", None, start
+    while i < len(target):
+        arg = target[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        name = arg.split("=", 1)[0]
+        if name in MODULE_FLAGS:
+            kind = "module"
+        elif name in NO_PYTHON_FLAGS:
+            kind = "command"
+        elif name in RUN_PATH_FLAGS:
+            pass
+        elif name in FLAGS:
+            launcher.append(arg)
+        else:
+            value = arg.split("=", 1)[1] if "=" in arg else (target[i + 1] if i + 1 < len(target) else None)
+            if name.replace("_", "-") == "--nproc-per-node":
+                nproc = value
+            launcher += [arg] if "=" in arg else target[i:i + 2]
+            i += 0 if "=" in arg else 1
+        i += 1
+    return Launch(launcher=launcher, kind=kind, program=target[i:], python=python, nproc=nproc)
+
+
+def rank_stem(out_dir: Path) -> Path:
+    return Path(out_dir) / RANK_STEM
+
+
+def rank_of(path: Path) -> int | None:
+    """``rank3.nsys-rep`` -> 3 (None for any other name)."""
+    name = Path(path).name
+    digits = name[4:].split(".", 1)[0] if name.startswith("rank") else ""
+    return int(digits) if digits.isdigit() else None
