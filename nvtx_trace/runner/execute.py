@@ -107,7 +107,8 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
 def _export_all(plan: Plan, reports: list[Path], log: NsysLog, progress: Progress | None) -> list[Path]:
     """Each report's SQLite export beside it (``report.sqlite``, or ``rankN.sqlite``), a few at a time."""
     if len(reports) == 1:
-        return [export_sqlite(plan.nsys, reports[0], plan.path("report.sqlite"), progress=progress, log=log)]
+        return [export_sqlite(plan.nsys, reports[0], with_suffix(stem_of(reports[0]), ".sqlite"), progress=progress,
+                              log=log)]
     if progress:
         progress(f"Exporting the {len(reports)} rank reports to SQLite…")
     with ThreadPoolExecutor(max_workers=min(len(reports), MAX_PARALLEL_IMPORTS)) as pool:

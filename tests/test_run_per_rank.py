@@ -1,0 +1,117 @@
+"""``nvtx-trace run --per-rank -- torchrun ...``: one nsys per rank inside torchrun, one report per rank,
+analyzed together. Real nsys, real torchrun, two gloo ranks on the CPU; every figure of the merged
+analysis is checked against plain SQL on that rank's own export."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+from conftest import need
+from test_run import SCRIPTS, WAIT, cli, ready, sql  # noqa: F401 - ready is a fixture
+
+DDP = SCRIPTS / "ddp_train.py"
+STEPS = 12
+
+
+def torchrun_cli(args, cwd, nproc=2, steps=STEPS):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return cli([*args, "--", "torchrun", f"--nproc_per_node={nproc}", str(DDP), "--steps", str(steps)],
+               cwd=cwd, env=env)
+
+
+@pytest.fixture(scope="module")
+def per_rank(ready, tmp_path_factory):  # noqa: F811
+    need("torchrun", shutil.which("torchrun") is not None)
+    work = tmp_path_factory.mktemp("per_rank")
+    proc = torchrun_cli(["--out", "out", "--trace", "nvtx", "--full", "--per-rank"], work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, work / "out", json.loads((work / "out" / "summary.json").read_text())
+
+
+def step_rows(db):
+    """(pid, start, end) of every ``step N`` range in one export, plain SQL."""
+    return sql(db, "SELECT (n.globalTid >> 24) & 16777215, n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s "
+                   "ON s.id = n.textId WHERE COALESCE(s.value, n.text) GLOB 'step [0-9]*' AND n.end IS NOT NULL "
+                   "ORDER BY n.start")
+
+
+def test_each_rank_writes_its_own_report_named_by_its_rank(per_rank):
+    proc, out, _ = per_rank
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["nsys.log", "rank0.nsys-rep", "rank0.sqlite", "rank1.nsys-rep", "rank1.sqlite",
+                     "summary.html", "summary.json"]  # no raw .qdstrm left, no node-wide report
+    printed = dict(re.findall(r"rank (\d) pid (\d+) done", proc.stdout))  # the program's own words
+    assert len(printed) == 2, proc.stdout
+    for rank in (0, 1):
+        pids = {pid for pid, _, _ in step_rows(out / f"rank{rank}.sqlite")}
+        assert pids == {int(printed[str(rank)])}  # rank N's report holds rank N's training process only
+    assert "one report per rank" in proc.stderr and "--no-python" in proc.stderr  # the command shown
+    assert "Wrote out/rank1.sqlite" in proc.stderr and "Next: open out/summary.html" in proc.stderr
+
+
+def test_the_merged_analysis_matches_sql_on_each_ranks_report(per_rank):
+    _, out, summary = per_rank
+    w0, w1 = summary["window"]["start_ns"], summary["window"]["end_ns"]
+    assert [r["report"] for r in summary["ranks"]] == [str(out / "rank0.sqlite"), str(out / "rank1.sqlite")]
+    for row in summary["ranks"]:
+        db = out / f"rank{row['rank']}.sqlite"
+        offset = row["clock_offset_ns"]
+        spans = np.array([(s + offset, e + offset) for _, s, e in step_rows(db)])
+        middle = spans.sum(axis=1) // 2
+        steady = spans[(middle >= w0) & (middle < w1)]
+        assert row["steps"] == len(steady) >= 5
+        assert row["step_ns_median"] == int(np.median(steady[:, 1] - steady[:, 0]))
+        # waits for data: the union of the rank's batch-wait ranges, clipped to the window
+        waits = sql(db, "SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                        "WHERE COALESCE(s.value, n.text) LIKE ? AND n.end IS NOT NULL ORDER BY n.start", WAIT)
+        covered, reach = 0, w0
+        for s, e in waits:
+            s, e = max(s + offset, reach), min(e + offset, w1)
+            if e > s:
+                covered, reach = covered + e - s, e
+        assert row["loader_wait_ns"] == covered
+
+
+def test_one_hosts_ranks_are_aligned_on_its_clock_and_the_alignment_holds(per_rank):
+    """Two nsys sessions on one host: moved by their start times with no warning; checked independently:
+    gloo's all-reduce ends every step on both ranks together, so the aligned step ends must meet."""
+    _, out, summary = per_rank
+    clock = summary["clock"]
+    assert clock["method"] == "session-start" and clock["sessions"][1]["same_host"] is True
+    assert "one host's clock" in clock["how"] and not any(w.startswith("clocks:") for w in summary["warnings"])
+    offset = summary["ranks"][1]["clock_offset_ns"]
+    ends0 = np.array([e for _, _, e in step_rows(out / "rank0.sqlite")])
+    ends1 = np.array([e for _, _, e in step_rows(out / "rank1.sqlite")]) + offset
+    assert len(ends0) == len(ends1) >= STEPS  # (+1: the range that ends when the loader is exhausted)
+    assert np.median(np.abs(ends0 - ends1)) < 2e6  # 2 ms (seen: 0.004-0.3 ms)
+    if abs(offset) > 4e6:  # the sessions started 5-20 ms apart here: unaligned, the same ends would not meet
+        assert np.median(np.abs(ends0 - (ends1 - offset))) > 2e6
+
+
+def test_per_rank_is_refused_for_anything_but_a_torchrun_with_something_to_run(ready, tmp_path):  # noqa: F811
+    for args, said in ((["--per-rank", str(DDP)], "give a torchrun command"),
+                       (["--per-rank", "--", "torchrun", "--nproc_per_node=2"], "torchrun is given nothing to run"),
+                       (["--per-rank", "--", "torchrun", str(tmp_path / "missing.py")], "missing.py: no such script")):
+        proc = cli(args, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and said in proc.stderr, proc.stderr
+    assert not (tmp_path / "nvtx-trace-out").exists()
+
+
+def test_a_forced_rerun_with_fewer_ranks_leaves_no_stale_rank_behind(ready, tmp_path):  # noqa: F811
+    need("torchrun", shutil.which("torchrun") is not None)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "rank1.sqlite").write_bytes(b"an earlier run's rank")
+    refused = torchrun_cli(["--out", "out", "--trace", "nvtx", "--full", "--per-rank"], tmp_path, nproc=1, steps=4)
+    assert refused.returncode == 2 and "rank1.sqlite" in refused.stderr and "--force" in refused.stderr
+    proc = torchrun_cli(["--out", "out", "--force", "--trace", "nvtx", "--full", "--per-rank"], tmp_path, nproc=1,
+                        steps=4)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in out.glob("rank*")) == ["rank0.nsys-rep", "rank0.sqlite"]
+    assert "ranks" not in json.loads((out / "summary.json").read_text())  # one rank: a single report's analysis

@@ -1,0 +1,76 @@
+"""torchrun command lines taken apart where nsys goes in (``run --per-rank``): which words are torchrun's,
+which are the program's. Checked against torchrun's own parser where torch is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvtx_trace.capture import torchrun
+
+
+@pytest.mark.parametrize("target, launcher, kind, program, nproc", [
+    (["torchrun", "--nproc-per-node", "2", "train.py", "--lr", "1"],
+     ["torchrun", "--nproc-per-node", "2"], "script", ["train.py", "--lr", "1"], "2"),
+    (["torchrun", "--nproc_per_node=4", "--standalone", "train.py", "--nproc_per_node", "9"],
+     ["torchrun", "--nproc_per_node=4", "--standalone"], "script", ["train.py", "--nproc_per_node", "9"], "4"),
+    (["torchrun", "--nnodes", "2", "--rdzv-endpoint", "host:29400", "-m", "pkg.train", "-m", "x"],
+     ["torchrun", "--nnodes", "2", "--rdzv-endpoint", "host:29400"], "module", ["pkg.train", "-m", "x"], None),
+    (["torchrun", "--no-python", "--nproc-per-node", "2", "bash", "job.sh"],
+     ["torchrun", "--nproc-per-node", "2"], "command", ["bash", "job.sh"], "2"),
+    (["python3", "-m", "torch.distributed.run", "--nproc-per-node=gpu", "--", "train.py"],
+     ["python3", "-m", "torch.distributed.run", "--nproc-per-node=gpu"], "script", ["train.py"], "gpu"),
+    (["/opt/venv/bin/torchrun", "--run-path", "train.py"], ["/opt/venv/bin/torchrun"], "script", ["train.py"], None),
+])
+def test_torchruns_words_and_the_programs_are_told_apart(target, launcher, kind, program, nproc):
+    launch = torchrun.parse(target)
+    assert (launch.launcher, launch.kind, launch.program, launch.nproc) == (launcher, kind, program, nproc)
+
+
+def test_what_is_no_torchrun_is_left_alone():
+    assert torchrun.parse(["python", "train.py"]) is None
+    assert torchrun.parse(["mpirun", "-n", "2", "python", "train.py"]) is None
+    assert torchrun.parse([]) is None
+    assert torchrun.parse(["torchrun", "--nproc-per-node", "2"]).program == []  # nothing to run: the plan says so
+
+
+def test_each_rank_runs_python_unbuffered_with_autotrace_as_torchrun_would():
+    script = torchrun.parse(["torchrun", "--nproc-per-node", "2", "train.py", "--lr", "1"])
+    assert script.rank_argv("/py") == ["/py", "-u", "-m", "nvtx_autotrace", "train.py", "--lr", "1"]
+    assert script.rank_argv("/py", autotrace=False) == ["/py", "-u", "train.py", "--lr", "1"]
+    module = torchrun.parse(["torchrun", "-m", "pkg.train", "--lr", "1"])
+    assert module.rank_argv("/py") == ["/py", "-u", "-m", "nvtx_autotrace", "-m", "pkg.train", "--lr", "1"]
+    command = torchrun.parse(["torchrun", "--no-python", "bash", "job.sh"])
+    assert command.rank_argv("/py") == ["bash", "job.sh"]  # nvtx_autotrace comes in through sitecustomize
+
+
+def test_the_ranks_python_is_the_one_in_torchruns_first_line(tmp_path):
+    launcher = tmp_path / "torchrun"
+    launcher.write_text("#!/opt/env/bin/python3.12\nimport sys\n")
+    assert torchrun.parse([str(launcher), "t.py"]).python == "/opt/env/bin/python3.12"
+    launcher.write_text("#!/bin/sh\nexec something\n")
+    assert torchrun.parse([str(launcher), "t.py"]).python == sys.executable
+
+
+def test_rank_file_names():
+    assert torchrun.rank_of(Path("out/rank12.nsys-rep")) == 12
+    assert torchrun.rank_of(Path("rank0.sqlite")) == 0
+    assert torchrun.rank_of(Path("report.sqlite")) is None and torchrun.rank_of(Path("rankx.sqlite")) is None
+    assert torchrun.rank_stem(Path("out")) == Path("out/rank%q{RANK}")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+def test_the_split_agrees_with_torchruns_own_parser():
+    """Independent check: torchrun's argparse, on the same words, names the same script and arguments."""
+    from torch.distributed.run import get_args_parser
+
+    for target in (["torchrun", "--nproc-per-node", "2", "--max-restarts=1", "train.py", "--lr", "1"],
+                   ["torchrun", "--standalone", "--nnodes", "1", "--master-port", "1234", "-m", "pkg", "-x"],
+                   ["torchrun", "--no-python", "--rdzv-backend", "c10d", "bash", "job.sh", "--a"]):
+        theirs = get_args_parser().parse_args(target[1:])
+        launch = torchrun.parse(target)
+        assert launch.program == [theirs.training_script, *theirs.training_script_args]
+        assert launch.kind == ("module" if theirs.module else "command" if theirs.no_python else "script")
