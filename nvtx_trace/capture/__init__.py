@@ -2,6 +2,7 @@
 
     locate.py         where nsys and its importer are, their versions, what they can trace
     profile.py        the one builder of the ``nsys profile`` command line, and running it
+    torchrun.py       a torchrun command line split where nsys goes in (run --per-rank)
     own_output.py     runs inside nsys: the program's output straight to the terminal
     qdstrm.py         .qdstrm -> .nsys-rep when nsys could not import its own capture
     export.py         SQLite exports, atomic and marked with the report they came from
