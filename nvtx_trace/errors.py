@@ -31,3 +31,9 @@ class NsysFailedError(NvtxTraceError):
     """nsys ran but produced no usable report."""
 
     exit_code = 5
+
+
+class MissingDependencyError(NvtxTraceError):
+    """A package an output needs is not installed (plotly for HTML): says what to install."""
+
+    exit_code = 1

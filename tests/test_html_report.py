@@ -406,3 +406,25 @@ def test_nesting_depth_of_push_pop_ranges():
     s = np.array([0, 1, 2, 5, 10])
     e = np.array([9, 4, 3, 8, 12])
     assert nvtx_lanes.nesting_depth(s, e).tolist() == [0, 1, 2, 1, 0]
+
+
+def test_without_plotly_the_html_is_one_line_and_a_run_keeps_its_other_outputs(tmp_path, monkeypatch, capsys):
+    """plotly is a dependency, but an environment can lack it (seen on the GPU machine): analyze --html says
+    what to install in one line; run's summary.json and findings stand, the missing HTML is one problem line."""
+    import sys
+
+    from nvtx_trace import cli, runner
+    from nvtx_trace.runner.plan import Plan
+
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)  # import plotly.offline now raises ImportError
+    sample = ROOT / "sample_reports" / "cpu_slow_loader.sqlite"
+    code = cli.main(["analyze", str(sample), "--html", str(tmp_path / "s.html")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "pip install plotly" in err[0] and "Traceback" not in err[0], err
+    assert not (tmp_path / "s.html").exists()
+    plan = Plan(nsys=None, out_dir=tmp_path, argv=["x"], env={}, trace=[], extra=[], capture="", mode="script")
+    result = runner.RunResult(plan=plan, exit_code=0, analysis=analyze(sample))
+    runner.write_summaries(result)
+    assert result.written == [tmp_path / "summary.json"] and result.error is None
+    assert result.problems == ["no HTML summary: the HTML summary needs plotly, which is not installed here: "
+                               "pip install plotly"]

@@ -25,6 +25,7 @@ import pandas as pd
 from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.instrumentation import depth_text
+from nvtx_trace.errors import MissingDependencyError
 from nvtx_trace.output_paths import write_atomically
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import stepchart, timeline
@@ -89,7 +90,11 @@ def write(a, path, max_points: int = timeline.DEFAULT_MAX_POINTS) -> Path:
 
 
 def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError:
+        raise MissingDependencyError("the HTML summary needs plotly, which is not installed here: "
+                                     "pip install plotly") from None
 
     return get_plotlyjs().replace("</script", "<\\/script")  # inert today; a future bundle must not end the tag
 

@@ -20,7 +20,7 @@ from nvtx_trace.capture.nsys_log import NsysLog
 from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.capture.processes import group_members
 from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
-from nvtx_trace.errors import BadReportError, NsysFailedError, NvtxTraceError
+from nvtx_trace.errors import BadReportError, MissingDependencyError, NsysFailedError, NvtxTraceError
 from nvtx_trace.output_paths import claim_folder, write_atomically
 from nvtx_trace.runner.plan import Plan, RunOptions, rank_outputs
 
@@ -168,6 +168,9 @@ def write_summaries(result: RunResult, html: bool = True, progress: Progress | N
     out = result.plan.path("summary.html")
     try:
         html_report.write(result.analysis, out, max_points=max_points)
+    except MissingDependencyError as exc:  # the findings and summary.json stand without it
+        result.problems.append(f"no HTML summary: {exc}")
+        return
     except NvtxTraceError as exc:
         _fail(result, exc)
         return
