@@ -18,8 +18,11 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer.findings import ms, pct
 
 COMM_KERNEL_RE = re.compile(r"^(nccl|ncclDevKernel|ncclKernel|rccl|gloo|c10d)", re.I)
+ALONE_SHARE = 0.1  # one rank's GPU in collectives this much of the window: say its busy time may be waiting
+ALONE_PREFIX = "one rank's collectives:"  # the warning's first words (the "no findings" lines refer to it)
 
 
 @dataclass
@@ -29,55 +32,86 @@ class DeviceComm:
     compute_ns: int  # kernels other than communication, union, in the window
     communication_ns: int  # communication kernels, union, in the window
     overlap_ns: int  # both at once (compute hidden behind communication)
-    wait_ns: int  # communication time beyond the fastest rank's, same collectives: waiting for a peer
+    wait_ns: int | None  # communication time beyond the fastest rank's, same collectives: waiting for a peer
     collectives: int
-    last_arrivals: int = 0  # collectives in which this GPU waited least: it arrived last, the others waited
-    caused_wait_ns: int = 0  # the others' waiting in those collectives: the wait this GPU's lateness caused
+    last_arrivals: int | None = 0  # collectives in which this GPU waited least: it arrived last, the others waited
+    caused_wait_ns: int | None = 0  # the others' waiting in those collectives: the wait this GPU's lateness caused
 
 
 @dataclass
 class CommResult:
     devices: list[DeviceComm] = field(default_factory=list)
-    matched: bool = True  # every GPU issued the same number of collectives (else matched up to the fewest)
+    matched: bool | None = True  # every GPU issued the same number of collectives (else matched up to the fewest)
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([vars(d) for d in self.devices])
 
+    @property
+    def alone(self) -> bool:
+        """One GPU's collectives without its peers' (one rank's report): waiting cannot be told from transfer."""
+        return len(self.devices) == 1
+
 
 def analyze_collectives(gpu_ops: pd.DataFrame, kernel_names: dict[int, str], window: tuple[int, int]) \
         -> CommResult | None:
-    """None unless at least two GPUs ran communication kernels."""
+    """None unless a GPU ran communication kernels; with one such GPU, its split without the waits."""
     kernels = gpu_ops[gpu_ops["kind"] == 0]
     comm_ids = [i for i, n in kernel_names.items() if COMM_KERNEL_RE.match(n or "")]
     if not comm_ids or not len(kernels):
         return None
     is_comm = kernels["name_id"].isin(comm_ids).to_numpy()
     devices = sorted(int(d) for d in pd.unique(kernels["device_id"][is_comm]))
-    if len(devices) < 2:
+    if not devices:
         return None
     w0, w1 = window
     on_dev = {dev: (kernels["device_id"] == dev).to_numpy() for dev in devices}
     per_dev = {dev: kernels[on & is_comm].sort_values("start_ns") for dev, on in on_dev.items()}
-    n = min(len(c) for c in per_dev.values())
-    matched = all(len(c) == n for c in per_dev.values())
-    durations = np.stack([(c["end_ns"].to_numpy() - c["start_ns"].to_numpy())[:n] for c in per_dev.values()])
-    waits = durations - durations.min(axis=0)  # beyond the fastest rank's time in the same collective
-    last = durations.argmin(axis=0)  # who arrived last at each collective (the others spun waiting for it)
-    total_wait = waits.sum(axis=0)
-    out = CommResult(matched=matched)
-    for row, dev in enumerate(devices):
+    out = CommResult(matched=None)
+    for dev in devices:
         comm, other = per_dev[dev], kernels[on_dev[dev] & ~is_comm]
         c_set = iv.union(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
         k_set = iv.union(other["start_ns"].to_numpy(), other["end_ns"].to_numpy())
         c_ns = int(iv.Coverage(c_set).measure(w0, w1))
         k_ns = int(iv.Coverage(k_set).measure(w0, w1))
         both = int(iv.Coverage(iv.merge(c_set, k_set)).measure(w0, w1))
-        starts = per_dev[dev]["start_ns"].to_numpy()[:n]
-        inside = (starts >= w0) & (starts < w1)
-        pids = pd.unique(per_dev[dev]["pid"])
+        starts = comm["start_ns"].to_numpy()
+        pids = pd.unique(comm["pid"])
         out.devices.append(DeviceComm(device_id=dev, pid=int(pids[0]) if len(pids) else -1, compute_ns=k_ns,
-                                      communication_ns=c_ns, overlap_ns=max(0, c_ns + k_ns - both),
-                                      wait_ns=int(waits[row][inside].sum()), collectives=int(inside.sum()),
-                                      last_arrivals=int(((last == row) & inside).sum()),
-                                      caused_wait_ns=int(total_wait[(last == row) & inside].sum())))
+                                      communication_ns=c_ns, overlap_ns=max(0, c_ns + k_ns - both), wait_ns=None,
+                                      collectives=int(((starts >= w0) & (starts < w1)).sum()),
+                                      last_arrivals=None, caused_wait_ns=None))
+    if len(devices) > 1:
+        _waits(out, [per_dev[dev] for dev in devices], window)
     return out
+
+
+def _waits(out: CommResult, per_dev: list[pd.DataFrame], window: tuple[int, int]) -> None:
+    """Each GPU's waiting: collectives paired by order, the time beyond the fastest GPU's in each."""
+    w0, w1 = window
+    n = min(len(c) for c in per_dev)
+    out.matched = all(len(c) == n for c in per_dev)
+    durations = np.stack([(c["end_ns"].to_numpy() - c["start_ns"].to_numpy())[:n] for c in per_dev])
+    waits = durations - durations.min(axis=0)  # beyond the fastest rank's time in the same collective
+    last = durations.argmin(axis=0)  # who arrived last at each collective (the others spun waiting for it)
+    total_wait = waits.sum(axis=0)
+    for row, (d, comm) in enumerate(zip(out.devices, per_dev)):
+        starts = comm["start_ns"].to_numpy()[:n]
+        inside = (starts >= w0) & (starts < w1)
+        d.wait_ns, d.collectives = int(waits[row][inside].sum()), int(inside.sum())
+        d.last_arrivals = int(((last == row) & inside).sum())
+        d.caused_wait_ns = int(total_wait[(last == row) & inside].sum())
+
+
+def alone_warning(comm: CommResult | None, window: tuple[int, int]) -> str | None:
+    """A report whose only communicating GPU spends much of the window in collectives: with no peer's report,
+    its waiting for the other ranks counts as busy and no straggler can be named."""
+    if comm is None or not comm.alone or window[1] <= window[0]:
+        return None
+    d = comm.devices[0]
+    share = d.communication_ns / (window[1] - window[0])
+    if share < ALONE_SHARE:
+        return None
+    return (f"{ALONE_PREFIX} GPU {d.device_id} spends {pct(share)} of the window ({ms(d.communication_ns)}) inside "
+            "communication kernels, and this report holds no other rank's GPU: waiting there for slower ranks "
+            "cannot be told from transfer and counts as busy; analyze every rank's report together "
+            "(nvtx-trace analyze rank0.sqlite rank1.sqlite ..., or their folder)")

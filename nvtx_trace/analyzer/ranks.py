@@ -93,7 +93,7 @@ def rank_rows(a, sources, step_range: str | None) -> list[dict]:
             "window_utilization": busy / (len(mine) * (w1 - w0)) if mine and w1 > w0 else None,
             "compute_ns": sum(d.compute_ns for d in in_comm) if in_comm else None,
             "communication_ns": sum(d.communication_ns for d in in_comm) if in_comm else None,
-            "wait_ns": sum(d.wait_ns for d in in_comm) if in_comm else None,
+            "wait_ns": sum(d.wait_ns for d in in_comm) if in_comm and None not in [d.wait_ns for d in in_comm] else None,
             "loader_wait_ns": loader,
             "straggler": slow is not None and slow in src.devices,
         })

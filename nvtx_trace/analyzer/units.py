@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace.analyzer import intervals as iv
-from nvtx_trace.analyzer.collectives import analyze_collectives
+from nvtx_trace.analyzer.collectives import alone_warning, analyze_collectives
 from nvtx_trace.analyzer.dataloader import analyze_loader
 from nvtx_trace.analyzer.gpu_idle import analyze_idle, describe_gaps, summarize_causes
 from nvtx_trace.analyzer.infer_steps import infer_from_ranges, infer_steps
@@ -268,8 +268,11 @@ def _communication(ctx: Context) -> None:
     if not ctx.trace.has_gpu_activity or not a.window:
         return
     ids = [int(i) for i in pd.unique(ctx.trace.gpu_ops["name_id"]) if i >= 0]
-    a.communication = analyze_collectives(ctx.trace.gpu_ops, ctx.reader.strings(ids),
-                                          (a.window["start_ns"], a.window["end_ns"]))
+    window = (a.window["start_ns"], a.window["end_ns"])
+    a.communication = analyze_collectives(ctx.trace.gpu_ops, ctx.reader.strings(ids), window)
+    warning = alone_warning(a.communication, window)
+    if warning:
+        ctx.trace.warnings.append(warning)
 
 
 def _communication_json(a) -> dict:

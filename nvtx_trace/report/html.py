@@ -30,7 +30,7 @@ from nvtx_trace.output_paths import write_atomically
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import stepchart, timeline
 from nvtx_trace.report.html_table import esc, fmt
-from nvtx_trace.report.sections import html_tables
+from nvtx_trace.report.sections import html_tables, no_findings_line
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html"
 MAX_POINTS_OPTION = "--html-max-points"
@@ -218,7 +218,7 @@ def _profiler_line(prof: dict) -> str:
 
 def _findings(d: dict) -> str:
     if not d["findings"]:
-        return "<p class='ok'>No findings above the thresholds: nothing obvious to fix.</p>"
+        return f"<p class='ok'>{esc(no_findings_line(d['warnings']))}</p>"
     items = []
     for i, f in enumerate(d["findings"]):
         items.append(

@@ -14,6 +14,7 @@ from typing import Callable
 from rich.markup import escape
 from rich.table import Table
 
+from nvtx_trace.analyzer.collectives import ALONE_PREFIX
 from nvtx_trace.analyzer.findings import ms, pct, size
 from nvtx_trace.analyzer.instrumentation import depth_text
 from nvtx_trace.report.html_table import table
@@ -59,7 +60,8 @@ def _text_communication(a, console) -> None:
     for col in ("GPU", "compute", "communication", "of it waiting for a peer", "overlapped"):
         t.add_column(col, justify="right")
     for d in a.communication.devices:
-        t.add_row(str(d.device_id), ms(d.compute_ns), ms(d.communication_ns), ms(d.wait_ns), ms(d.overlap_ns))
+        wait = "unknown: no peer's report" if d.wait_ns is None else ms(d.wait_ns)
+        t.add_row(str(d.device_id), ms(d.compute_ns), ms(d.communication_ns), wait, ms(d.overlap_ns))
     console.print(t)
 
 
@@ -137,9 +139,17 @@ def _text_window_figures(a, console) -> None:
     console.print(t)
 
 
+def no_findings_line(warnings: list[str]) -> str:
+    """"Nothing to fix", unless the report is one rank's whose busy time may be waiting for the others."""
+    if any(w.startswith(ALONE_PREFIX) for w in warnings):
+        return ("No findings above the thresholds in this one rank's report, but its time in collectives may be "
+                f"waiting for other ranks (see the warning \"{ALONE_PREFIX} ...\").")
+    return "No findings above the thresholds: nothing obvious to fix."
+
+
 def _text_findings(a, console) -> None:
     if not a.findings:
-        console.print("[green]No findings above the thresholds: nothing obvious to fix.[/green]")
+        console.print(f"[green]{no_findings_line(a.warnings)}[/green]")
         return
     console.print("[bold]Findings[/bold] (biggest measured cost first)")
     for i, f in enumerate(a.findings, 1):
