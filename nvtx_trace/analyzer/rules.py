@@ -11,6 +11,7 @@ from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, count
 from nvtx_trace.analyzer.gpu_idle import gaps_in
 from nvtx_trace.analyzer.pageable import within
 from nvtx_trace.analyzer.steps import union_of_process
+from nvtx_trace.analyzer.straggler import straggler
 
 
 def build_findings(a) -> list:
@@ -24,8 +25,8 @@ def build_findings(a) -> list:
     out += _layout(a)
     out += _pageable(a)
     out += _sync(a, cause_ns.get("sync", 0), gpu_ns)
-    out += _straggler(a, gpu_ns)
     short = {dev.device_id: _short_idle(a, dev) for dev in a.idle.devices} if a.idle and a.window else {}
+    out += straggler(a, gpu_ns, short)
     keep = _after_own_cost(a, cause_ns, sum(s[0] for s in short.values()))
     out += _cpu_overhead(a, cause_ns, gpu_ns, keep)
     out += _launch_bound(a, window_ns, short, keep)
@@ -155,51 +156,6 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
         evidence={"loaders": a.loader.loaders, "workers": a.loader.workers,
                   "compute_ns_per_step": int(compute) if compute else None},
-    )]
-
-
-def _straggler(a, window_ns: int) -> list[Finding]:
-    """The GPU the others wait for inside collectives: its waiting is least, theirs is the bill."""
-    c = a.communication
-    if c is None or len(c.devices) < 2:
-        return []
-    slow = min(c.devices, key=lambda d: d.wait_ns)
-    others = [d for d in c.devices if d is not slow]
-    impact = int(sum(d.wait_ns - slow.wait_ns for d in others))
-    if impact < THRESHOLDS["min_impact_ns"] or impact < THRESHOLDS["cause_fraction"] * window_ns:
-        return []
-    caused = sum(d.caused_wait_ns for d in c.devices)
-    last_share = slow.caused_wait_ns / caused if caused else 0.0
-    if last_share < THRESHOLDS["straggler_last_share"]:  # ranks take turns arriving last: jitter, no straggler
-        return []
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
-
-    def loader_wait(pid: int) -> int:
-        waits = a.loader.waits if a.loader is not None else None
-        return int(iv.Coverage(union_of_process(waits, pid)).measure(w0, w1))
-
-    fastest = max(others, key=lambda d: d.wait_ns)
-    reasons = {"its data loader waits": loader_wait(slow.pid) - loader_wait(fastest.pid),
-               "its GPU computes": slow.compute_ns - fastest.compute_ns}
-    why, extra = max(reasons.items(), key=lambda kv: kv[1])
-    because = (f"; {why} {ms(extra)} more than GPU {fastest.device_id}'s rank in the window" if extra > 0
-               else "; its own loader and compute figures are no worse: look at its CPU work (logging, eval, "
-                    "checkpoints on that rank only)")
-    fix = {"its data loader waits": "Feed the slow rank faster: more DataLoader workers per rank (see the data-loader "
-                                    "finding), pinned memory, or a cheaper dataset; every rank waits for the last",
-           "its GPU computes": "Even out the work per rank: same batch size and sequence lengths on every rank "
-                               "(bucket or pad), no extra work on one rank, the same GPU model"}.get(why, "")
-    waiters = "the other GPU waits" if len(others) == 1 else f"the other {len(others)} GPUs wait"
-    return [Finding(
-        kind="straggler",
-        title=f"GPU {slow.device_id} (pid {slow.pid}) arrives last at collectives: {waiters} "
-              f"{ms(impact)} more inside NCCL kernels than it does (waits: "
-              + ", ".join(f"GPU {d.device_id} {ms(d.wait_ns)}" for d in c.devices) + ")" + because,
-        impact_ns=impact, fix=fix or "Find what the slow rank does that the others do not.",
-        threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
-        evidence={"slow_device_id": slow.device_id, "slow_rank": slow.pid,
-                  "wait_ns": {str(d.device_id): d.wait_ns for d in c.devices}, "matched": c.matched,
-                  "last_share": last_share},
     )]
 
 
