@@ -20,12 +20,12 @@ GPU_BOUND = 0.8  # a GPU-side saving shortens the step only when the GPU is this
 def loader(a, fetch_ns_median: float, compute: float | None, workers: int | None) -> dict | None:
     """The steady step once the loader keeps up as far as it can: never faster than the measured compute,
     never faster than ``workers`` workers deliver batches at their measured fetch time."""
-    now = _now(a)
+    now, stat = _now(a)
     if not compute or not workers or not now:
         return None
     delivery = float(fetch_ns_median) / workers
     step = min(now, max(compute, delivery))
-    return {"step_ns": int(step), "saving_ns": int(now - step),
+    return {"step_ns": int(step), "saving_ns": int(now - step), "statistic": stat,
             "basis": f"a step computes in {ms(compute)} without its waits; {count(workers, 'worker')} at "
                      f"{ms(fetch_ns_median)} per batch {'delivers' if workers == 1 else 'deliver'} one every {ms(delivery)}"}
 
@@ -42,19 +42,47 @@ def with_expected(fix: str, predicted: dict | None) -> str:
     """The fix, then what it is expected to do to the step, as one more sentence."""
     if not predicted or predicted["saving_ns"] <= 0:
         return fix
-    return (fix.rstrip(" .") + f". Expected: step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> about "
-            f"{ms(predicted['step_ns'])} ({predicted['basis']}).")
+    mean = "mean " if predicted.get("statistic") == "mean" else ""
+    return (fix.rstrip(" .") + f". Expected: {mean}step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> "
+            f"about {ms(predicted['step_ns'])} ({predicted['basis']}).")
 
 
-def _now(a) -> float | None:
+def _now(a) -> tuple[float | None, str]:
+    """The steady step predictions start from, and its statistic (the mean when steps are uneven)."""
     if not a.steps:
+        return None, "median"
+    value, stat = typical_step_ns(a.steps.summary())
+    return (float(value) if value else None), stat
+
+
+def _stat(values: np.ndarray, stat: str) -> float:
+    return float(values.mean() if stat == "mean" else np.median(values))
+
+
+def collective_wait_per_step(a) -> float:
+    """The steps' GPU's waiting inside collectives per steady step (0 without collectives): in a rank that
+    waits for a straggler, its host syncs wait that long for the GPU, so it is neither compute nor GPU work."""
+    c, steady = a.communication, a.steps.steady if a.steps else None
+    if c is None or steady is None or not len(steady):
+        return 0.0
+    waits = [d.wait_ns for d in c.devices if d.pid == a.steps.pid and d.wait_ns is not None]
+    return float(sum(waits)) / len(steady) if waits else 0.0
+
+
+def compute_per_step(a) -> float | None:
+    """What a steady step takes when it waits for nothing: its time less its loader waits and its GPU's
+    waiting in collectives (the typical statistic of the steps, as the step predictions start from)."""
+    steady = a.steps.steady if a.steps else None
+    if steady is None or not len(steady):
         return None
-    value, _ = typical_step_ns(a.steps.summary())
-    return float(value) if value else None
+    _, stat = _now(a)
+    busy = _stat(steady["gpu_busy_ns"].to_numpy(), stat) if "gpu_busy" in a.steps.measured else 0.0
+    free = _stat((steady["duration_ns"] - steady["loader_wait_ns"]).to_numpy(), stat)
+    return max(free - collective_wait_per_step(a), busy - collective_wait_per_step(a), 1.0)
 
 
 def _generic(a, f: Finding) -> dict | None:
-    now = _now(a)
+    now, stat = _now(a)
     if not now:
         return None
     steady = a.steps.steady
@@ -65,7 +93,7 @@ def _generic(a, f: Finding) -> dict | None:
         sharing = max(1, n_gpus - 1) if f.kind == "straggler" else n_gpus
         per_step = f.impact_ns / sharing / max(1, len(steady))
         busy = steady["gpu_busy_ns"].to_numpy() if "gpu_busy" in a.steps.measured else np.zeros(0)
-        floor = float(np.median(busy)) if len(busy) else 0.0
+        floor = max(_stat(busy, stat) - collective_wait_per_step(a), 0.0) if len(busy) else 0.0
         step = max(now - per_step, floor, 0.0)
         lost = "waiting inside collectives" if f.kind == "straggler" else "GPU idle"
         what = f"{ms(per_step)} of {lost} per step goes" + (f"; the GPU's own work is {ms(floor)} a step"
@@ -84,4 +112,4 @@ def _generic(a, f: Finding) -> dict | None:
         return None
     if now - step <= 0:
         return None
-    return {"step_ns": int(step), "saving_ns": int(now - step), "basis": what}
+    return {"step_ns": int(step), "saving_ns": int(now - step), "statistic": stat, "basis": what}

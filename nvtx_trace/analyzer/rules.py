@@ -92,12 +92,9 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
         return []
     loaders = a.loader.loaders.sort_values("wait_ns", ascending=False)
     top = loaders.iloc[0]
-    steady = a.steps.steady if a.steps else None
     fixes = []
     recommend: dict = {}
-    compute = None
-    if steady is not None and len(steady):
-        compute = float(np.median(steady["duration_ns"] - steady["loader_wait_ns"]))
+    compute = predict.compute_per_step(a)
     workers_after = None
     if int(top["workers"]) and compute:
         need = workers_needed(top["fetch_ns_median"], compute)

@@ -53,6 +53,7 @@ class StepsResult:
         if not len(s):
             return {}
         d = s["duration_ns"].to_numpy()
+        modes = two_modes(d)
         return {
             "steps": int(len(self.table)),
             "warmup_steps": int(self.warmup_steps),
@@ -61,7 +62,8 @@ class StepsResult:
             "step_ns_mean": int(d.mean()),
             "step_ns_p90": int(np.percentile(d, 90)),
             "step_ns_std": int(d.std()),
-            "modes": two_modes(d),
+            "modes": modes,
+            "statistic": typical_statistic(float(np.median(d)), float(d.mean()), modes),
             **{f"{what}_fraction": (float(s[f"{what}_ns"].sum() / d.sum()) if d.sum() else 0.0)
                if what in self.measured else None for what in ("gpu_busy", "loader_wait", "sync_wait")},
         }
@@ -97,14 +99,22 @@ def two_modes(durations: np.ndarray, ratio: float = 2.5, min_share: float = 0.2,
             "high_steps": int(len(high))}
 
 
+UNEVEN_RATIO = 1.15  # a mean this far above the median: a few long steps (bursty waits) set the pace
+
+
+def typical_statistic(median: float, mean: float, modes: dict | None) -> str:
+    """``mean`` when steps come in two kinds, or are uneven (a few long ones: a loader delivering in bursts,
+    a straggler): a median then lands on the short steps and hides what sets throughput; else ``median``."""
+    return "mean" if modes or (median and mean >= UNEVEN_RATIO * median) else "median"
+
+
 def typical_step_ns(summary: dict) -> tuple[int | None, str]:
-    """The step time that sets throughput: the median, or the mean when steps come in two kinds (a median
-    then lands on one kind and hides the other)."""
+    """The step time that sets throughput, and which statistic it is (``summary["statistic"]``)."""
     if not summary:
         return None, "median"
-    if summary.get("modes"):
-        return summary.get("step_ns_mean"), "mean"
-    return summary.get("step_ns_median"), "median"
+    stat = summary.get("statistic") or typical_statistic(summary.get("step_ns_median") or 0,
+                                                         summary.get("step_ns_mean") or 0, summary.get("modes"))
+    return summary.get(f"step_ns_{stat}"), stat
 
 
 def find_step_ranges(ranges: pd.DataFrame, step_range: str | None = None) -> tuple[pd.DataFrame, str]:
