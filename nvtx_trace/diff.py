@@ -25,9 +25,10 @@ def load_summary(path: Path) -> dict:
             path = path / "summary.json"
         elif (path / "report.sqlite").is_file():
             path = path / "report.sqlite"
-        else:
-            raise BadReportError(f"{path}: a folder without summary.json or report.sqlite; give a report, a "
-                                 "summary.json or an nvtx-trace run folder")
+        elif not any(p.suffix in (".sqlite", ".nsys-rep", ".qdrep") for p in path.iterdir()):
+            raise BadReportError(f"{path}: a folder without summary.json, report.sqlite or rank reports; give a "
+                                 "report, a summary.json or an nvtx-trace run folder")
+        # else: a folder of per-rank reports (run --per-rank), analyzed together below
     if path.suffix == ".json":
         try:
             data = json.loads(path.read_text())
@@ -46,13 +47,17 @@ def _key(finding: dict) -> tuple[str, str]:
     return finding["kind"], str((finding.get("evidence") or {}).get("cause") or "")
 
 
-def _typical(summary: dict) -> tuple[int | None, str]:
-    return typical_step_ns((summary.get("steps") or {}).get("summary") or {})
+def _summary(report: dict) -> dict:
+    return (report.get("steps") or {}).get("summary") or {}
+
+
+def _typical(report: dict) -> tuple[int | None, str]:
+    return typical_step_ns(_summary(report))
 
 
 def compare(before: dict, after: dict) -> dict:
     """The diff as the documented JSON (docs/json-schema.md, "diff")."""
-    (_, b_stat), (a_med, a_stat) = _typical(before), _typical(after)
+    (_, b_stat), (_, a_stat) = _typical(before), _typical(after)
     b_find = {_key(f): f for f in before.get("findings") or []}
     a_find = {_key(f): f for f in after.get("findings") or []}
     findings = []
@@ -72,20 +77,21 @@ def compare(before: dict, after: dict) -> dict:
                "before_impact_ns": b["impact_ns"] if b else None, "after_impact_ns": a["impact_ns"] if a else None,
                "title": (a or b)["title"]}
         predicted = (b or {}).get("predicted") or None
-        if predicted and a_med:
+        measured = _summary(after).get(f"step_ns_{predicted.get('statistic', a_stat)}") if predicted else None
+        if predicted and measured:  # the after-run in the prediction's own statistic
             row["predicted_step_ns"] = predicted["step_ns"]
-            row["measured_step_ns"] = a_med
-            row["prediction_error"] = (a_med - predicted["step_ns"]) / predicted["step_ns"]
+            row["measured_step_ns"] = measured
+            row["prediction_error"] = (measured - predicted["step_ns"]) / predicted["step_ns"]
         findings.append(row)
 
     def side(s: dict) -> dict:
-        summary = (s.get("steps") or {}).get("summary") or {}
+        summary = _summary(s)
         return {"report": (s.get("report") or {}).get("path"), "step_ns_median": summary.get("step_ns_median"),
                 "step_ns_mean": summary.get("step_ns_mean"), "modes": summary.get("modes"),
                 "steps_source": (s.get("steps") or {}).get("source"),
                 "gpu_busy_fraction": summary.get("gpu_busy_fraction"), "findings": len(s.get("findings") or [])}
 
-    # Where one side's steps come in two kinds, both sides are compared by their mean (throughput).
+    # Where one side's steps come in two kinds or are uneven, both sides are compared by their mean (throughput).
     statistic = "mean" if "mean" in (b_stat, a_stat) else "median"
     b_side, a_side = side(before), side(after)
     b_step, a_step = b_side[f"step_ns_{statistic}"], a_side[f"step_ns_{statistic}"]

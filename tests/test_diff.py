@@ -56,3 +56,20 @@ def test_diff_of_a_folder_without_a_report_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "diff", str(tmp_path), str(AFTER)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3 and "Traceback" not in proc.stderr and "summary.json" in proc.stderr
+
+
+def test_diff_of_two_per_rank_run_folders_analyzes_each_folders_ranks_together(tmp_path):
+    """What run --per-rank leaves (rank0.sqlite, rank1.sqlite, no summary.json when writing it failed):
+    each folder is one merged analysis, and the same run on both sides changes nothing."""
+    import shutil
+
+    from nvtx_trace import diff as diff_mod
+
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        for r in (0, 1):
+            shutil.copy(ROOT / "sample_reports" / f"ddp_per_rank_window_rank{r}_h200x2.sqlite",
+                        tmp_path / side / f"rank{r}.sqlite")
+    d = diff_mod.compare(diff_mod.load_summary(tmp_path / "a"), diff_mod.load_summary(tmp_path / "b"))
+    assert d["speedup"] == 1.0 and {f["status"] for f in d["findings"]} == {"unchanged"}
+    assert "straggler" in {f["kind"] for f in d["findings"]} and d["step_statistic"] == "mean"

@@ -25,7 +25,7 @@ def loader(a, fetch_ns_median: float, compute: float | None, workers: int | None
         return None
     delivery = float(fetch_ns_median) / workers
     step = min(now, max(compute, delivery))
-    return {"step_ns": int(step), "saving_ns": int(now - step), "statistic": stat,
+    return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat,
             "basis": f"a step computes in {ms(compute)} without its waits; {count(workers, 'worker')} at "
                      f"{ms(fetch_ns_median)} per batch {'delivers' if workers == 1 else 'deliver'} one every {ms(delivery)}"}
 
@@ -112,4 +112,4 @@ def _generic(a, f: Finding) -> dict | None:
         return None
     if now - step <= 0:
         return None
-    return {"step_ns": int(step), "saving_ns": int(now - step), "statistic": stat, "basis": what}
+    return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": what}

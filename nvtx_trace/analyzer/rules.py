@@ -95,9 +95,10 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
     fixes = []
     recommend: dict = {}
     compute = predict.compute_per_step(a)
+    fetch, slowest = _pace_fetch_ns(a, top)
     workers_after = None
     if int(top["workers"]) and compute:
-        need = workers_needed(top["fetch_ns_median"], compute)
+        need = workers_needed(fetch, compute)
         have = int(top["workers"])
         usable = _usable_workers(a)
         workers_after = min(need, usable) if usable is not None and need > have else max(need, have)
@@ -106,9 +107,9 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
             recommend["num_workers"] = int(workers_after)
         if need > have and (usable is None or need <= usable):
             deliver = "delivers" if have == 1 else "deliver"
-            fixes.append(f"num_workers={need} (now {have}): a worker needs {ms(top['fetch_ns_median'])} per batch and "
+            fixes.append(f"num_workers={need} (now {have}): a worker{slowest} needs {ms(fetch)} per batch and "
                          f"a step computes in {ms(compute)}, so {count(have, 'worker')} {deliver} a batch every "
-                         f"{ms(top['fetch_ns_median'] / have)}; each worker needs a free CPU core")
+                         f"{ms(fetch / have)}; each worker needs a free CPU core")
         elif need > have:  # more workers than the machine has cores for: say so, and what else is left
             ranks = count(_ranks(a), "training process", "training processes")
             cores = (f"this machine has {a.cpu_cores} CPU cores for {ranks} and each "
@@ -117,14 +118,14 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
                        "smaller inputs)")
             if usable > have:
                 fixes.append(f"num_workers={usable} (now {have}; {need} would keep up, but {cores}): a batch then "
-                             f"arrives every {ms(top['fetch_ns_median'] / usable)} against a step of {ms(compute)}, "
+                             f"arrives every {ms(fetch / usable)} against a step of {ms(compute)}, "
                              f"so also {cheaper}")
             else:
                 fixes.append(f"{cheaper}: {need} workers would keep up with a step of {ms(compute)} "
-                             f"({ms(top['fetch_ns_median'])} per batch each), but {cores}, and {have} already run")
+                             f"({ms(fetch)} per batch each), but {cores}, and {have} already run")
         else:
             fixes.append(f"prefetch_factor=4 or more: {have} workers are enough on average "
-                         f"({ms(top['fetch_ns_median'])} per batch each, step {ms(compute)}) but batches arrive in bursts")
+                         f"({ms(fetch)} per batch each, step {ms(compute)}) but batches arrive in bursts")
     elif int(top["workers"]) == 0:
         per = ms(top["wait_ns_median"])
         fixes.append(f"raise num_workers (no worker-process ranges were recorded: num_workers=0, or the report was "
@@ -148,12 +149,23 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
         kind="dataloader_stall", title=title, impact_ns=int(cost),
         fix=predict.with_expected("In the DataLoader: " + "; ".join(fixes) if fixes
                                   else "Speed up the dataset's __getitem__ / collate.",
-                                  predicted := predict.loader(a, top["fetch_ns_median"], compute, workers_after)),
+                                  predicted := predict.loader(a, fetch, compute, workers_after)),
         recommend=recommend or None, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
         evidence={"loaders": a.loader.loaders, "workers": a.loader.workers,
-                  "compute_ns_per_step": int(compute) if compute else None},
+                  "compute_ns_per_step": int(compute) if compute else None, "fetch_ns_per_batch": int(fetch)},
     )]
+
+
+def _pace_fetch_ns(a, top) -> tuple[float, str]:
+    """A worker's time per batch that sets the pace, and whose it is: with several ranks on one loader, the
+    slowest rank's workers (every rank waits for the last batch); else the loader's median fetch."""
+    if _ranks(a) < 2:
+        return float(top["fetch_ns_median"]), ""
+    mine = a.loader.workers[a.loader.workers["loader"] == top["loader"]]
+    if not len(mine):
+        return float(top["fetch_ns_median"]), ""
+    return float(mine["fetch_ns_median"].max()), " of the slowest rank"
 
 
 def _ranks(a) -> int:

@@ -74,6 +74,8 @@ def _text_steps(a, console) -> None:
     pace = (f"mean {ms(s['step_ns_mean'])}: steps come in two kinds, {modes['low_steps']} of about "
             f"{ms(modes['low_ns'])} and {modes['high_steps']} of about {ms(modes['high_ns'])} (a median, "
             f"{ms(s['step_ns_median'])}, would describe neither)" if modes else
+            f"mean {ms(s['step_ns_mean'])}: uneven steps, a median of {ms(s['step_ns_median'])} hides the long ones, "
+            f"p90 {ms(s['step_ns_p90'])}" if s.get("statistic") == "mean" else
             f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}")
     console.print(
         f"Steps ({a.steps.how}): {s['steps']}, {s['warmup_steps']} of them warm-up; steady state {pace}. "
