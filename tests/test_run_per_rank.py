@@ -115,3 +115,17 @@ def test_a_forced_rerun_with_fewer_ranks_leaves_no_stale_rank_behind(ready, tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in out.glob("rank*")) == ["rank0.nsys-rep", "rank0.sqlite"]
     assert "ranks" not in json.loads((out / "summary.json").read_text())  # one rank: a single report's analysis
+
+
+def test_one_ranks_failed_export_leaves_the_others_to_analyze(per_rank, ready, tmp_path):  # noqa: F811
+    from types import SimpleNamespace
+
+    from nvtx_trace.capture.nsys_log import NsysLog
+    from nvtx_trace.runner.execute import _export_all
+
+    _, out, _ = per_rank
+    shutil.copy(out / "rank0.nsys-rep", tmp_path / "rank0.nsys-rep")
+    (tmp_path / "rank1.nsys-rep").write_bytes(b"cut short")
+    done, failed = _export_all(SimpleNamespace(nsys=ready), [tmp_path / "rank0.nsys-rep", tmp_path / "rank1.nsys-rep"],
+                               NsysLog(tmp_path / "nsys.log"), None)
+    assert done == [tmp_path / "rank0.sqlite"] and len(failed) == 1 and "rank1.nsys-rep" in str(failed[0])

@@ -82,10 +82,10 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     result.written += prof.reports
     for rep in prof.reports:  # the raw streams (often 100+ MB); nsys deletes them too once imported
         with_suffix(stem_of(rep), ".qdstrm").unlink(missing_ok=True)
-    try:
-        result.sqlites = _export_all(plan, prof.reports, log, progress)
-    except NvtxTraceError as exc:
+    result.sqlites, failures = _export_all(plan, prof.reports, log, progress)
+    for exc in failures:  # one rank's failed export leaves the others to analyze
         _fail(result, exc)
+    if not result.sqlites:
         return result
     result.sqlite = result.sqlites[0]
     result.written += result.sqlites
@@ -104,16 +104,23 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     return result
 
 
-def _export_all(plan: Plan, reports: list[Path], log: NsysLog, progress: Progress | None) -> list[Path]:
-    """Each report's SQLite export beside it (``report.sqlite``, or ``rankN.sqlite``), a few at a time."""
-    if len(reports) == 1:
-        return [export_sqlite(plan.nsys, reports[0], with_suffix(stem_of(reports[0]), ".sqlite"), progress=progress,
-                              log=log)]
+def _export_all(plan: Plan, reports: list[Path], log: NsysLog, progress: Progress | None) \
+        -> tuple[list[Path], list[NvtxTraceError]]:
+    """Each report's SQLite export beside it (``report.sqlite``, or ``rankN.sqlite``), a few at a time;
+    (the exports made, the failures)."""
     if progress:
-        progress(f"Exporting the {len(reports)} rank reports to SQLite…")
-    with ThreadPoolExecutor(max_workers=min(len(reports), MAX_PARALLEL_IMPORTS)) as pool:
-        return list(pool.map(lambda rep: export_sqlite(plan.nsys, rep, with_suffix(stem_of(rep), ".sqlite"), log=log),
-                             reports))
+        progress("Exporting to SQLite…" if len(reports) == 1 else
+                 f"Exporting the {len(reports)} rank reports to SQLite…")
+
+    def one(rep: Path) -> Path | NvtxTraceError:
+        try:
+            return export_sqlite(plan.nsys, rep, with_suffix(stem_of(rep), ".sqlite"), log=log)
+        except NvtxTraceError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(reports), MAX_PARALLEL_IMPORTS))) as pool:
+        done = list(pool.map(one, reports))
+    return [d for d in done if isinstance(d, Path)], [d for d in done if not isinstance(d, Path)]
 
 
 def _exit_code(prof: ProfileResult) -> int | None:
