@@ -118,7 +118,7 @@ def test_uneven_steps_are_judged_by_their_mean_and_the_loader_advice_by_the_slow
     """The straggler run's steps: a median of ~5 ms hides bursts of 60+ ms waits for rank 1's batches, so
     throughput (and every prediction) follows the mean. Rank 1's workers set the pace, and rank 0's step,
     less the time its GPU spins waiting for rank 1, is what a step computes. Then applied on the same 2xH200
-    host (docs/run.md): 15 workers as advised, predicted 5.34 ms; measured 5.36-6.04 ms plain (program's mean)."""
+    host (docs/run.md): 15 workers as advised, predicted 5.31 ms; measured 5.36-6.04 ms plain (program's mean)."""
     import numpy as np
 
     a = analyze(STRAGGLER)
@@ -128,15 +128,16 @@ def test_uneven_steps_are_judged_by_their_mean_and_the_loader_advice_by_the_slow
     assert summary["statistic"] == "mean" and d.mean() >= 1.15 * np.median(d)
     f = next(f for f in a.findings if f.kind == "dataloader_stall")
     assert f.predicted["statistic"] == "mean" and "Expected: mean step" in f.fix
-    # the pace: the slowest worker's median fetch, by SQL over the workers' fetch ranges
+    # the pace: the slowest rank's workers' typical time per batch (the median of the 4 slowest workers'
+    # median fetch; each rank has 4), by SQL over the workers' fetch ranges
     fetches = _sql(STRAGGLER, "SELECT (e.globalTid >> 24) & 16777215, e.end - e.start FROM NVTX_EVENTS e LEFT JOIN "
                               "StringIds s ON s.id = e.textId WHERE COALESCE(s.value, e.text) LIKE 'dataloader.fetch%' "
                               "AND e.end IS NOT NULL")
     per_worker: dict[int, list[int]] = {}
     for pid, ns in fetches:
         per_worker.setdefault(pid, []).append(ns)
-    slowest = max(np.median(v) for v in per_worker.values())
-    assert f.evidence["fetch_ns_per_batch"] == int(slowest)
+    slowest = np.median(sorted(np.median(v) for v in per_worker.values())[-4:])
+    assert len(per_worker) == 8 and f.evidence["fetch_ns_per_batch"] == int(slowest)
     assert min(np.median(v) for v in per_worker.values()) < slowest / 3  # rank 0's workers are far faster
     # the compute: the mean step less its loader waits, less its GPU's waiting in collectives per step
     waiter = next(c for c in a.communication.devices if c.pid == a.steps.pid)

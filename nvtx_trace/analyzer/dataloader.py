@@ -24,6 +24,7 @@ class LoaderResult:
     loaders: pd.DataFrame  # loader, waits, wait_ns, wait_ns_median, wait_ns_max, workers, fetches, fetch_ns_median
     workers: pd.DataFrame  # loader, worker, pid, fetches, fetch_ns_total, fetch_ns_median, batches_per_s
     restarts: dict[str, int]  # loader -> worker processes beyond one set (workers re-created each epoch)
+    fetches: pd.DataFrame | None = None  # loader, worker, pid, start_ns, end_ns, duration_ns: one row per batch
 
     @property
     def wait_set(self) -> iv.Set:
@@ -84,7 +85,70 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
         extra = f["pid"].nunique() - sets * f["worker"].nunique()
         if extra > 0:
             restarts[str(loader)] = int(extra)
-    return LoaderResult(waits=waits, loaders=loaders, workers=workers, restarts=restarts)
+    return LoaderResult(waits=waits, loaders=loaders, workers=workers, restarts=restarts, fetches=fetches)
+
+
+@dataclass
+class Pace:
+    """How fast a loader's workers can deliver batches for good: no step that eats one batch is shorter."""
+
+    loader: str
+    workers: int  # per training process
+    fetch_ns: float  # a worker's time per batch: with several ranks, the slowest rank's workers' (all wait for it)
+    slowest_rank: bool
+
+    @property
+    def interval_ns(self) -> float:
+        return self.fetch_ns / self.workers
+
+    def words(self) -> str:
+        whose = " of the slowest rank" if self.slowest_rank else ""
+        deliver = "delivers" if self.workers == 1 else "deliver"
+        return (f"{self.workers} worker{'' if self.workers == 1 else 's'}{whose} at {self.fetch_ns / 1e6:.2f} ms "
+                f"per batch {deliver} one every {self.interval_ns / 1e6:.2f} ms")
+
+
+def pace(a) -> Pace | None:
+    """The delivery pace of the loader the training loop waits on most; None without worker fetch ranges."""
+    if a.loader is None or not len(a.loader.loaders) or not len(a.loader.waits):
+        return None
+    top = a.loader.loaders.sort_values("wait_ns", ascending=False).iloc[0]
+    have = int(top["workers"])
+    if not have or not int(top["fetches"]):
+        return None
+    mine = a.loader.workers[a.loader.workers["loader"] == top["loader"]]
+    if training_processes(a) < 2 or not len(mine):
+        return Pace(str(top["loader"]), have, float(top["fetch_ns_median"]), False)
+    # each rank has its own `have` workers; the slowest set's typical time per batch
+    slowest = np.sort(mine["fetch_ns_median"].to_numpy())[-have:]
+    return Pace(str(top["loader"]), have, float(np.median(slowest)), True)
+
+
+def taken_and_delivered(a, loader: str, window: tuple[int, int]) -> tuple[int, int]:
+    """Batches the training loop took from ``loader`` in the window (all ranks), and batches its workers
+    finished in it: more taken than delivered means the loop ate a queue filled before the window."""
+    lo, hi = window
+    waits = a.loader.waits[a.loader.waits["loader"] == loader]
+    taken = int(((waits["start_ns"] >= lo) & (waits["start_ns"] < hi)).sum())
+    f = a.loader.fetches
+    if f is None:
+        return taken, 0
+    f = f[f["loader"] == loader]
+    return taken, int(((f["end_ns"] >= lo) & (f["end_ns"] < hi)).sum())
+
+
+def training_processes(a) -> int:
+    """Training processes on this machine, each with its own loader workers (DDP ranks)."""
+    pids = set(a.loader.waits["pid"]) if a.loader is not None and len(a.loader.waits) else set()
+    return max(1, len(pids))
+
+
+def usable_workers(a) -> int | None:
+    """Loader workers a training process can have without oversubscribing the report's CPU cores (one core
+    per rank for the training loop itself); None when the report does not say how many cores there are."""
+    if not a.cpu_cores:
+        return None
+    return max(1, a.cpu_cores // training_processes(a) - 1)
 
 
 def workers_needed(fetch_ns_median: float, compute_ns_per_step: float) -> int:

@@ -19,6 +19,7 @@ THRESHOLDS = {
     "min_impact_ns": 1_000_000,  # nothing under 1 ms total is worth a finding
     "launch_bound_fraction": 0.20,  # idle in gaps shorter than --min-gap-ms covering 20 % of the window
     "straggler_last_share": 0.6,  # a straggler's lateness causes this share of all waiting (ranks taking turns: jitter)
+    "loader_behind_ratio": 1.1,  # workers deliver a batch this much slower than a step: it ran on prefetched ones
 }
 
 

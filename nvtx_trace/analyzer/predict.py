@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nvtx_trace.analyzer import dataloader
 from nvtx_trace.analyzer.findings import Finding, count, ms
 from nvtx_trace.analyzer.steps import typical_step_ns
 
@@ -17,16 +18,21 @@ IDLE_KINDS = ("gpu_idle", "sync", "cpu_overhead", "cuda_api", "straggler")  # im
 GPU_BOUND = 0.8  # a GPU-side saving shortens the step only when the GPU is this busy
 
 
-def loader(a, fetch_ns_median: float, compute: float | None, workers: int | None) -> dict | None:
+def loader(a, fetch_ns_median: float, compute: float | None, workers: int | None,
+           sustained: float | None = None) -> dict | None:
     """The steady step once the loader keeps up as far as it can: never faster than the measured compute,
-    never faster than ``workers`` workers deliver batches at their measured fetch time."""
-    now, stat = _now(a)
+    never faster than ``workers`` workers deliver batches at their measured fetch time. ``sustained``: the
+    step once the batches prefetched before the window run out, when the loader falls behind."""
+    now, stat = steady_step(a)
     if not compute or not workers or not now:
         return None
+    ahead = ""
+    if sustained and sustained > now:
+        now, ahead = sustained, f"steps slow to {ms(sustained)} once the prefetched batches run out; "
     delivery = float(fetch_ns_median) / workers
     step = min(now, max(compute, delivery))
     return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat,
-            "basis": f"a step computes in {ms(compute)} without its waits; {count(workers, 'worker')} at "
+            "basis": f"{ahead}a step computes in {ms(compute)} without its waits; {count(workers, 'worker')} at "
                      f"{ms(fetch_ns_median)} per batch {'delivers' if workers == 1 else 'deliver'} one every {ms(delivery)}"}
 
 
@@ -40,6 +46,8 @@ def add_predictions(a, findings: list[Finding]) -> None:
 
 def with_expected(fix: str, predicted: dict | None) -> str:
     """The fix, then what it is expected to do to the step, as one more sentence."""
+    if predicted and predicted["saving_ns"] <= 0 and predicted.get("bound_by") == "loader":
+        return fix.rstrip(" .") + f". Expected: no shorter step while {predicted['basis']}; fix the loader first."
     if not predicted or predicted["saving_ns"] <= 0:
         return fix
     mean = "mean " if predicted.get("statistic") == "mean" else ""
@@ -47,7 +55,7 @@ def with_expected(fix: str, predicted: dict | None) -> str:
             f"about {ms(predicted['step_ns'])} ({predicted['basis']}).")
 
 
-def _now(a) -> tuple[float | None, str]:
+def steady_step(a) -> tuple[float | None, str]:
     """The steady step predictions start from, and its statistic (the mean when steps are uneven)."""
     if not a.steps:
         return None, "median"
@@ -75,14 +83,14 @@ def compute_per_step(a) -> float | None:
     steady = a.steps.steady if a.steps else None
     if steady is None or not len(steady):
         return None
-    _, stat = _now(a)
+    _, stat = steady_step(a)
     busy = _stat(steady["gpu_busy_ns"].to_numpy(), stat) if "gpu_busy" in a.steps.measured else 0.0
     free = _stat((steady["duration_ns"] - steady["loader_wait_ns"]).to_numpy(), stat)
     return max(free - collective_wait_per_step(a), busy - collective_wait_per_step(a), 1.0)
 
 
 def _generic(a, f: Finding) -> dict | None:
-    now, stat = _now(a)
+    now, stat = steady_step(a)
     if not now:
         return None
     steady = a.steps.steady
@@ -110,6 +118,11 @@ def _generic(a, f: Finding) -> dict | None:
                 else f"{ms(per_step)} of pageable copying per step goes")
     else:
         return None
-    if now - step <= 0:
-        return None
-    return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": what}
+    feed = dataloader.pace(a)
+    if feed is None or (f.kind == "straggler" and f.evidence.get("why") == "loader_wait") or feed.interval_ns <= step:
+        return ({"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": what}
+                if now - step > 0 else None)
+    # no step is shorter than the loader's delivery, which this fix leaves as it is
+    step = min(now, feed.interval_ns)
+    return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "bound_by": "loader",
+            "basis": (what + "; " if now > step else "") + f"the loader's {feed.words()}"}

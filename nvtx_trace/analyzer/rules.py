@@ -6,7 +6,13 @@ import numpy as np
 
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.dataloader import workers_needed
+from nvtx_trace.analyzer.dataloader import (
+    pace,
+    taken_and_delivered,
+    training_processes,
+    usable_workers,
+    workers_needed,
+)
 from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, count, ms, pct, size
 from nvtx_trace.analyzer.gpu_idle import gaps_in
 from nvtx_trace.analyzer.pageable import within
@@ -37,7 +43,9 @@ def build_findings(a) -> list:
     left = {c: int(ns * keep) if c in CPU_CAUSES else ns for c, ns in cause_ns.items() if c not in covered}
     out += _gpu_idle(a, left, gpu_ns)  # (the tool's own share of CPU-bound idle is out of it too)
     predict.add_predictions(a, out)
-    return sorted(out, key=lambda f: f.impact_ns, reverse=True)
+    # biggest cost first, but a fix the loader's pace leaves without gain after the ones that gain
+    return sorted(out, key=lambda f: (bool(f.predicted and f.predicted.get("bound_by") == "loader"
+                                           and f.predicted["saving_ns"] <= 0), -f.impact_ns))
 
 
 def _of_window(a, share: float) -> str:
@@ -88,19 +96,25 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
         return []
     # Without GPU data, the cost is the training thread's wait itself.
     cost = idle_ns if a.idle else _wait_in_window(a)
-    if cost < THRESHOLDS["min_impact_ns"] or cost < THRESHOLDS["cause_fraction"] * window_ns:
-        return []
+    loader_pace = pace(a)
+    behind = _falls_behind(a, loader_pace)
+    measured = cost >= THRESHOLDS["min_impact_ns"] and cost >= THRESHOLDS["cause_fraction"] * window_ns
+    if not measured:
+        cost = behind["projected_wait_ns"] if behind else 0
+        if cost < THRESHOLDS["min_impact_ns"] or cost < THRESHOLDS["cause_fraction"] * window_ns:
+            return []
     loaders = a.loader.loaders.sort_values("wait_ns", ascending=False)
     top = loaders.iloc[0]
     fixes = []
     recommend: dict = {}
     compute = predict.compute_per_step(a)
-    fetch, slowest = _pace_fetch_ns(a, top)
+    fetch = loader_pace.fetch_ns if loader_pace else float(top["fetch_ns_median"])
+    slowest = " of the slowest rank" if loader_pace and loader_pace.slowest_rank else ""
     workers_after = None
     if int(top["workers"]) and compute:
         need = workers_needed(fetch, compute)
         have = int(top["workers"])
-        usable = _usable_workers(a)
+        usable = usable_workers(a)
         workers_after = min(need, usable) if usable is not None and need > have else max(need, have)
         workers_after = max(workers_after, have)
         if workers_after > have:
@@ -111,7 +125,7 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
                          f"a step computes in {ms(compute)}, so {count(have, 'worker')} {deliver} a batch every "
                          f"{ms(fetch / have)}; each worker needs a free CPU core")
         elif need > have:  # more workers than the machine has cores for: say so, and what else is left
-            ranks = count(_ranks(a), "training process", "training processes")
+            ranks = count(training_processes(a), "training process", "training processes")
             cores = (f"this machine has {a.cpu_cores} CPU cores for {ranks} and each "
                      "worker needs one")
             cheaper = ("make each batch cheaper to load (decode or augment on the GPU, cache decoded samples, "
@@ -138,48 +152,59 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
     for loader, extra in a.loader.restarts.items():
         fixes.append(f"persistent_workers=True ({loader}: workers were re-created {count(extra, 'time')})")
     n_gpus = len(a.idle.devices) if a.idle else 1
-    if not a.idle:
-        head = f"Training waits {ms(cost)} for data ({pct(cost / window_ns)} of the window)"
-    elif n_gpus == 1:
-        head = f"Training waits {ms(cost)} for data while the GPU idles ({_of_window(a, cost / window_ns)})"
-    else:  # GPU time summed over the GPUs, not one process's wait
-        head = f"The {n_gpus} GPUs idle {ms(cost)} in all waiting for data ({_of_window(a, cost / window_ns)})"
-    title = head + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over {int(top['waits'])} batches"
+    if not measured:
+        title = _behind_title(a, loader_pace, behind, n_gpus)
+    else:
+        if not a.idle:
+            head = f"Training waits {ms(cost)} for data ({pct(cost / window_ns)} of the window)"
+        elif n_gpus == 1:
+            head = f"Training waits {ms(cost)} for data while the GPU idles ({_of_window(a, cost / window_ns)})"
+        else:  # GPU time summed over the GPUs, not one process's wait
+            head = f"The {n_gpus} GPUs idle {ms(cost)} in all waiting for data ({_of_window(a, cost / window_ns)})"
+        title = (head + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over "
+                 f"{int(top['waits'])} batches")
+        if behind:
+            title += (f"; and steps will slow to about {ms(behind['delivery_ns'])} once the batches prefetched "
+                      f"before the window run out ({loader_pace.words()})")
+    sustained = loader_pace.interval_ns if behind is not None else None
     return [Finding(
         kind="dataloader_stall", title=title, impact_ns=int(cost),
         fix=predict.with_expected("In the DataLoader: " + "; ".join(fixes) if fixes
                                   else "Speed up the dataset's __getitem__ / collate.",
-                                  predicted := predict.loader(a, fetch, compute, workers_after)),
+                                  predicted := predict.loader(a, fetch, compute, workers_after, sustained)),
         recommend=recommend or None, predicted=predicted,
-        threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
+        threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window"
+                  + ("" if measured else " (projected: the loader falls behind)"),
         evidence={"loaders": a.loader.loaders, "workers": a.loader.workers,
-                  "compute_ns_per_step": int(compute) if compute else None, "fetch_ns_per_batch": int(fetch)},
+                  "compute_ns_per_step": int(compute) if compute else None, "fetch_ns_per_batch": int(fetch),
+                  "falls_behind": behind},
     )]
 
 
-def _pace_fetch_ns(a, top) -> tuple[float, str]:
-    """A worker's time per batch that sets the pace, and whose it is: with several ranks on one loader, the
-    slowest rank's workers (every rank waits for the last batch); else the loader's median fetch."""
-    if _ranks(a) < 2:
-        return float(top["fetch_ns_median"]), ""
-    mine = a.loader.workers[a.loader.workers["loader"] == top["loader"]]
-    if not len(mine):
-        return float(top["fetch_ns_median"]), ""
-    return float(mine["fetch_ns_median"].max()), " of the slowest rank"
-
-
-def _ranks(a) -> int:
-    """Training processes on this machine, each with its own loader workers (DDP ranks)."""
-    pids = set(a.loader.waits["pid"]) if a.loader is not None and len(a.loader.waits) else set()
-    return max(1, len(pids))
-
-
-def _usable_workers(a) -> int | None:
-    """Loader workers a training process can have without oversubscribing the report's CPU cores (one core
-    per rank for the training loop itself); None when the report does not say how many cores there are."""
-    if not a.cpu_cores:
+def _falls_behind(a, loader_pace) -> dict | None:
+    """Steps faster than the loader can deliver for good: the window ran on batches prefetched before it
+    (a short window after a long warm-up), and the loop will wait once they run out. The wait is projected."""
+    now, _ = predict.steady_step(a)
+    if loader_pace is None or not now or loader_pace.interval_ns < THRESHOLDS["loader_behind_ratio"] * now:
         return None
-    return max(1, a.cpu_cores // _ranks(a) - 1)
+    steps = len(a.steps.steady)
+    n_gpus = len(a.idle.devices) if a.idle else 1  # every rank waits for the last batch
+    per_step = loader_pace.interval_ns - now
+    taken, delivered = taken_and_delivered(a, loader_pace.loader, (a.window["start_ns"], a.window["end_ns"]))
+    return {"step_ns": int(now), "delivery_ns": int(loader_pace.interval_ns), "wait_ns_per_step": int(per_step),
+            "steps": steps, "projected_wait_ns": int(per_step * steps * n_gpus),
+            "batches_taken": taken, "batches_delivered": delivered}
+
+
+def _behind_title(a, loader_pace, behind: dict, n_gpus: int) -> str:
+    gpus = f" on each of {n_gpus} GPUs" if n_gpus > 1 else ""
+    loops = "training loops" if n_gpus > 1 else "training loop"
+    return (f"The loader falls behind: the window's steps took {ms(behind['step_ns'])}, but "
+            f"{loader_pace.words()}; those steps ran on batches prefetched before the window (in it the {loops} "
+            f"took {behind['batches_taken']} batches and the workers finished {behind['batches_delivered']}), "
+            f"and once they run out each step waits about {ms(behind['wait_ns_per_step'])} for data{gpus} "
+            f"(projected, not measured: {ms(behind['projected_wait_ns'])} over the window's {behind['steps']} "
+            "steps; a longer window, nvtx-trace run --full, measures it)")
 
 
 def _wait_in_window(a) -> int:

@@ -76,5 +76,7 @@ def first_time_code_ns(trace, starts: np.ndarray, ends: np.ndarray) -> np.ndarra
         return np.zeros(len(starts), dtype=np.int64)
     calls = trace.api_calls(min_duration_ns=SLOW_API_NS)
     names = trace.api_names
-    loading = calls[[api_base_name(names.get(int(i), "")).startswith(LAZY_LOADING) for i in calls["name_id"]]]
+    mask = np.array([api_base_name(names.get(int(i), "")).startswith(LAZY_LOADING) for i in calls["name_id"]],
+                    dtype=bool)  # a typed mask: an empty list would select no columns
+    loading = calls.loc[mask]
     return iv.Coverage(iv.union(loading["start_ns"].to_numpy(), loading["end_ns"].to_numpy())).measure(starts, ends)
