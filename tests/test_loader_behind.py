@@ -92,3 +92,22 @@ def test_a_full_run_whose_steps_keep_pace_is_not_said_to_fall_behind():
     a = analyze(SAMPLES / "ddp_straggler_h200x2.sqlite")
     f = next(f for f in a.findings if f.kind == "dataloader_stall")
     assert f.evidence["falls_behind"] is None and f.title.startswith("The 2 GPUs idle")
+
+
+def test_the_json_keys_are_the_documented_contract(merged):
+    """docs/json-schema.md names exactly the keys the JSON carries (other tools read them)."""
+    import json
+
+    from conftest import ROOT
+
+    from nvtx_trace.report.json import to_dict
+
+    findings = json.loads(json.dumps(to_dict(merged)))["findings"]
+    behind = findings[0]["evidence"]["falls_behind"]
+    keys = {"step_ns", "delivery_ns", "wait_ns_per_step", "steps", "projected_wait_ns", "batches_taken",
+            "batches_delivered"}
+    assert set(behind) == keys
+    assert {f["predicted"]["bound_by"] for f in findings[1:]} == {"loader"}
+    doc = (ROOT / "docs" / "json-schema.md").read_text()
+    for key in keys | {"falls_behind", "bound_by"}:
+        assert f"`{key}`" in doc, key
