@@ -89,8 +89,10 @@ def main(argv=None) -> int:
         times.append((t1 - t0) * 1e3)
         t0 = t1
     med = statistics.median(times[args.warmup:])
-    print(f"BENCH program=resnet50{'_cl' if args.channels_last else ''} step_ms={med:.3f} steps={len(times) - args.warmup}",
-          flush=True)
+    mean = statistics.fmean(times[args.warmup:])
+    print(f"BENCH program=resnet50{'_cl' if args.channels_last else ''} step_ms={med:.3f} step_ms_mean={mean:.3f} "
+          f"steps={len(times) - args.warmup}", flush=True)
+    print("STEPS_MS " + " ".join(f"{t:.1f}" for t in times), flush=True)
     return 0
 
 
