@@ -1,6 +1,6 @@
 """The loader falling behind, on a real capture here: `nvtx-trace run` profiles steps 2-11 of a loop whose
 two workers filled a deep queue (prefetch_factor=12) during a 4 s head start, as a long warm-up does;
-each batch takes them about 40 ms (samples wait, as on slow storage), each step about 8 ms of CPU work.
+each batch takes them about 80 ms (samples wait, as on slow storage), each step about 8 ms of CPU work.
 In the window the loop eats the queue; the finding must say that steps will slow to the workers' pace.
 Checked independently: the pace against SQL over the workers' fetch ranges, the step against SQL.
 """
@@ -25,7 +25,7 @@ def run(ready, tmp_path_factory):  # noqa: F811
     work = tmp_path_factory.mktemp("behind")
     done = subprocess.run(
         [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--warmup-steps", "2", "--steps", "10",
-         str(SCRIPT), "--steps", "40", "--workers", "2", "--work-ms", "10", "--prefetch", "12",
+         str(SCRIPT), "--steps", "40", "--workers", "2", "--work-ms", "20", "--prefetch", "12",
          "--head-start-s", "4", "--step-ms", "5", "--sleep-fetch"],
         cwd=work, text=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -37,6 +37,7 @@ def test_the_finding_projects_the_workers_pace_and_it_matches_sql(run):
     summary = json.loads((out / "summary.json").read_text())
     f = next(f for f in summary["findings"] if f["kind"] == "dataloader_stall")
     behind = f["evidence"]["falls_behind"]
+    assert behind is not None, (summary["steps"]["summary"], f["title"])
     with sqlite3.connect(f"file:{out / 'report.sqlite'}?mode=ro", uri=True) as db:
         spans = lambda like: np.array(db.execute(  # noqa: E731
             "SELECT e.start, e.end FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
@@ -47,6 +48,6 @@ def test_the_finding_projects_the_workers_pace_and_it_matches_sql(run):
     middle = steps.sum(axis=1) // 2
     inside = steps[(middle >= window["start_ns"]) & (middle < window["end_ns"])]
     assert behind["step_ns"] == int(np.median(inside[:, 1] - inside[:, 0]))
-    assert behind["delivery_ns"] > 1.5 * behind["step_ns"]  # about 20 ms against about 8 ms
+    assert behind["delivery_ns"] > 2 * behind["step_ns"]  # about 40 ms against about 8 ms
     assert behind["batches_taken"] > behind["batches_delivered"]
     assert "steps will slow to about" in printed or "The loader falls behind" in printed
