@@ -12,7 +12,7 @@ import pytest
 from conftest import SAMPLES
 from rank_files import ddp_rank_groups, split_by_process
 
-from nvtx_trace.analyzer import analyze
+from nvtx_trace.analyzer import analyze, predict
 
 BALANCED = SAMPLES / "ddp_balanced_h200x2.sqlite"
 STRAGGLER = SAMPLES / "ddp_straggler_h200x2.sqlite"
@@ -139,10 +139,15 @@ def test_uneven_steps_are_judged_by_their_mean_and_the_loader_advice_by_the_slow
     slowest = np.median(sorted(np.median(v) for v in per_worker.values())[-4:])
     assert len(per_worker) == 8 and f.evidence["fetch_ns_per_batch"] == int(slowest)
     assert min(np.median(v) for v in per_worker.values()) < slowest / 3  # rank 0's workers are far faster
-    # the compute: the mean step less its loader waits, less its GPU's waiting in collectives per step
+    # the compute: the mean step less its loader waits, less its GPU's waiting in collectives, step by step;
+    # only the spinning with no other kernel running counts, so within a few % of the whole wait spread evenly
     waiter = next(c for c in a.communication.devices if c.pid == a.steps.pid)
-    expected = (d - steps["loader_wait_ns"].to_numpy()).mean() - waiter.wait_ns / len(steps)
-    assert f.evidence["compute_ns_per_step"] == pytest.approx(expected, rel=0.001)
+    by_step = predict.collective_wait_by_step(a)
+    assert 0.98 * waiter.wait_ns <= by_step.sum() <= waiter.wait_ns
+    assert f.evidence["compute_ns_per_step"] == pytest.approx(
+        (d - steps["loader_wait_ns"].to_numpy() - by_step).mean(), rel=0.001)
+    assert f.evidence["compute_ns_per_step"] == pytest.approx(
+        (d - steps["loader_wait_ns"].to_numpy()).mean() - waiter.wait_ns / len(steps), rel=0.05)
     assert f.evidence["compute_ns_per_step"] < 0.25 * (d - steps["loader_wait_ns"].to_numpy()).mean()  # mostly waiting
     assert f.recommend["num_workers"] == 15  # 32 cores for 2 ranks, one core each for the training loop
     assert f.predicted["step_ns"] == pytest.approx(f.evidence["fetch_ns_per_batch"] / 15, rel=0.01)

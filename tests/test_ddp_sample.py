@@ -107,3 +107,45 @@ def test_the_gpu_the_other_waits_for_is_the_straggler(ddp):
     assert f.impact_ns == pytest.approx(expected, rel=0.03)
     assert f.evidence["slow_rank"] in {d.pid for d in ddp.communication.devices if d.device_id == slow}
     assert set(f.evidence["wait_ns"]) == {"0", "1"} and "data loader" in f.title
+
+
+def _spinning_by_step(device: int, steps) -> list[int]:
+    """Plain SQL and Python: per step, the time the GPU spent inside NCCL kernels beyond the other GPU's
+    time in the same (order-paired) collective, less any moment another kernel ran on that GPU."""
+    kernels = sql(PATH, "SELECT k.deviceId, k.start, k.end, s.value LIKE 'nccl%' FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                        "JOIN StringIds s ON s.id = k.shortName ORDER BY k.start")
+    nccl = {d: [(s, e) for dd, s, e, c in kernels if dd == d and c] for d in (0, 1)}
+    n = min(len(v) for v in nccl.values())
+    spans = []
+    for mine, theirs in zip(nccl[device][:n], nccl[1 - device][:n]):
+        wait = (mine[1] - mine[0]) - min(mine[1] - mine[0], theirs[1] - theirs[0])
+        if wait > 0:
+            spans.append((mine[0], mine[0] + wait))
+    compute = [(s, e) for d, s, e, c in kernels if d == device and not c]
+    points = sorted({p for s, e in spans + compute for p in (s, e)})
+    spin = []  # elementary pieces inside a wait and outside every compute kernel
+    for lo, hi in zip(points, points[1:]):
+        mid = (lo + hi) / 2
+        if any(s <= mid < e for s, e in spans) and not any(s <= mid < e for s, e in compute):
+            spin.append((lo, hi))
+    return [sum(max(0, min(e, b) - max(s, a)) for s, e in spin) for a, b in zip(steps["start_ns"], steps["end_ns"])]
+
+
+def test_each_step_less_its_waiting_in_collectives_gives_compute_and_the_gpus_own_work(ddp):
+    """Per step, not a mean subtracted from a median: the steps' GPU's spinning in collectives (no other
+    kernel running), SQL-paired, leaves the step's compute and its GPU's own work (review of session 6)."""
+    import numpy as np
+
+    from nvtx_trace.analyzer import predict
+    from nvtx_trace.analyzer.findings import ms
+
+    steady = ddp.steps.steady
+    device = next(d.device_id for d in ddp.communication.devices if d.pid == ddp.steps.pid)
+    want = np.array(_spinning_by_step(device, steady), dtype=float)
+    assert predict.collective_wait_by_step(ddp) == pytest.approx(want, abs=1.0)
+    free = steady["duration_ns"].to_numpy() - steady["loader_wait_ns"].to_numpy() - want
+    own = np.maximum(steady["gpu_busy_ns"].to_numpy() - want, 0)
+    loader = next(f for f in ddp.findings if f.kind == "dataloader_stall")
+    assert loader.evidence["compute_ns_per_step"] == pytest.approx(max(np.median(free), np.median(own)), abs=1)
+    straggler = next(f for f in ddp.findings if f.kind == "straggler")
+    assert f"the GPU's own work is {ms(np.median(own))} a step" in straggler.fix

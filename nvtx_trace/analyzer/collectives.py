@@ -42,6 +42,9 @@ class DeviceComm:
 class CommResult:
     devices: list[DeviceComm] = field(default_factory=list)
     matched: bool | None = True  # every GPU issued the same number of collectives (else matched up to the fewest)
+    # per process: when its GPU spun waiting for a peer with no other kernel running (each collective's wait is
+    # its first part; the transfer, the fastest rank's time, ends it); per-step figures measure their steps in it
+    wait_sets: dict[int, iv.Set] = field(default_factory=dict)
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([vars(d) for d in self.devices])
@@ -67,10 +70,12 @@ def analyze_collectives(gpu_ops: pd.DataFrame, kernel_names: dict[int, str], win
     on_dev = {dev: (kernels["device_id"] == dev).to_numpy() for dev in devices}
     per_dev = {dev: kernels[on & is_comm].sort_values("start_ns") for dev, on in on_dev.items()}
     out = CommResult(matched=None)
+    compute_sets = []
     for dev in devices:
         comm, other = per_dev[dev], kernels[on_dev[dev] & ~is_comm]
         c_set = iv.union(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
         k_set = iv.union(other["start_ns"].to_numpy(), other["end_ns"].to_numpy())
+        compute_sets.append(k_set)
         c_ns = int(iv.Coverage(c_set).measure(w0, w1))
         k_ns = int(iv.Coverage(k_set).measure(w0, w1))
         both = int(iv.Coverage(iv.merge(c_set, k_set)).measure(w0, w1))
@@ -81,11 +86,12 @@ def analyze_collectives(gpu_ops: pd.DataFrame, kernel_names: dict[int, str], win
                                       collectives=int(((starts >= w0) & (starts < w1)).sum()),
                                       last_arrivals=None, caused_wait_ns=None))
     if len(devices) > 1:
-        _waits(out, [per_dev[dev] for dev in devices], window)
+        _waits(out, [per_dev[dev] for dev in devices], compute_sets, window)
     return out
 
 
-def _waits(out: CommResult, per_dev: list[pd.DataFrame], window: tuple[int, int]) -> None:
+def _waits(out: CommResult, per_dev: list[pd.DataFrame], compute_sets: list[iv.Set], window: tuple[int, int]) \
+        -> None:
     """Each GPU's waiting: collectives paired by order, the time beyond the fastest GPU's in each."""
     w0, w1 = window
     n = min(len(c) for c in per_dev)
@@ -96,6 +102,8 @@ def _waits(out: CommResult, per_dev: list[pd.DataFrame], window: tuple[int, int]
     total_wait = waits.sum(axis=0)
     for row, (d, comm) in enumerate(zip(out.devices, per_dev)):
         starts = comm["start_ns"].to_numpy()[:n]
+        spinning = iv.subtract(iv.union(starts, starts + waits[row]), compute_sets[row])
+        out.wait_sets[d.pid] = iv.merge(out.wait_sets.get(d.pid, iv.empty()), spinning)
         inside = (starts >= w0) & (starts < w1)
         d.wait_ns, d.collectives = int(waits[row][inside].sum()), int(inside.sum())
         d.last_arrivals = int(((last == row) & inside).sum())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from nvtx_trace.analyzer import dataloader
+from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import Finding, count, ms
 from nvtx_trace.analyzer.steps import typical_step_ns
 
@@ -67,26 +68,37 @@ def _stat(values: np.ndarray, stat: str) -> float:
     return float(values.mean() if stat == "mean" else np.median(values))
 
 
-def collective_wait_per_step(a) -> float:
-    """The steps' GPU's waiting inside collectives per steady step (0 without collectives): in a rank that
-    waits for a straggler, its host syncs wait that long for the GPU, so it is neither compute nor GPU work."""
-    c, steady = a.communication, a.steps.steady if a.steps else None
-    if c is None or steady is None or not len(steady):
-        return 0.0
-    waits = [d.wait_ns for d in c.devices if d.pid == a.steps.pid and d.wait_ns is not None]
-    return float(sum(waits)) / len(steady) if waits else 0.0
+def collective_wait_by_step(a) -> np.ndarray:
+    """Each steady step's time in which its GPU spun inside collectives waiting for a peer, no other kernel
+    running (zeros without collectives): in a rank that waits for a straggler, its host syncs wait that long
+    for the GPU, so it is neither compute nor GPU work."""
+    steady = a.steps.steady if a.steps else None
+    if steady is None or not len(steady):
+        return np.zeros(0)
+    spinning = a.communication.wait_sets.get(a.steps.pid) if a.communication else None
+    if spinning is None:
+        return np.zeros(len(steady))
+    return iv.Coverage(spinning).measure(steady["start_ns"].to_numpy(), steady["end_ns"].to_numpy()).astype(float)
 
 
 def compute_per_step(a) -> float | None:
     """What a steady step takes when it waits for nothing: its time less its loader waits and its GPU's
-    waiting in collectives (the typical statistic of the steps, as the step predictions start from)."""
+    waiting in collectives, step by step, then the typical statistic (as the step predictions start from)."""
     steady = a.steps.steady if a.steps else None
     if steady is None or not len(steady):
         return None
     _, stat = steady_step(a)
-    busy = _stat(steady["gpu_busy_ns"].to_numpy(), stat) if "gpu_busy" in a.steps.measured else 0.0
-    free = _stat((steady["duration_ns"] - steady["loader_wait_ns"]).to_numpy(), stat)
-    return max(free - collective_wait_per_step(a), busy - collective_wait_per_step(a), 1.0)
+    waits = collective_wait_by_step(a)
+    free = _stat((steady["duration_ns"] - steady["loader_wait_ns"]).to_numpy() - waits, stat)
+    return max(free, own_work_per_step(a, stat), 1.0)
+
+
+def own_work_per_step(a, stat: str) -> float:
+    """The GPU's busy time per steady step less its waiting inside collectives, step by step (0 unmeasured)."""
+    if not a.steps or "gpu_busy" not in a.steps.measured or not len(a.steps.steady):
+        return 0.0
+    busy = a.steps.steady["gpu_busy_ns"].to_numpy() - collective_wait_by_step(a)
+    return max(_stat(np.maximum(busy, 0.0), stat), 0.0)
 
 
 def _generic(a, f: Finding) -> dict | None:
@@ -100,8 +112,7 @@ def _generic(a, f: Finding) -> dict | None:
         # the waiting of the other GPUs only
         sharing = max(1, n_gpus - 1) if f.kind == "straggler" else n_gpus
         per_step = f.impact_ns / sharing / max(1, len(steady))
-        busy = steady["gpu_busy_ns"].to_numpy() if "gpu_busy" in a.steps.measured else np.zeros(0)
-        floor = max(_stat(busy, stat) - collective_wait_per_step(a), 0.0) if len(busy) else 0.0
+        floor = own_work_per_step(a, stat)
         step = max(now - per_step, floor, 0.0)
         lost = "waiting inside collectives" if f.kind == "straggler" else "GPU idle"
         what = f"{ms(per_step)} of {lost} per step goes" + (f"; the GPU's own work is {ms(floor)} a step"
