@@ -148,3 +148,33 @@ def test_a_run_that_captured_nothing_suggests_no_command_that_would_fail(ready, 
     assert "nothing to analyze" in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
     assert "Next:" not in proc.stderr  # analyzing that report again would fail the same way
     assert (tmp_path / "out" / "report.nsys-rep").is_file()  # what was captured is kept
+
+
+def test_the_third_interrupt_under_a_launcher_kills_what_it_started_in_other_sessions(tmp_path):
+    """torchrun starts each rank in a session of its own: killing torchrun alone would leave every rank's
+    nsys and program running. Here a stand-in launcher starts a child in a new session, as torchrun does."""
+    from nvtx_trace.capture.profile import _Forwarder
+
+    launcher = subprocess.Popen([sys.executable, "-c", (
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)  # winding its ranks down, as torchrun does\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+        "time.sleep(60)")], start_new_session=True)
+    try:
+        for _ in range(100):
+            started = processes.descendants(launcher.pid)
+            if started:
+                break
+            time.sleep(0.05)
+        assert len(started) == 1 and os.getsid(started[0]) != os.getsid(launcher.pid)
+        fwd = _Forwarder(launcher, None, tree=True)
+        for _ in range(3):
+            fwd._handle(signal.SIGINT, None)
+        launcher.wait(timeout=10)
+        for _ in range(100):
+            if not any(pid == started[0] for pid, _, _ in processes.live_processes()):
+                break
+            time.sleep(0.05)
+        assert not any(pid == started[0] for pid, _, _ in processes.live_processes())
+    finally:
+        launcher.kill()

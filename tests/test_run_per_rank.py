@@ -103,17 +103,21 @@ def test_per_rank_is_refused_for_anything_but_a_torchrun_with_something_to_run(r
     assert not (tmp_path / "nvtx-trace-out").exists()
 
 
-def test_a_forced_rerun_with_fewer_ranks_leaves_no_stale_rank_behind(ready, tmp_path):  # noqa: F811
+def test_a_forced_rerun_with_fewer_ranks_leaves_no_stale_report_behind(ready, tmp_path):  # noqa: F811
     need("torchrun", shutil.which("torchrun") is not None)
     out = tmp_path / "out"
     out.mkdir()
     (out / "rank1.sqlite").write_bytes(b"an earlier run's rank")
+    (out / "report.sqlite").write_bytes(b"an earlier run's one report for the node")
+    (out / "rank0_baseline.nsys-rep").write_bytes(b"the user's own file")
     refused = torchrun_cli(["--out", "out", "--trace", "nvtx", "--full", "--per-rank"], tmp_path, nproc=1, steps=4)
     assert refused.returncode == 2 and "rank1.sqlite" in refused.stderr and "--force" in refused.stderr
     proc = torchrun_cli(["--out", "out", "--force", "--trace", "nvtx", "--full", "--per-rank"], tmp_path, nproc=1,
                         steps=4)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in out.glob("rank*")) == ["rank0.nsys-rep", "rank0.sqlite"]
+    assert sorted(p.name for p in out.glob("rank*")) == ["rank0.nsys-rep", "rank0.sqlite", "rank0_baseline.nsys-rep"]
+    assert (out / "rank0_baseline.nsys-rep").read_bytes() == b"the user's own file"  # not a rank's: left alone
+    assert not (out / "report.sqlite").exists()  # analyzing the folder later must not count rank 0 twice
     assert "ranks" not in json.loads((out / "summary.json").read_text())  # one rank: a single report's analysis
 
 
@@ -129,3 +133,21 @@ def test_one_ranks_failed_export_leaves_the_others_to_analyze(per_rank, ready, t
     done, failed = _export_all(SimpleNamespace(nsys=ready), [tmp_path / "rank0.nsys-rep", tmp_path / "rank1.nsys-rep"],
                                NsysLog(tmp_path / "nsys.log"), None)
     assert done == [tmp_path / "rank0.sqlite"] and len(failed) == 1 and "rank1.nsys-rep" in str(failed[0])
+
+
+def test_a_rank_that_wrote_no_report_is_named(tmp_path):
+    """The files a rank-numbered stem names are exactly rankN.*; a rank missing among them is said by number."""
+    from nvtx_trace.capture.profile import _files_of, _missing_ranks
+    from nvtx_trace.capture.torchrun import rank_stem
+
+    for name in ("rank0.nsys-rep", "rank2.qdstrm", "rank10.nsys-rep", "rank0_baseline.nsys-rep", "ranks.nsys-rep",
+                 "rank1.sqlite"):
+        (tmp_path / name).write_bytes(b"")
+    stem = rank_stem(tmp_path)
+    found = _files_of(stem, (".nsys-rep", ".qdstrm"))
+    assert sorted(p.name for p in found) == ["rank0.nsys-rep", "rank10.nsys-rep", "rank2.qdstrm"]
+    stems = [tmp_path / "rank0", tmp_path / "rank2"]
+    assert _missing_ranks(stems, ranks=3).startswith("rank 1 wrote no report (2 of 3 did)")
+    assert _missing_ranks(stems, ranks=None).startswith("rank 1 wrote no report")  # a hole in the numbers
+    assert _missing_ranks([tmp_path / "rank0"], ranks=4).startswith("ranks 1, 2, 3 wrote no report (1 of 4 did)")
+    assert _missing_ranks(stems + [tmp_path / "rank1"], ranks=3) is None

@@ -55,6 +55,22 @@ def test_the_ranks_python_is_the_one_in_torchruns_first_line(tmp_path):
     assert torchrun.parse([str(launcher), "t.py"]).python == sys.executable
 
 
+def test_a_short_option_with_its_value_attached_is_one_word():
+    launch = torchrun.parse(["torchrun", "-r3", "--nproc-per-node", "2", "train.py", "--lr", "1"])
+    assert launch.launcher == ["torchrun", "-r3", "--nproc-per-node", "2"] and launch.program == ["train.py", "--lr", "1"]
+
+
+@pytest.mark.parametrize("target, local_ranks", [
+    (["torchrun", "--nproc-per-node", "4", "t.py"], 4),
+    (["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2", "t.py"], 2),
+    (["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "t.py"], None),  # this host's ranks: not 0..3
+    (["torchrun", "--nproc-per-node", "gpu", "t.py"], None),
+    (["torchrun", "t.py"], None),
+])
+def test_how_many_rank_reports_this_host_should_write(target, local_ranks):
+    assert torchrun.parse(target).local_ranks == local_ranks
+
+
 def test_rank_file_names():
     assert torchrun.rank_of(Path("out/rank12.nsys-rep")) == 12
     assert torchrun.rank_of(Path("rank0.sqlite")) == 0
@@ -69,7 +85,8 @@ def test_the_split_agrees_with_torchruns_own_parser():
 
     for target in (["torchrun", "--nproc-per-node", "2", "--max-restarts=1", "train.py", "--lr", "1"],
                    ["torchrun", "--standalone", "--nnodes", "1", "--master-port", "1234", "-m", "pkg", "-x"],
-                   ["torchrun", "--no-python", "--rdzv-backend", "c10d", "bash", "job.sh", "--a"]):
+                   ["torchrun", "--no-python", "--rdzv-backend", "c10d", "bash", "job.sh", "--a"],
+                   ["torchrun", "-r3", "-t", "3", "--nproc-per-node", "2", "train.py", "-r", "1"]):
         theirs = get_args_parser().parse_args(target[1:])
         launch = torchrun.parse(target)
         assert launch.program == [theirs.training_script, *theirs.training_script_args]

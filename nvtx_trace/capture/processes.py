@@ -21,3 +21,17 @@ def live_processes() -> list[tuple[int, int, int]]:
 def group_members(pgid: int) -> list[int]:
     """Live processes of process group ``pgid``: what nsys left running."""
     return sorted(pid for pid, _, group in live_processes() if group == pgid)
+
+
+def descendants(pid: int) -> list[int]:
+    """Live processes started by ``pid``, however deep, whatever their session (torchrun starts each rank in
+    a session of its own, so killing torchrun's group leaves them running)."""
+    children: dict[int, list[int]] = {}
+    for child, parent, _ in live_processes():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += children.get(p, [])
+    return sorted(found)

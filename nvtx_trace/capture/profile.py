@@ -24,6 +24,7 @@ from nvtx_trace.capture import own_output
 from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
 from nvtx_trace.capture.paths import stem_of, with_suffix
+from nvtx_trace.capture.processes import descendants
 from nvtx_trace.capture.qdstrm import import_qdstrm
 from nvtx_trace.capture.torchrun import RANK_FIELD, rank_of
 from nvtx_trace.errors import NsysFailedError
@@ -82,13 +83,14 @@ class _Forwarder:
 
     nsys runs in its own process group so that a terminal Ctrl-C reaches it only through
     us: a second SIGINT while nsys is writing the report makes it drop the report (seen
-    with 2022.4). Later signals are ignored until a third, which abandons the report.
+    with 2022.4). Later signals are ignored until a third, which abandons the report; under a
+    launcher (``tree``) it kills every process the launcher started too, each rank's nsys and program.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, proc: subprocess.Popen, notice: Progress | None):
-        self.proc, self.notice, self.count, self.saved = proc, notice, 0, {}
+    def __init__(self, proc: subprocess.Popen, notice: Progress | None, tree: bool = False):
+        self.proc, self.notice, self.count, self.saved, self.tree = proc, notice, 0, {}, tree
         self.first: int | None = None  # the signal that was forwarded
 
     def _handle(self, signum, _frame) -> None:
@@ -103,6 +105,11 @@ class _Forwarder:
         elif self.count == 2 and self.notice:
             self.notice("Still writing the report; interrupt again to abandon it")
         elif self.count >= 3:
+            for pid in (descendants(self.proc.pid) if self.tree else []):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:  # gone already
+                    pass
             self.proc.kill()
 
     def __enter__(self) -> "_Forwarder":
@@ -170,6 +177,7 @@ def profile(
     log: NsysLog | None = None,
     progress: Progress | None = None,
     launcher: Sequence[str] = (),
+    ranks: int | None = None,
 ) -> ProfileResult:
     """Run ``nsys profile -o out_stem -f true -t trace extra argv`` and make sure a report exists.
 
@@ -177,7 +185,8 @@ def profile(
     nsys's lines go to the log file and the program's to our stdout/stderr; otherwise both are
     inherited. Existing ``out_stem.nsys-rep`` / ``.qdstrm`` are replaced. When only a ``.qdstrm``
     appears, the matching QdstrmImporter is run here. With a ``launcher`` (torchrun), ``out_stem``
-    holds ``%q{RANK}`` and every rank's report is collected (``ProfileResult.reports``).
+    holds ``%q{RANK}`` and every rank's report is collected (``ProfileResult.reports``); ``ranks``: how many
+    should write one, when known (a rank that wrote none is named in ``problem``).
     """
     stem = Path(os.path.abspath(Path(cwd or ".") / stem_of(out_stem)))
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -212,7 +221,7 @@ def profile(
         sorter = _Sorter(log, mixed=handover is None or bool(launcher))
         pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
     started = time.monotonic()
-    with _Forwarder(proc, progress) as fwd:
+    with _Forwarder(proc, progress, tree=bool(launcher)) as fwd:
         text = _drain(proc) if capture_output else ""
         returncode = _wait(proc)
     if handover is not None:
@@ -238,6 +247,8 @@ def profile(
             result.reports.append(rep)
         result.problem = result.problem or problem
     result.rep = result.reports[0] if result.reports else None
+    if launcher and result.rep is not None:
+        result.problem = result.problem or _missing_ranks(stems, ranks)
     if not stems or (result.rep is None and result.problem is None):
         said = tail(text) if text else (log.tail() if log is not None else "")
         wrote = (f"no {stem.name.replace(RANK_FIELD, 'N')}.nsys-rep" if launcher
@@ -253,11 +264,28 @@ MAX_PARALLEL_IMPORTS = 4  # importing or exporting a big report takes a core and
 
 
 def _files_of(stem: Path, suffixes: Sequence[str]) -> list[Path]:
-    """The files a stem names, ``%q{RANK}`` standing for any rank."""
+    """The files a stem names, ``%q{RANK}`` standing for a rank number only (``rank0_baseline.nsys-rep``,
+    the user's, is none of ours)."""
     if RANK_FIELD not in stem.name:
         return [with_suffix(stem, s) for s in suffixes]
-    pattern = stem.name.replace(RANK_FIELD, "*")
-    return [p for s in suffixes for p in stem.parent.glob(pattern + s)]
+    before, after = stem.name.split(RANK_FIELD, 1)
+    named = re.compile(re.escape(before) + r"\d+" + re.escape(after) + "(" + "|".join(map(re.escape, suffixes)) + ")$")
+    return sorted(p for p in stem.parent.glob(before + "*") if named.match(p.name))
+
+
+def _missing_ranks(stems: list[Path], ranks: int | None) -> str | None:
+    """Which ranks wrote no report: of ``ranks`` when the launch says how many, else the holes in the numbers."""
+    written = {rank_of(s) for s in stems} - {None}
+    if not written:
+        return None
+    expected = set(range(ranks)) if ranks else set(range(min(written), max(written) + 1))
+    missing = sorted(expected - written)
+    if not missing:
+        return None
+    which = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+    return (f"rank{'s' if len(missing) > 1 else ''} {which} wrote no report ({len(written)} of "
+            f"{len(expected)} did): that rank or its nsys ended before writing one; its output above or nsys.log "
+            "says why; the analysis covers the ranks that wrote one")
 
 
 def _stems_written(stem: Path) -> list[Path]:

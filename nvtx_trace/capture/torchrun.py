@@ -36,6 +36,13 @@ class Launch:
     program: list[str]  # the script or module and its arguments, or the command and its arguments
     python: str  # the interpreter torchrun starts the ranks with
     nproc: str | None = None  # --nproc-per-node as given (a number, gpu, cpu, auto), when given
+    nnodes: str | None = None  # --nnodes as given (a number or MIN:MAX), when given
+
+    @property
+    def local_ranks(self) -> int | None:
+        """How many ranks this host starts, when the command line says (a number of processes on one node)."""
+        one_node = self.nnodes in (None, "1", "1:1")
+        return int(self.nproc) if one_node and self.nproc and self.nproc.isdigit() else None
 
     def rank_argv(self, python: str | None = None, autotrace: bool = True) -> list[str]:
         """What nsys starts in each rank: ``python -u [-m nvtx_autotrace] train.py ARGS`` (-u as torchrun does)."""
@@ -74,7 +81,7 @@ def parse(target: Sequence[str]) -> Launch | None:
         start, python = 3, target[0]
     else:
         return None
-    launcher, kind, nproc, i = target[:start], "script", None, start
+    launcher, kind, given, i = target[:start], "script", {}, start
     while i < len(target):
         arg = target[i]
         if arg == "--":
@@ -92,13 +99,17 @@ def parse(target: Sequence[str]) -> Launch | None:
         elif name in FLAGS:
             launcher.append(arg)
         else:
-            value = arg.split("=", 1)[1] if "=" in arg else (target[i + 1] if i + 1 < len(target) else None)
-            if name.replace("_", "-") == "--nproc-per-node":
-                nproc = value
-            launcher += [arg] if "=" in arg else target[i:i + 2]
-            i += 0 if "=" in arg else 1
+            attached = "=" in arg or (not arg.startswith("--") and len(arg) > 2)  # --opt=V, -rV (argparse's way)
+            if attached:
+                value = arg.split("=", 1)[1] if arg.startswith("--") else arg[2:].removeprefix("=")
+            else:
+                value = target[i + 1] if i + 1 < len(target) else None
+            given[name.replace("_", "-") if arg.startswith("--") else name[:2]] = value
+            launcher += [arg] if attached else target[i:i + 2]
+            i += 0 if attached else 1
         i += 1
-    return Launch(launcher=launcher, kind=kind, program=target[i:], python=python, nproc=nproc)
+    return Launch(launcher=launcher, kind=kind, program=target[i:], python=python,
+                  nproc=given.get("--nproc-per-node"), nnodes=given.get("--nnodes"))
 
 
 def rank_stem(out_dir: Path) -> Path:

@@ -22,7 +22,7 @@ from nvtx_trace.capture.processes import group_members
 from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
 from nvtx_trace.errors import BadReportError, MissingDependencyError, NsysFailedError, NvtxTraceError
 from nvtx_trace.output_paths import claim_folder, write_atomically
-from nvtx_trace.runner.plan import Plan, RunOptions, rank_outputs
+from nvtx_trace.runner.plan import REPORT_OUTPUTS, Plan, RunOptions, rank_outputs
 
 Progress = Callable[[str], None]
 
@@ -61,10 +61,12 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
 def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     opts = plan.options or RunOptions(target=plan.argv)
     log = NsysLog(plan.log)
-    for stale in (rank_outputs(plan.out_dir) if plan.launcher else []):  # an earlier run's ranks (--force)
+    # an earlier run's reports in a reused folder (--force), of either kind: a folder analyzed later must not
+    # count a rank twice (report.sqlite of the node beside rank0.sqlite, rank1.sqlite)
+    for stale in [*rank_outputs(plan.out_dir), *REPORT_OUTPUTS]:
         (plan.out_dir / stale).unlink(missing_ok=True)
     prof = profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
-                   progress=progress, log=log, launcher=plan.launcher)
+                   progress=progress, log=log, launcher=plan.launcher, ranks=plan.ranks)
     window = default_window.outcome(plan.window_file, prof.returncode)
     if window and not window.opened and prof.rep is None:
         prof.problem = window.line

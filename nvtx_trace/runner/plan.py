@@ -26,6 +26,7 @@ from nvtx_trace.output_paths import check_folder_writable, check_unclaimed, desc
 
 DEFAULT_OUT_ROOT = "nvtx-trace-out"
 REPORT_STEM = "report"
+REPORT_OUTPUTS = tuple(REPORT_STEM + s for s in (".nsys-rep", ".qdstrm", ".sqlite"))  # one report for the node
 OUTPUT_NAMES = ("report.nsys-rep", "report.sqlite", "summary.json", "summary.html")
 # What the analyzer reads. OS-runtime, cuDNN and cuBLAS API tracing cost time in every call of the program
 # and file size (a 12-step CPU run: 189 MB of capture with osrt, 1.4 MB without) and feed no analysis:
@@ -82,6 +83,7 @@ class Plan:
     options: RunOptions | None = None
     window_file: Path | None = None  # the default window's decisions (nvtx_trace.default_window)
     launcher: list[str] = field(default_factory=list)  # per rank: torchrun ... --no-python, nsys inside it
+    ranks: int | None = None  # how many rank reports this host should write, when the launch says
 
     @property
     def stem(self) -> Path:
@@ -321,4 +323,4 @@ def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: floa
     return Plan(nsys=nsys, out_dir=out_dir, argv=argv, env=env, trace=trace, extra=extra, capture=capture,
                 mode=mode, notes=notes, capture_window=None if opts.steps is None else (opts.warmup_steps, opts.steps),
                 site_dir=site_dir, options=opts, window_file=window_file,
-                launcher=[*launch.launcher, "--no-python"] if launch else [])
+                launcher=[*launch.launcher, "--no-python"] if launch else [], ranks=launch.local_ranks if launch else None)
