@@ -72,3 +72,21 @@ def test_the_waiting_ranks_report_alone_says_its_busy_time_may_be_waiting():
     slow = analyze(RANKS[1])  # the straggler's own report: 2 ms of collectives, nothing to warn about
     assert slow.communication.devices[0].communication_ns < 0.01 * (slow.window["end_ns"] - slow.window["start_ns"])
     assert not any(w.startswith("one rank's collectives:") for w in slow.warnings)
+
+
+def test_merged_with_a_rank_captured_without_cuda_the_warning_says_so(tmp_path):
+    """Edge case (a copy of rank 1's real export with its CUDA rows deleted, as a capture without -t cuda
+    would leave it): the merge holds one GPU, so the warning must not ask for the reports just given."""
+    import shutil
+
+    bare = tmp_path / "rank1.sqlite"
+    shutil.copy(RANKS[1], bare)
+    with sqlite3.connect(bare) as db:
+        tables = {t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table in tables & {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                               "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME"}:
+            db.execute(f"DELETE FROM {table}")
+    a = analyze([str(RANKS[0]), str(bare)])
+    (warning,) = [w for w in a.warnings if w.startswith("one rank's collectives:")]
+    assert "the other report holds no GPU kernels (captured without CUDA tracing?" in warning
+    assert "rank0.sqlite rank1" not in warning

@@ -110,16 +110,22 @@ def _waits(out: CommResult, per_dev: list[pd.DataFrame], compute_sets: list[iv.S
         d.caused_wait_ns = int(total_wait[(last == row) & inside].sum())
 
 
-def alone_warning(comm: CommResult | None, window: tuple[int, int]) -> str | None:
+def alone_warning(comm: CommResult | None, window: tuple[int, int], reports: int = 1) -> str | None:
     """A report whose only communicating GPU spends much of the window in collectives: with no peer's report,
-    its waiting for the other ranks counts as busy and no straggler can be named."""
+    its waiting for the other ranks counts as busy and no straggler can be named. ``reports``: how many
+    rank reports were merged (the others then hold no GPU activity: captured without CUDA tracing)."""
     if comm is None or not comm.alone or window[1] <= window[0]:
         return None
     d = comm.devices[0]
     share = d.communication_ns / (window[1] - window[0])
     if share < ALONE_SHARE:
         return None
-    return (f"{ALONE_PREFIX} GPU {d.device_id} spends {pct(share)} of the window ({ms(d.communication_ns)}) inside "
-            "communication kernels, and this report holds no other rank's GPU: waiting there for slower ranks "
-            "cannot be told from transfer and counts as busy; analyze every rank's report together "
+    head = (f"{ALONE_PREFIX} GPU {d.device_id} spends {pct(share)} of the window ({ms(d.communication_ns)}) inside "
+            "communication kernels")
+    if reports > 1:
+        others = ("the other report holds no" if reports == 2 else f"none of the other {reports - 1} reports holds")
+        return (head + f", and {others} GPU kernels (captured without CUDA tracing? nsys -t cuda,nvtx): "
+                "waiting there for slower ranks cannot be told from transfer and counts as busy")
+    return (head + ", and this report holds no other rank's GPU: waiting there for slower ranks cannot be told "
+            "from transfer and counts as busy; analyze every rank's report together "
             "(nvtx-trace analyze rank0.sqlite rank1.sqlite ..., or their folder)")

@@ -21,9 +21,9 @@ FIXES = {
                f"memory, or a cheaper dataset; {EVEN_OUT}"),
     "compute": ("Even out the work per rank: same batch size and sequence lengths on every rank (bucket or pad), no "
                 f"extra work on one rank, the same GPU model; {EVEN_OUT}"),
-    "launch": ("Cut the slow rank's CPU time per step: it issues the same kernels later than the others (see its "
-               "cpu_overhead finding: CUDA graphs or torch.compile cut launches; keep logging, metrics and .item() "
-               f"off the loop, or on every rank alike); {EVEN_OUT}"),
+    "launch": ("Cut the slow rank's CPU time per step: it issues the same kernels later than the others (CUDA "
+               "graphs or torch.compile cut launches; keep logging, metrics and .item() off the loop, or on every "
+               f"rank alike); {EVEN_OUT}"),
 }
 UNEXPLAINED = ("its own loader, kernel and idle figures do not explain it (largest difference: {what} {extra}): look "
                "at what that rank does alone (logging, evaluation, checkpoints, a busier CPU or PCIe link)")

@@ -270,7 +270,7 @@ def _communication(ctx: Context) -> None:
     ids = [int(i) for i in pd.unique(ctx.trace.gpu_ops["name_id"]) if i >= 0]
     window = (a.window["start_ns"], a.window["end_ns"])
     a.communication = analyze_collectives(ctx.trace.gpu_ops, ctx.reader.strings(ids), window)
-    warning = alone_warning(a.communication, window)
+    warning = alone_warning(a.communication, window, reports=len(getattr(ctx.trace, "ranks", None) or [None]))
     if warning:
         ctx.trace.warnings.append(warning)
 
