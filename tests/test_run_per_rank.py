@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -151,3 +152,15 @@ def test_a_rank_that_wrote_no_report_is_named(tmp_path):
     assert _missing_ranks(stems, ranks=None).startswith("rank 1 wrote no report")  # a hole in the numbers
     assert _missing_ranks([tmp_path / "rank0"], ranks=4).startswith("ranks 1, 2, 3 wrote no report (1 of 4 did)")
     assert _missing_ranks(stems + [tmp_path / "rank1"], ranks=3) is None
+
+
+def test_a_launch_where_one_rank_writes_no_report_names_it(ready, tmp_path):  # noqa: F811
+    """The real nsys under a stand-in launcher that starts rank 0 only (env RANK=0): of the 2 ranks the
+    launch promised, rank 1's report is missing, and the run says so while keeping rank 0's."""
+    from nvtx_trace.capture.profile import profile
+    from nvtx_trace.capture.torchrun import rank_stem
+
+    prof = profile(ready, [sys.executable, "-c", "print('rank 0 ran')"], rank_stem(tmp_path), trace=["osrt"],
+                   capture_output=True, launcher=["env", "RANK=0"], ranks=2)
+    assert prof.reports == [tmp_path / "rank0.nsys-rep"], prof.log[-2000:]
+    assert prof.problem.startswith("rank 1 wrote no report (1 of 2 did)")
