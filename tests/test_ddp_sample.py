@@ -149,3 +149,21 @@ def test_each_step_less_its_waiting_in_collectives_gives_compute_and_the_gpus_ow
     assert loader.evidence["compute_ns_per_step"] == pytest.approx(max(np.median(free), np.median(own)), abs=1)
     straggler = next(f for f in ddp.findings if f.kind == "straggler")
     assert f"the GPU's own work is {ms(np.median(own))} a step" in straggler.fix
+
+
+def test_a_process_driving_two_gpus_spins_only_while_neither_computes():
+    """Edge case (hand-built rows; no real capture of one process on two GPUs with a peer is at hand): GPU 0's
+    collective waits 0-100 while the same process computes on GPU 1 during 0-60; only 60-100 is spinning."""
+    import pandas as pd
+
+    from nvtx_trace.analyzer import intervals as iv
+    from nvtx_trace.analyzer.collectives import analyze_collectives
+
+    rows = [  # (device, pid, name_id, start, end): GPU 2 is the peer process, its collective is the transfer
+        (0, 10, 1, 0, 110), (1, 10, 2, 0, 60), (2, 20, 1, 90, 110),
+    ]
+    ops = pd.DataFrame(rows, columns=["device_id", "pid", "name_id", "start_ns", "end_ns"]).assign(kind=0)
+    comm = analyze_collectives(ops, {1: "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 2: "volta_sgemm"}, (0, 200))
+    waits = {d.device_id: d.wait_ns for d in comm.devices}
+    assert waits == {0: 90, 2: 0}
+    assert iv.Coverage(comm.wait_sets[10]).measure(0, 200) == 30  # 0-90 waiting, less 0-60 computing on GPU 1

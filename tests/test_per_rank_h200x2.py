@@ -90,3 +90,19 @@ def test_merged_with_a_rank_captured_without_cuda_the_warning_says_so(tmp_path):
     (warning,) = [w for w in a.warnings if w.startswith("one rank's collectives:")]
     assert "the other report holds no GPU kernels (captured without CUDA tracing?" in warning
     assert "rank0.sqlite rank1" not in warning
+
+
+def test_merged_with_a_rank_whose_gpu_ran_no_collectives_the_warning_says_so(tmp_path):
+    """Edge case (a copy of rank 1's real export with its NCCL kernel rows deleted): the other GPU computes but
+    never communicates, so the warning names that rather than a capture without CUDA tracing."""
+    import shutil
+
+    quiet = tmp_path / "rank1.sqlite"
+    shutil.copy(RANKS[1], quiet)
+    with sqlite3.connect(quiet) as db:
+        nccl = "SELECT id FROM StringIds WHERE value LIKE 'nccl%'"
+        db.execute(f"DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN ({nccl}) OR demangledName IN ({nccl})")
+        assert db.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] > 0
+    a = analyze([str(RANKS[0]), str(quiet)])
+    (warning,) = [w for w in a.warnings if w.startswith("one rank's collectives:")]
+    assert "the other GPUs here ran no communication kernels" in warning and "CUDA tracing" not in warning

@@ -152,15 +152,33 @@ def test_a_rank_that_wrote_no_report_is_named(tmp_path):
     assert _missing_ranks(stems, ranks=None).startswith("rank 1 wrote no report")  # a hole in the numbers
     assert _missing_ranks([tmp_path / "rank0"], ranks=4).startswith("ranks 1, 2, 3 wrote no report (1 of 4 did)")
     assert _missing_ranks(stems + [tmp_path / "rank1"], ranks=3) is None
+    node_2 = [tmp_path / f"rank{r}" for r in (4, 5, 7)]  # the second node of a 4-per-node job
+    assert _missing_ranks(node_2, ranks=4).startswith("rank 6 wrote no report (3 of 4 did)")
+    assert _missing_ranks(node_2 + [tmp_path / "rank6"], ranks=4) is None
 
 
 def test_a_launch_where_one_rank_writes_no_report_names_it(ready, tmp_path):  # noqa: F811
-    """The real nsys under a stand-in launcher that starts rank 0 only (env RANK=0): of the 2 ranks the
-    launch promised, rank 1's report is missing, and the run says so while keeping rank 0's."""
+    """The real nsys under a stand-in launcher that starts rank 0 only (RANK=0) and leaves an empty
+    rank1.nsys-rep: of the 2 ranks the launch promised, rank 1's report is missing, and the run says so while
+    keeping rank 0's."""
     from nvtx_trace.capture.profile import profile
     from nvtx_trace.capture.torchrun import rank_stem
 
     prof = profile(ready, [sys.executable, "-c", "print('rank 0 ran')"], rank_stem(tmp_path), trace=["osrt"],
-                   capture_output=True, launcher=["env", "RANK=0"], ranks=2)
+                   capture_output=True, ranks=2,
+                   launcher=["sh", "-c", f': > {tmp_path}/rank1.nsys-rep; RANK=0 exec "$@"', "sh"])
     assert prof.reports == [tmp_path / "rank0.nsys-rep"], prof.log[-2000:]
     assert prof.problem.startswith("rank 1 wrote no report (1 of 2 did)")
+
+
+@pytest.mark.parametrize("left", ["report.qdstrm", "rank3.nsys-rep", "nsys.log"])
+def test_a_folder_holding_any_file_force_would_replace_is_refused_without_it(tmp_path, left):
+    """What --force deletes before a run (an earlier run's raw capture included) is never deleted unasked."""
+    from nvtx_trace.errors import UsageError
+    from nvtx_trace.runner.plan import RunOptions, output_dir
+
+    (tmp_path / left).write_bytes(b"x")
+    with pytest.raises(UsageError, match=f"already holds {left}.*--force"):
+        output_dir(RunOptions(target=["t.py"], out=tmp_path), "cuda")
+    assert output_dir(RunOptions(target=["t.py"], out=tmp_path, force=True), "cuda") == tmp_path.resolve()
+    assert (tmp_path / left).read_bytes() == b"x"  # choosing the folder deletes nothing

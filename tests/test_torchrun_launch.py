@@ -63,12 +63,20 @@ def test_a_short_option_with_its_value_attached_is_one_word():
 @pytest.mark.parametrize("target, local_ranks", [
     (["torchrun", "--nproc-per-node", "4", "t.py"], 4),
     (["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2", "t.py"], 2),
-    (["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "t.py"], None),  # this host's ranks: not 0..3
+    (["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "t.py"], 4),  # a block of 4: 0..3 or 4..7
+    (["torchrun", "--nproc", "3", "t.py"], 3),  # argparse's abbreviation
     (["torchrun", "--nproc-per-node", "gpu", "t.py"], None),
     (["torchrun", "t.py"], None),
 ])
-def test_how_many_rank_reports_this_host_should_write(target, local_ranks):
+def test_how_many_rank_reports_this_host_should_write(target, local_ranks, monkeypatch):
+    monkeypatch.delenv("PET_NPROC_PER_NODE", raising=False)
     assert torchrun.parse(target).local_ranks == local_ranks
+
+
+def test_torchruns_environment_default_counts_when_the_command_line_is_silent(monkeypatch):
+    monkeypatch.setenv("PET_NPROC_PER_NODE", "2")  # torchrun reads its options' defaults from PET_*
+    assert torchrun.parse(["torchrun", "t.py"]).local_ranks == 2
+    assert torchrun.parse(["torchrun", "--nproc-per-node", "4", "t.py"]).local_ranks == 4
 
 
 def test_rank_file_names():
@@ -86,8 +94,11 @@ def test_the_split_agrees_with_torchruns_own_parser():
     for target in (["torchrun", "--nproc-per-node", "2", "--max-restarts=1", "train.py", "--lr", "1"],
                    ["torchrun", "--standalone", "--nnodes", "1", "--master-port", "1234", "-m", "pkg", "-x"],
                    ["torchrun", "--no-python", "--rdzv-backend", "c10d", "bash", "job.sh", "--a"],
-                   ["torchrun", "-r3", "-t", "3", "--nproc-per-node", "2", "train.py", "-r", "1"]):
+                   ["torchrun", "-r3", "-t", "3", "--nproc-per-node", "2", "train.py", "-r", "1"],
+                   ["torchrun", "--stand", "--nnodes=2", "--nproc_per_node=4", "train.py"],  # an abbreviation
+                   ["torchrun", "-mr3", "--node_rank", "1", "--nproc-per", "8", "pkg.train"]):  # -m, then -r3
         theirs = get_args_parser().parse_args(target[1:])
         launch = torchrun.parse(target)
         assert launch.program == [theirs.training_script, *theirs.training_script_args]
         assert launch.kind == ("module" if theirs.module else "command" if theirs.no_python else "script")
+        assert (launch.nproc or "1", launch.nnodes or "1:1") == (theirs.nproc_per_node, theirs.nnodes)

@@ -70,12 +70,13 @@ def analyze_collectives(gpu_ops: pd.DataFrame, kernel_names: dict[int, str], win
     on_dev = {dev: (kernels["device_id"] == dev).to_numpy() for dev in devices}
     per_dev = {dev: kernels[on & is_comm].sort_values("start_ns") for dev, on in on_dev.items()}
     out = CommResult(matched=None)
-    compute_sets = []
+    computing = kernels[~is_comm]  # a process driving several GPUs spins only while none of them computes
+    compute_sets = {int(pid): iv.union(k["start_ns"].to_numpy(), k["end_ns"].to_numpy())
+                    for pid, k in computing.groupby("pid")}
     for dev in devices:
         comm, other = per_dev[dev], kernels[on_dev[dev] & ~is_comm]
         c_set = iv.union(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
         k_set = iv.union(other["start_ns"].to_numpy(), other["end_ns"].to_numpy())
-        compute_sets.append(k_set)
         c_ns = int(iv.Coverage(c_set).measure(w0, w1))
         k_ns = int(iv.Coverage(k_set).measure(w0, w1))
         both = int(iv.Coverage(iv.merge(c_set, k_set)).measure(w0, w1))
@@ -90,8 +91,8 @@ def analyze_collectives(gpu_ops: pd.DataFrame, kernel_names: dict[int, str], win
     return out
 
 
-def _waits(out: CommResult, per_dev: list[pd.DataFrame], compute_sets: list[iv.Set], window: tuple[int, int]) \
-        -> None:
+def _waits(out: CommResult, per_dev: list[pd.DataFrame], compute_sets: dict[int, iv.Set],
+           window: tuple[int, int]) -> None:
     """Each GPU's waiting: collectives paired by order, the time beyond the fastest GPU's in each."""
     w0, w1 = window
     n = min(len(c) for c in per_dev)
@@ -102,7 +103,7 @@ def _waits(out: CommResult, per_dev: list[pd.DataFrame], compute_sets: list[iv.S
     total_wait = waits.sum(axis=0)
     for row, (d, comm) in enumerate(zip(out.devices, per_dev)):
         starts = comm["start_ns"].to_numpy()[:n]
-        spinning = iv.subtract(iv.union(starts, starts + waits[row]), compute_sets[row])
+        spinning = iv.subtract(iv.union(starts, starts + waits[row]), compute_sets.get(d.pid, iv.empty()))
         out.wait_sets[d.pid] = iv.merge(out.wait_sets.get(d.pid, iv.empty()), spinning)
         inside = (starts >= w0) & (starts < w1)
         d.wait_ns, d.collectives = int(waits[row][inside].sum()), int(inside.sum())
@@ -110,10 +111,11 @@ def _waits(out: CommResult, per_dev: list[pd.DataFrame], compute_sets: list[iv.S
         d.caused_wait_ns = int(total_wait[(last == row) & inside].sum())
 
 
-def alone_warning(comm: CommResult | None, window: tuple[int, int], reports: int = 1) -> str | None:
+def alone_warning(comm: CommResult | None, window: tuple[int, int], reports: int = 1,
+                  other_kernels: bool = False) -> str | None:
     """A report whose only communicating GPU spends much of the window in collectives: with no peer's report,
     its waiting for the other ranks counts as busy and no straggler can be named. ``reports``: how many
-    rank reports were merged (the others then hold no GPU activity: captured without CUDA tracing)."""
+    rank reports were merged; ``other_kernels``: whether other GPUs in the analysis ran kernels at all."""
     if comm is None or not comm.alone or window[1] <= window[0]:
         return None
     d = comm.devices[0]
@@ -122,6 +124,9 @@ def alone_warning(comm: CommResult | None, window: tuple[int, int], reports: int
         return None
     head = (f"{ALONE_PREFIX} GPU {d.device_id} spends {pct(share)} of the window ({ms(d.communication_ns)}) inside "
             "communication kernels")
+    if other_kernels:
+        return (head + "; the other GPUs here ran no communication kernels (ranks of another job, or captured "
+                "without them?): waiting there for slower ranks cannot be told from transfer and counts as busy")
     if reports > 1:
         others = ("the other report holds no" if reports == 2 else f"none of the other {reports - 1} reports holds")
         return (head + f", and {others} GPU kernels (captured without CUDA tracing? nsys -t cuda,nvtx): "

@@ -270,7 +270,10 @@ def _communication(ctx: Context) -> None:
     ids = [int(i) for i in pd.unique(ctx.trace.gpu_ops["name_id"]) if i >= 0]
     window = (a.window["start_ns"], a.window["end_ns"])
     a.communication = analyze_collectives(ctx.trace.gpu_ops, ctx.reader.strings(ids), window)
-    warning = alone_warning(a.communication, window, reports=len(getattr(ctx.trace, "ranks", None) or [None]))
+    reports = len(getattr(ctx.trace, "ranks", None) or [None])
+    kernels = ctx.trace.gpu_ops[ctx.trace.gpu_ops["kind"] == 0]
+    others = a.communication is not None and bool((kernels["device_id"] != a.communication.devices[0].device_id).any())
+    warning = alone_warning(a.communication, window, reports=reports, other_kernels=others)
     if warning:
         ctx.trace.warnings.append(warning)
 

@@ -248,7 +248,7 @@ def profile(
         result.problem = result.problem or problem
     result.rep = result.reports[0] if result.reports else None
     if launcher and result.rep is not None:
-        result.problem = result.problem or _missing_ranks(stems, ranks)
+        result.problem = result.problem or _missing_ranks([stem_of(r) for r in result.reports], ranks)  # an empty file too
     if not stems or (result.rep is None and result.problem is None):
         said = tail(text) if text else (log.tail() if log is not None else "")
         wrote = (f"no {stem.name.replace(RANK_FIELD, 'N')}.nsys-rep" if launcher
@@ -274,11 +274,14 @@ def _files_of(stem: Path, suffixes: Sequence[str]) -> list[Path]:
 
 
 def _missing_ranks(stems: list[Path], ranks: int | None) -> str | None:
-    """Which ranks wrote no report: of ``ranks`` when the launch says how many, else the holes in the numbers."""
+    """Which ranks wrote no report: of the block of ``ranks`` this host runs when the launch says how many (on
+    node 2 of a 4-per-node job, ranks 4-7), else the holes in the numbers."""
     written = {rank_of(s) for s in stems} - {None}
     if not written:
         return None
-    expected = set(range(ranks)) if ranks else set(range(min(written), max(written) + 1))
+    first = min(written) // ranks * ranks if ranks else min(written)
+    block = set(range(first, first + ranks)) if ranks else set()
+    expected = block if written <= block else set(range(first, max(written) + 1))
     missing = sorted(expected - written)
     if not missing:
         return None

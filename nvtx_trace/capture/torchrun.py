@@ -19,6 +19,16 @@ from typing import Sequence
 # every other option takes one, as ``--opt VALUE`` or ``--opt=VALUE``.
 FLAGS = frozenset({"--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
                    "--virtual-local-rank", "--virtual_local_rank", "--use-env", "--use_env", "-h", "--help"})
+# torchrun's options that take a value (torch 2.x), so that argparse's abbreviations (``--stand``, ``--nproc``)
+# resolve as torchrun resolves them: a unique prefix of one option names it.
+VALUE_OPTIONS = frozenset({"--nnodes", "--nproc-per-node", "--nproc_per_node", "--rdzv-backend", "--rdzv_backend",
+                           "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--rdzv-conf",
+                           "--rdzv_conf", "--max-restarts", "--max_restarts", "--monitor-interval",
+                           "--monitor_interval", "--start-method", "--start_method", "--role", "--node-rank",
+                           "--node_rank", "--master-addr", "--master_addr", "--master-port", "--master_port",
+                           "--local-addr", "--local_addr", "--log-dir", "--log_dir", "--redirects", "--tee",
+                           "--local-ranks-filter", "--local_ranks_filter", "--logs-specs", "--logs_specs",
+                           "--signals-to-handle", "--signals_to_handle", "--event-log-handler"})
 MODULE_FLAGS = frozenset({"-m", "--module"})
 NO_PYTHON_FLAGS = frozenset({"--no-python", "--no_python"})
 RUN_PATH_FLAGS = frozenset({"--run-path", "--run_path"})  # runpy.run_path in-process: we start a Python instead
@@ -40,9 +50,8 @@ class Launch:
 
     @property
     def local_ranks(self) -> int | None:
-        """How many ranks this host starts, when the command line says (a number of processes on one node)."""
-        one_node = self.nnodes in (None, "1", "1:1")
-        return int(self.nproc) if one_node and self.nproc and self.nproc.isdigit() else None
+        """How many ranks this host starts, when the command line (or torchrun's PET_ variable) gives a number."""
+        return int(self.nproc) if self.nproc and self.nproc.isdigit() else None
 
     def rank_argv(self, python: str | None = None, autotrace: bool = True) -> list[str]:
         """What nsys starts in each rank: ``python -u [-m nvtx_autotrace] train.py ARGS`` (-u as torchrun does)."""
@@ -89,7 +98,10 @@ def parse(target: Sequence[str]) -> Launch | None:
             break
         if not arg.startswith("-") or arg == "-":
             break
-        name = arg.split("=", 1)[0]
+        name = _resolve(arg.split("=", 1)[0])
+        if arg[:2] in SHORT_FLAGS and len(arg) > 2 and not arg.startswith("--"):  # -mr3: -m, then -r3
+            target[i + 1:i + 1] = ["-" + arg[2:]]
+            arg = name = arg[:2]
         if name in MODULE_FLAGS:
             kind = "module"
         elif name in NO_PYTHON_FLAGS:
@@ -109,7 +121,19 @@ def parse(target: Sequence[str]) -> Launch | None:
             i += 0 if attached else 1
         i += 1
     return Launch(launcher=launcher, kind=kind, program=target[i:], python=python,
-                  nproc=given.get("--nproc-per-node"), nnodes=given.get("--nnodes"))
+                  nproc=given.get("--nproc-per-node", os.environ.get("PET_NPROC_PER_NODE")),
+                  nnodes=given.get("--nnodes", os.environ.get("PET_NNODES")))
+
+
+SHORT_FLAGS = frozenset(f for f in FLAGS if not f.startswith("--"))
+
+
+def _resolve(name: str) -> str:
+    """An option as argparse reads it: a long option's unique prefix names that option (``--stand``)."""
+    if not name.startswith("--") or name in FLAGS or name in VALUE_OPTIONS:
+        return name
+    known = {o.replace("_", "-") for o in FLAGS | VALUE_OPTIONS if o.startswith(name)}
+    return known.pop() if len(known) == 1 else name  # none or several: torchrun itself refuses it
 
 
 def rank_stem(out_dir: Path) -> Path:

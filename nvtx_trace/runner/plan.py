@@ -142,7 +142,8 @@ def output_dir(opts: RunOptions, mode: str, now: float | None = None) -> Path:
             raise UsageError(f"--out {out} is a file; give a folder")
         check_folder_writable(out)
         check_unclaimed(out)
-        taken = [n for n in (*OUTPUT_NAMES, LOG_NAME) if (out / n).exists()] + rank_outputs(out)[:3]
+        names = dict.fromkeys((*OUTPUT_NAMES, *REPORT_OUTPUTS, LOG_NAME))  # what --force would replace
+        taken = [n for n in names if (out / n).exists()] + rank_outputs(out)[:3]
         if taken and not opts.force:
             raise UsageError(f"{out} already holds {', '.join(taken)}; choose another --out or pass --force")
         return out.resolve()
