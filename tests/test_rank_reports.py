@@ -250,6 +250,19 @@ def test_another_hosts_pid_and_gpu_id_stay_distinct(files, tmp_path):
     assert any("renumbered" in w and "host2_rank0.sqlite's GPU 0 is shown as GPU 1" in w for w in a.warnings)
 
 
+def test_a_moved_gpu_never_lands_on_an_id_its_own_report_uses(files, tmp_path):
+    """Host 1: rank 0 (GPU 0); host 2: both ranks in one report (GPUs 0 and 1). Host 2's GPU 0 must not be
+    renumbered onto its own GPU 1 (review): three GPUs, each with the busy time SQL gives its source."""
+    node = _copy(PATH, tmp_path / "host2_node.sqlite")
+    shift_clock(node, SHIFT_NS)
+    a = analyze([files[0], node], workers=1)
+    busy = {d.device_id: d.busy_ns for d in a.idle.devices}
+    assert busy == {0: sql_union_busy(files[0], 0)["busy"], 1: sql_union_busy(PATH, 1)["busy"],
+                    2: sql_union_busy(PATH, 0)["busy"]}
+    assert [sorted(r["device_ids"]) for r in a.ranks] == [[0], [1, 2]]
+    assert any("host2_node.sqlite's GPU 0 is shown as GPU 2" in w for w in a.warnings)
+
+
 def test_a_capture_missing_its_first_collectives_is_still_aligned(shifted, tmp_path):
     """The second host's capture began three collectives late: pairing by order alone would be off by
     three; the best-fitting pairing leaves them out and finds the same offset."""

@@ -100,14 +100,15 @@ class _Ids:
         self.moved: list[str] = []
 
     def plan(self, ids: set[int], host, label: str, kind: str) -> dict[int, int]:
-        out = {}
-        for i in sorted(ids):
-            owner = self.owner.get(i)
-            if owner is None or owner == host:
+        out, clashing = {}, []
+        for i in sorted(ids):  # first the ids free or already this host's, so that no move lands on one of them
+            if self.owner.get(i) in (None, host):
                 self.owner[i] = host
                 out[i] = i
-                continue
-            new = max(self.owner) + 1
+            else:
+                clashing.append(i)
+        for i in clashing:
+            new = max(set(self.owner) | ids) + 1
             self.owner[new] = host
             out[i] = new
             self.moved.append(f"{label}'s {kind} {i} is shown as {kind} {new}")
