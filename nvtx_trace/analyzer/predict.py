@@ -130,10 +130,27 @@ def _generic(a, f: Finding) -> dict | None:
     else:
         return None
     feed = dataloader.pace(a)
-    if feed is None or (f.kind == "straggler" and f.evidence.get("why") == "loader_wait") or feed.interval_ns <= step:
+    if feed is not None and f.kind == "straggler" and f.evidence.get("why") == "loader_wait":
+        return _with_more_workers(a, feed, now, step, stat, what)
+    if feed is None or feed.interval_ns <= step:
         return ({"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": what}
                 if now - step > 0 else None)
     # no step is shorter than the loader's delivery, which this fix leaves as it is
     step = min(now, feed.interval_ns)
     return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "bound_by": "loader",
             "basis": (what + "; " if now > step else "") + f"the loader's {feed.words()}"}
+
+
+def _with_more_workers(a, feed, now: float, step: float, stat: str, what: str) -> dict | None:
+    """A straggler slowed by its loader is fixed by more workers, as many as the cores allow: the step is then
+    no shorter than their delivery pace (the loader finding's own advice and bound)."""
+    usable = dataloader.usable_workers(a)
+    if usable is not None and feed.fetch_ns / max(usable, feed.workers) > step:
+        workers = max(usable, feed.workers)
+        step = min(now, feed.fetch_ns / workers)
+        what += (f"; {workers} workers, as many as the CPU cores allow, deliver a batch every "
+                 f"{ms(feed.fetch_ns / workers)}")
+        return ({"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "bound_by": "cores",
+                 "basis": what} if now - step > 0 else None)
+    return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": what} \
+        if now - step > 0 else None
