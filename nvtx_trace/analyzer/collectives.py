@@ -3,8 +3,8 @@
 A GPU running an NCCL all-reduce counts as busy, but in a multi-GPU job most of that time is
 often spent spinning until the slowest rank arrives: waiting, not work. Per GPU this splits
 the steady window's kernel time into compute and communication, and each collective's time
-into transfer and wait: collectives are matched across GPUs by their order (every rank issues
-the same collectives in the same order), the shortest duration among the GPUs is the transfer,
+into transfer and wait: collectives are matched across GPUs by their order within each kind
+(every rank issues the same collectives in the same order), the shortest duration among the GPUs is the transfer,
 and what a GPU spends beyond it is waiting for the last rank to arrive. The GPU that waits
 least is the one the others wait for: the straggler.
 """
@@ -21,6 +21,10 @@ from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import ms, pct
 
 COMM_KERNEL_RE = re.compile(r"^(nccl|ncclDevKernel|ncclKernel|rccl|gloo|c10d)", re.I)
+# the collective a kernel runs, across NCCL versions' names (ncclKernel_AllReduce_RING_LL_Sum_float,
+# ncclDevKernel_AllGather_RING_LL): ranks are paired within each kind, so that an all-gather on one stream
+# and an all-reduce on another, started in either order, never pair with each other
+OP_RE = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|AllToAll|SendRecv|Reduce|Send|Recv)", re.I)
 ALONE_SHARE = 0.1  # one rank's GPU in collectives this much of the window: say its busy time may be waiting
 ALONE_PREFIX = "one rank's collectives:"  # the warning's first words (the "no findings" lines refer to it)
 
@@ -45,6 +49,22 @@ class CommResult:
     # per process: when its GPU spun waiting for a peer with no other kernel running (each collective's wait is
     # its first part; the transfer, the fastest rank's time, ends it); per-step figures measure their steps in it
     wait_sets: dict[int, iv.Set] = field(default_factory=dict)
+    # per process: its collectives with no partner on another GPU (their waiting is unknown; steps holding one
+    # are left out of per-step figures); per GPU: how many of them start in the window
+    unpaired_sets: dict[int, iv.Set] = field(default_factory=dict)
+    unpaired: dict[int, int] = field(default_factory=dict)
+
+    def pairing_warning(self) -> str | None:
+        """Collectives left without a partner: a capture that began or ended at a different collective, or a
+        rank that issued collectives the others did not."""
+        left = {dev: n for dev, n in self.unpaired.items() if n}
+        if not left:
+            return None
+        which = ", ".join(f"GPU {dev} {n} of {next(d.collectives for d in self.devices if d.device_id == dev)}"
+                          for dev, n in sorted(left.items()))
+        return (f"collectives without a partner on the other GPUs in the window ({which}): their waiting is not "
+                "measured, and per-step compute leaves out the steps that hold them (captures that began or ended "
+                "at different collectives, or ranks that issued different ones)")
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([vars(d) for d in self.devices])
@@ -87,26 +107,76 @@ def analyze_collectives(gpu_ops: pd.DataFrame, kernel_names: dict[int, str], win
                                       collectives=int(((starts >= w0) & (starts < w1)).sum()),
                                       last_arrivals=None, caused_wait_ns=None))
     if len(devices) > 1:
-        _waits(out, [per_dev[dev] for dev in devices], compute_sets, window)
+        ops = {i: _op(kernel_names.get(i)) for i in comm_ids}
+        _waits(out, [per_dev[dev].assign(op=per_dev[dev]["name_id"].map(ops)) for dev in devices], compute_sets,
+               window)
     return out
+
+
+def _op(name: str | None) -> str:
+    found = OP_RE.search(name or "")
+    return found.group(1).lower() if found else (name or "")
+
+
+def shifted_pairs(ref: np.ndarray, other: np.ndarray):
+    """(lag, ref part, other part) for each shift of the order worth trying: one capture may hold a few
+    collectives the other missed (it began later), those leading ones left out, either way."""
+    reach = min(abs(len(ref) - len(other)) + 3, 64)
+    for lag in range(-reach, reach + 1):
+        a, b = (ref[lag:], other) if lag >= 0 else (ref, other[-lag:])
+        n = min(len(a), len(b))
+        yield lag, a[:n], b[:n]
+
+
+def _lag(ref_ends: np.ndarray, ends: np.ndarray) -> int:
+    """On one clock every rank's copy of a collective ends at about the same time (all finish once the last
+    arrives): the shift of the order that brings the ends closest, no shift on a tie."""
+    best = None
+    for lag, a, b in shifted_pairs(ref_ends, ends):
+        if len(a):
+            key = (float(np.median(np.abs(a - b))), abs(lag))
+            best = (key, lag) if best is None or key < best[0] else best
+    return best[1] if best else 0
+
+
+def _pairs(per_dev: list[pd.DataFrame]) -> list[np.ndarray]:
+    """Per GPU, the rows of its collectives in pairing order: within each kind of collective by issue order,
+    shifted where a capture began late; a collective with no partner on every GPU is left out."""
+    rows: list[list[np.ndarray]] = [[] for _ in per_dev]
+    for op in sorted(set().union(*(set(c["op"]) for c in per_dev))):
+        idx = [np.flatnonzero((c["op"] == op).to_numpy()) for c in per_dev]
+        ends = [c["end_ns"].to_numpy()[i] for c, i in zip(per_dev, idx)]
+        ref = max(range(len(idx)), key=lambda r: len(idx[r]))
+        lags = [0 if r == ref else _lag(ends[ref], ends[r]) for r in range(len(idx))]
+        common = np.arange(max(lags + [0]), min(len(i) + lag for i, lag in zip(idx, lags)))
+        for r, (i, lag) in enumerate(zip(idx, lags)):
+            rows[r].append(i[common - lag])
+    return [np.concatenate(r) if r else np.empty(0, np.int64) for r in rows]
+
 
 
 def _waits(out: CommResult, per_dev: list[pd.DataFrame], compute_sets: dict[int, iv.Set],
            window: tuple[int, int]) -> None:
-    """Each GPU's waiting: collectives paired by order, the time beyond the fastest GPU's in each."""
+    """Each GPU's waiting: in each paired collective, the time beyond the fastest GPU's."""
     w0, w1 = window
-    n = min(len(c) for c in per_dev)
-    out.matched = all(len(c) == n for c in per_dev)
-    durations = np.stack([(c["end_ns"].to_numpy() - c["start_ns"].to_numpy())[:n] for c in per_dev])
+    paired = _pairs(per_dev)
+    out.matched = all(len(p) == len(c) for p, c in zip(paired, per_dev))
+    durations = np.stack([(c["end_ns"].to_numpy() - c["start_ns"].to_numpy())[p] for c, p in zip(per_dev, paired)])
     waits = durations - durations.min(axis=0)  # beyond the fastest rank's time in the same collective
     last = durations.argmin(axis=0)  # who arrived last at each collective (the others spun waiting for it)
     total_wait = waits.sum(axis=0)
     for row, (d, comm) in enumerate(zip(out.devices, per_dev)):
-        starts = comm["start_ns"].to_numpy()[:n]
+        starts = comm["start_ns"].to_numpy()[paired[row]]
         spinning = iv.subtract(iv.union(starts, starts + waits[row]), compute_sets.get(d.pid, iv.empty()))
         out.wait_sets[d.pid] = iv.merge(out.wait_sets.get(d.pid, iv.empty()), spinning)
+        alone = np.ones(len(comm), bool)
+        alone[paired[row]] = False
+        lone = comm[alone]
+        out.unpaired_sets[d.pid] = iv.merge(out.unpaired_sets.get(d.pid, iv.empty()),
+                                            iv.union(lone["start_ns"].to_numpy(), lone["end_ns"].to_numpy()))
+        out.unpaired[d.device_id] = int(((lone["start_ns"] >= w0) & (lone["start_ns"] < w1)).sum())
         inside = (starts >= w0) & (starts < w1)
-        d.wait_ns, d.collectives = int(waits[row][inside].sum()), int(inside.sum())
+        d.wait_ns = int(waits[row][inside].sum())
         d.last_arrivals = int(((last == row) & inside).sum())
         d.caused_wait_ns = int(total_wait[(last == row) & inside].sum())
 

@@ -81,6 +81,17 @@ def collective_wait_by_step(a) -> np.ndarray:
     return iv.Coverage(spinning).measure(steady["start_ns"].to_numpy(), steady["end_ns"].to_numpy()).astype(float)
 
 
+def _known_waits(a) -> np.ndarray:
+    """Steady steps whose collectives all found a partner on the other GPUs (all steps if none did): in the
+    others the waiting, and so the compute, is unknown."""
+    steady = a.steps.steady
+    lone = a.communication.unpaired_sets.get(a.steps.pid) if a.communication else None
+    if lone is None:
+        return np.ones(len(steady), bool)
+    known = iv.Coverage(lone).measure(steady["start_ns"].to_numpy(), steady["end_ns"].to_numpy()) == 0
+    return known if known.any() else np.ones(len(steady), bool)
+
+
 def compute_per_step(a) -> float | None:
     """What a steady step takes when it waits for nothing: its time less its loader waits and its GPU's
     waiting in collectives, step by step, then the typical statistic (as the step predictions start from)."""
@@ -88,9 +99,8 @@ def compute_per_step(a) -> float | None:
     if steady is None or not len(steady):
         return None
     _, stat = steady_step(a)
-    waits = collective_wait_by_step(a)
-    free = _stat((steady["duration_ns"] - steady["loader_wait_ns"]).to_numpy() - waits, stat)
-    return max(free, own_work_per_step(a, stat), 1.0)
+    free = (steady["duration_ns"] - steady["loader_wait_ns"]).to_numpy() - collective_wait_by_step(a)
+    return max(_stat(free[_known_waits(a)], stat), own_work_per_step(a, stat), 1.0)
 
 
 def own_work_per_step(a, stat: str) -> float:
@@ -98,7 +108,7 @@ def own_work_per_step(a, stat: str) -> float:
     if not a.steps or "gpu_busy" not in a.steps.measured or not len(a.steps.steady):
         return 0.0
     busy = a.steps.steady["gpu_busy_ns"].to_numpy() - collective_wait_by_step(a)
-    return max(_stat(np.maximum(busy, 0.0), stat), 0.0)
+    return max(_stat(np.maximum(busy, 0.0)[_known_waits(a)], stat), 0.0)
 
 
 def _generic(a, f: Finding) -> dict | None:

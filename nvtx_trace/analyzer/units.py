@@ -274,8 +274,8 @@ def _communication(ctx: Context) -> None:
     kernels = ctx.trace.gpu_ops[ctx.trace.gpu_ops["kind"] == 0]
     others = a.communication is not None and bool((kernels["device_id"] != a.communication.devices[0].device_id).any())
     warning = alone_warning(a.communication, window, reports=reports, other_kernels=others)
-    if warning:
-        ctx.trace.warnings.append(warning)
+    unpaired = a.communication.pairing_warning() if a.communication is not None else None
+    ctx.trace.warnings.extend(w for w in (warning, unpaired) if w)
 
 
 def _communication_json(a) -> dict:
