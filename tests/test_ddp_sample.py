@@ -143,6 +143,10 @@ def test_each_step_less_its_waiting_in_collectives_gives_compute_and_the_gpus_ow
     device = next(d.device_id for d in ddp.communication.devices if d.pid == ddp.steps.pid)
     want = np.array(_spinning_by_step(device, steady), dtype=float)
     assert predict.collective_wait_by_step(ddp) == pytest.approx(want, abs=1.0)
+    # the steps line shows it: of step time, the part the GPU spun (inside "GPU busy", yet waiting)
+    summary = ddp.steps.summary()
+    assert summary["collective_wait_fraction"] == pytest.approx(want.sum() / steady["duration_ns"].sum(), abs=1e-6)
+    assert 0 < summary["collective_wait_fraction"] < summary["gpu_busy_fraction"]
     free = steady["duration_ns"].to_numpy() - steady["loader_wait_ns"].to_numpy() - want
     own = np.maximum(steady["gpu_busy_ns"].to_numpy() - want, 0)
     loader = next(f for f in ddp.findings if f.kind == "dataloader_stall")

@@ -75,10 +75,9 @@ def collective_wait_by_step(a) -> np.ndarray:
     steady = a.steps.steady if a.steps else None
     if steady is None or not len(steady):
         return np.zeros(0)
-    spinning = a.communication.wait_sets.get(a.steps.pid) if a.communication else None
-    if spinning is None:
+    if "collective_wait" not in a.steps.measured:
         return np.zeros(len(steady))
-    return iv.Coverage(spinning).measure(steady["start_ns"].to_numpy(), steady["end_ns"].to_numpy()).astype(float)
+    return steady["collective_wait_ns"].to_numpy().astype(float)
 
 
 def _known_waits(a) -> np.ndarray:

@@ -18,12 +18,15 @@ from nvtx_trace import names
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.model import name_mask
 
+# a step's parts, each a ``<part>_ns`` column and a ``<part>_fraction`` of step time; collective_wait (its GPU
+# spinning inside collectives for a peer, no other kernel running: busy, but not work) only with paired ones
+STEP_PARTS = ("gpu_busy", "loader_wait", "sync_wait", "collective_wait")
 WARMUP_FACTOR = 1.5  # a leading step slower than this x the median of the rest is warm-up
 
 
 @dataclass
 class StepsResult:
-    table: pd.DataFrame  # step, start_ns, end_ns, duration_ns, gpu_busy_ns, loader_wait_ns, sync_wait_ns, warmup
+    table: pd.DataFrame  # step, start_ns, end_ns, duration_ns, <part>_ns of STEP_PARTS measured, warmup
     source: str  # summary.json steps.source: "nvtx" (step ranges) or "inferred:<method>"
     warmup_steps: int
     pid: int  # the training process whose steps these are
@@ -65,7 +68,7 @@ class StepsResult:
             "modes": modes,
             "statistic": typical_statistic(float(np.median(d)), float(d.mean()), modes),
             **{f"{what}_fraction": (float(s[f"{what}_ns"].sum() / d.sum()) if d.sum() else 0.0)
-               if what in self.measured else None for what in ("gpu_busy", "loader_wait", "sync_wait")},
+               if what in self.measured else None for what in STEP_PARTS},
         }
 
 

@@ -26,7 +26,7 @@ from nvtx_trace.analyzer.pipeline import Context, Unit
 from nvtx_trace.analyzer.ranks import rank_rows
 from nvtx_trace.analyzer.rules import build_findings
 from nvtx_trace.analyzer.startup import FIRST_TIME_NS, analyze_startup, first_time_code_ns
-from nvtx_trace.analyzer.steps import analyze_steps
+from nvtx_trace.analyzer.steps import STEP_PARTS, analyze_steps
 from nvtx_trace.analyzer.sync import analyze_sync
 
 
@@ -185,7 +185,7 @@ def _steps_json(a) -> dict:
     if not a.steps:
         return {"steps": None}
     table = a.steps.table.astype(object)
-    for what in ("gpu_busy", "loader_wait", "sync_wait"):
+    for what in STEP_PARTS:
         if what not in a.steps.measured:  # not captured: unknown, not zero
             table[f"{what}_ns"] = None
     return {"steps": {"source": a.steps.source, "how": a.steps.how, "confidence": a.steps.confidence,
@@ -276,6 +276,11 @@ def _communication(ctx: Context) -> None:
     warning = alone_warning(a.communication, window, reports=reports, other_kernels=others)
     unpaired = a.communication.pairing_warning() if a.communication is not None else None
     ctx.trace.warnings.extend(w for w in (warning, unpaired) if w)
+    spinning = a.communication.wait_sets.get(a.steps.pid) if a.communication and a.steps else None
+    if spinning is not None:  # each step's GPU spinning in collectives for a peer: busy, but not work
+        t = a.steps.table
+        t["collective_wait_ns"] = iv.Coverage(spinning).measure(t["start_ns"].to_numpy(), t["end_ns"].to_numpy())
+        a.steps.measured += ("collective_wait",)
 
 
 def _communication_json(a) -> dict:

@@ -156,7 +156,9 @@ def _headline(d: dict) -> str:
             f"{num(s['steady_steps'], str(s['steady_steps']), 'steps.summary.steady_steps')} steps "
             f"({num(s['warmup_steps'], str(s['warmup_steps']), 'steps.summary.warmup_steps')} warm-up left out)</div>"
             f"<div>GPU busy {num(s['gpu_busy_fraction'], _pct(s['gpu_busy_fraction']), 'steps.summary.gpu_busy_fraction')}"
-            f", waiting for data "
+            + (f" ({num(spin, _pct(spin), 'steps.summary.collective_wait_fraction')} spinning in collectives for a "
+               "peer)" if (spin := s.get("collective_wait_fraction")) is not None and spin >= 0.01 else "") +
+            ", waiting for data "
             f"{num(s['loader_wait_fraction'], _pct(s['loader_wait_fraction']), 'steps.summary.loader_wait_fraction')}"
             f" of step time</div></div>")
     inst, prof = d.get("instrumentation"), d.get("profiler")

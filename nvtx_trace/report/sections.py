@@ -69,7 +69,7 @@ def _text_steps(a, console) -> None:
     s = a.steps.summary() if a.steps else {}
     if not s:
         return
-    unknown = any(v is None for k, v in s.items() if k.endswith("_fraction"))
+    unknown = any(s.get(f"{k}_fraction") is None for k in ("gpu_busy", "loader_wait", "sync_wait"))
     modes = s.get("modes")
     pace = (f"mean {ms(s['step_ns_mean'])}: steps come in two kinds, {modes['low_steps']} of about "
             f"{ms(modes['low_ns'])} and {modes['high_steps']} of about {ms(modes['high_ns'])} (a median, "
@@ -79,9 +79,15 @@ def _text_steps(a, console) -> None:
             f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}")
     console.print(
         f"Steps ({a.steps.how}): {s['steps']}, {s['warmup_steps']} of them warm-up; steady state {pace}. "
-        f"Of step time: GPU busy {_pct(s['gpu_busy_fraction'])}, waiting for data "
+        f"Of step time: GPU busy {_pct(s['gpu_busy_fraction'])}" + _spinning(s) + ", waiting for data "
         f"{_pct(s['loader_wait_fraction'])}, in host syncs {_pct(s['sync_wait_fraction'])}"
         + (" (-: not captured)" if unknown else ""), highlight=False)
+
+
+def _spinning(s: dict) -> str:
+    """The part of busy time that is the GPU spinning in collectives until a peer arrives: waiting, not work."""
+    spin = s.get("collective_wait_fraction")
+    return f" ({_pct(spin)} of step time spinning in collectives for a peer)" if spin is not None and spin >= 0.01 else ""
 
 
 def _text_startup(a, console) -> None:
