@@ -106,3 +106,27 @@ def test_merged_with_a_rank_whose_gpu_ran_no_collectives_the_warning_says_so(tmp
     a = analyze([str(RANKS[0]), str(quiet)])
     (warning,) = [w for w in a.warnings if w.startswith("one rank's collectives:")]
     assert "the other GPUs here ran no communication kernels" in warning and "CUDA tracing" not in warning
+
+
+def test_ranks_on_different_hosts_each_get_their_hosts_cores_for_workers(tmp_path):
+    """Edge case (the two real rank exports, their redacted host names set to two hosts, as two nodes of
+    32 cores would write them): each rank has a host to itself, so the loader advice may use 31 workers (32
+    cores less the training loop), not 15 as for two ranks sharing one host (review)."""
+    import shutil
+
+    from nvtx_trace.analyzer.dataloader import workers_needed
+
+    def named(src, host):
+        copy = shutil.copyfile(src, tmp_path / f"{host}_{src.name}")
+        with sqlite3.connect(copy) as db:
+            db.execute("UPDATE TARGET_INFO_SYSTEM_ENV SET value = ? WHERE name = 'Hostname'", (host,))
+        return copy
+
+    one_host = analyze([named(p, "node1") for p in RANKS], workers=1)
+    two_hosts = analyze([named(RANKS[0], "node1"), named(RANKS[1], "node2")], workers=1)
+    shared, own = (next(f for f in a.findings if f.kind == "dataloader_stall") for a in (one_host, two_hosts))
+    need = workers_needed(own.evidence["fetch_ns_per_batch"], own.evidence["compute_ns_per_step"])
+    assert shared.recommend["num_workers"] == 32 // 2 - 1 == 15 and "32 CPU cores for 2 training" in shared.fix
+    assert need > 15 and own.recommend["num_workers"] == min(need, 32 - 1)
+    assert need <= 31 or f"{need} would keep up, but each of the 2 hosts has 32 CPU cores" in own.fix
+    assert len(set(two_hosts.pid_hosts.values())) == 2 and len(set(one_host.pid_hosts.values())) == 1

@@ -67,6 +67,7 @@ class Analysis:
     instrumentation: Instrumentation | None = None  # nvtx_autotrace's own ranges and their measured cost
     startup: Startup | None = None  # trace start to the first step: once, never a per-step finding
     cpu_cores: int | None = None  # of the profiled machine, as the report says: advice never exceeds it
+    pid_hosts: dict[int, str] = field(default_factory=dict)  # several reports merged: each pid's named host
     communication: CommResult | None = None  # per GPU: compute, communication, and waiting inside collectives
     nvtx_ranges: pd.DataFrame | None = None  # every NVTX range, for the HTML timeline's lanes
     nvtx_threads: dict[int, str] = field(default_factory=dict)  # their threads' labels
@@ -158,7 +159,7 @@ def _run_analyses(trace: Trace, reader: Reader, min_gap_ns: int, loader_pattern:
     result = Analysis(path=reader.info.path, nsys_version=reader.info.nsys_version,
                       schema_version=reader.info.schema_version, min_gap_ns=min_gap_ns,
                       trace_start_ns=lo, trace_end_ns=hi, thread_names=trace.thread_names,
-                      cpu_cores=reader.cpu_cores())
+                      cpu_cores=reader.cpu_cores(), pid_hosts=getattr(trace, "pid_hosts", {}))
     if not len(trace.ranges) and not trace.has_gpu_activity:
         raise BadReportError(f"{reader.info.path}: holds no GPU activity and no NVTX ranges, so there is nothing to "
                              "analyze" + "".join(f" ({w})" for w in trace.warnings)

@@ -143,12 +143,22 @@ def training_processes(a) -> int:
     return max(1, len(pids))
 
 
+def processes_per_host(a) -> tuple[int, int]:
+    """(the most training processes that share one host, how many hosts): reports that name different hosts
+    (one per node) give each host's ranks its own cores; a process of an unnamed host is counted with every
+    unnamed one, as if they shared a machine (advice then errs on the side of fewer workers)."""
+    pids = set(a.loader.waits["pid"]) if a.loader is not None and len(a.loader.waits) else set()
+    hosts = [a.pid_hosts.get(int(p)) for p in pids]
+    per_host = {h: hosts.count(h) for h in set(hosts)}
+    return max(per_host.values(), default=1), max(1, len(per_host))
+
+
 def usable_workers(a) -> int | None:
-    """Loader workers a training process can have without oversubscribing the report's CPU cores (one core
+    """Loader workers a training process can have without oversubscribing its host's CPU cores (one core
     per rank for the training loop itself); None when the report does not say how many cores there are."""
     if not a.cpu_cores:
         return None
-    return max(1, a.cpu_cores // training_processes(a) - 1)
+    return max(1, a.cpu_cores // processes_per_host(a)[0] - 1)
 
 
 def workers_needed(fetch_ns_median: float, compute_ns_per_step: float) -> int:

@@ -78,6 +78,7 @@ class MergedTrace(Trace):
         self._kernel_times = tables.pop("kernel_times")
         self._read_launches = launches
         self.ranks, self.clock = ranks, clock
+        self.pid_hosts: dict[int, str] = {}  # merged pid -> its host's name, where the report names it
         self.__dict__.update(tables)  # the cached properties of Trace, already computed
 
     def want_launches(self, table_key: str, column: str, ids: list[int]) -> None:
@@ -147,7 +148,7 @@ def merge(reports: list[DecodedReport], clock: ClockPlan) -> MergedTrace:
     names = {"gpu_names": {}, "thread_names": {}, "process_names": {}}
     api_names: dict[int, str] = {}
     warnings: list[str] = []
-    ranks = []
+    ranks, pid_hosts = [], {}
     for i, r in enumerate(reports):
         off = clock.offset_of(i)
         label = r.path.name
@@ -187,6 +188,8 @@ def merge(reports: list[DecodedReport], clock: ClockPlan) -> MergedTrace:
                                       if int(pid_of(g)) in pids})
         names["process_names"].update({pids[p]: n for p, n in r.process_names.items() if p in pids})
         warnings += [f"{label}: {w}" for w in r.warnings]
+        if r.host is not None:
+            pid_hosts.update({p: str(r.host) for p in pids.values()})
         ranks.append(RankSource(i, r.path, sorted(pids[p] for p in r.active_pids()),
                                 sorted(devs[d] for d in r.devices()), clock.session_of(i), off))
     moved = pid_ids.moved + dev_ids.moved
@@ -200,7 +203,9 @@ def merge(reports: list[DecodedReport], clock: ClockPlan) -> MergedTrace:
     reader = MergedReader(_info(reports, tables["session"]), {v: k for k, v in strings.items()}, enums,
                           _columns(reports), _cores(reports))
     joined = {k: {c: np.concatenate([p[c] for p in v]) for c in v[0]} for k, v in launches.items()}
-    return MergedTrace(reader, tables, joined, warnings, ranks, clock)
+    merged = MergedTrace(reader, tables, joined, warnings, ranks, clock)
+    merged.pid_hosts = pid_hosts
+    return merged
 
 
 def _concat(parts: dict[str, list], api_names: dict[int, str]) -> dict:

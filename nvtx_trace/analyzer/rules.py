@@ -8,8 +8,8 @@ from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.dataloader import (
     pace,
+    processes_per_host,
     taken_and_delivered,
-    training_processes,
     usable_workers,
     workers_needed,
 )
@@ -125,9 +125,11 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
                          f"a step computes in {ms(compute)}, so {count(have, 'worker')} {deliver} a batch every "
                          f"{ms(fetch / have)}; each worker needs a free CPU core")
         elif need > have:  # more workers than the machine has cores for: say so, and what else is left
-            ranks = count(training_processes(a), "training process", "training processes")
-            cores = (f"this machine has {a.cpu_cores} CPU cores for {ranks} and each "
-                     "worker needs one")
+            per_host, hosts = processes_per_host(a)
+            ranks = count(per_host, "training process", "training processes")
+            cores = (f"this machine has {a.cpu_cores} CPU cores for {ranks}" if hosts == 1 else
+                     f"each of the {hosts} hosts has {a.cpu_cores} CPU cores (the fewest) for up to {ranks}")
+            cores += " and each worker needs one"
             cheaper = ("make each batch cheaper to load (decode or augment on the GPU, cache decoded samples, "
                        "smaller inputs)")
             if usable > have:
