@@ -179,7 +179,7 @@ def test_collectives_without_a_partner_are_said_and_their_steps_left_out(tmp_pat
     assert full.communication.matched and not full.communication.pairing_warning()
     assert a.communication.matched is False and a.communication.unpaired[1] == 0
     lone = a.communication.unpaired[0]
-    assert lone > 0 and any(f"GPU 0 {lone} of " in w and "without a partner" in w for w in a.warnings)
+    assert lone > 0 and any(f"GPU 0: {lone} of its " in w and "without a partner" in w for w in a.warnings)
     # the steps kept are those before GPU 0's first unpartnered collective, by SQL over GPU 1's NCCL kernels
     (last_end,) = _sql(short, "SELECT MAX(k.end) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON "
                               "s.id = k.shortName WHERE s.value LIKE 'nccl%' AND k.deviceId = 1")[0]
@@ -191,6 +191,16 @@ def test_collectives_without_a_partner_are_said_and_their_steps_left_out(tmp_pat
     assert loader.evidence["compute_ns_per_step"] < 1.2 * was.evidence["compute_ns_per_step"]
     assert loader.recommend["num_workers"] == was.recommend["num_workers"] == 15
     assert np.isfinite(free).all()
+    # a step holding one: its spinning is unknown (null in JSON), and the busy line's share leaves it out
+    unknown = steps["collective_wait_ns"].isna().to_numpy()
+    assert unknown.any() and (steps["end_ns"].to_numpy()[unknown] > last_end).all()
+    known = steps[~unknown]
+    assert a.steps.summary()["collective_wait_fraction"] == pytest.approx(
+        known["collective_wait_ns"].sum() / known["duration_ns"].sum())
+    from nvtx_trace.report import json as json_report
+
+    rows = json_report.to_dict(a)["steps"]["table"]
+    assert sum(r["collective_wait_ns"] is None for r in rows) >= unknown.sum()
 
 
 def test_collectives_pair_within_their_kind_not_across_streams():

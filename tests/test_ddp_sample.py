@@ -171,3 +171,42 @@ def test_a_process_driving_two_gpus_spins_only_while_neither_computes():
     waits = {d.device_id: d.wait_ns for d in comm.devices}
     assert waits == {0: 90, 2: 0}
     assert iv.Coverage(comm.wait_sets[10]).measure(0, 200) == 30  # 0-90 waiting, less 0-60 computing on GPU 1
+
+
+def _periodic(first: int, last: int, device: int, pid: int, dur_ns: int, shift_ns: int = 0) -> list[tuple]:
+    """All-reduces k = first..last-1, each ending at k ms (+ shift) on this GPU, lasting ``dur_ns``."""
+    return [(device, pid, 1, k * 1_000_000 + shift_ns - dur_ns, k * 1_000_000 + shift_ns) for k in range(first, last)]
+
+
+@pytest.mark.parametrize("late_rank", [
+    (100, 300),  # rank 1's capture began 99 collectives late: beyond any small shift of the order
+    (10, 310),  # both captures hold 300, rank 1's 9 later at both ends: equal counts, shifted
+])
+def test_collectives_pair_on_their_ends_however_late_a_capture_began(late_rank):
+    """Edge case (hand-built rows, review): rank 0 waits 0.2 ms in every all-reduce; pairs are found where the
+    ends meet, so the waiting is 0.2 ms times the collectives both captured, and the rest have no partner."""
+    import pandas as pd
+
+    from nvtx_trace.analyzer.collectives import analyze_collectives
+
+    rows = _periodic(1, 301, 0, 10, 300_000) + _periodic(*late_rank, 1, 20, 100_000)
+    ops = pd.DataFrame(rows, columns=["device_id", "pid", "name_id", "start_ns", "end_ns"]).assign(kind=0)
+    comm = analyze_collectives(ops, {1: "ncclDevKernel_AllReduce_Sum_f32_RING_LL"}, (0, 400_000_000))
+    both = len(range(max(1, late_rank[0]), min(301, late_rank[1])))  # the collectives both captured
+    assert [d.wait_ns for d in comm.devices] == [both * 200_000, 0]
+    assert comm.unpaired == {0: 300 - both, 1: late_rank[1] - late_rank[0] - both}
+
+
+def test_collectives_whose_ends_never_meet_do_not_pair_and_name_no_straggler():
+    """Edge case (hand-built rows): rank 1's all-reduces end 0.5 ms off any of rank 0's (two unrelated jobs,
+    or clocks never aligned): any pairing would be wrong, so waiting is unknown, not a number."""
+    import pandas as pd
+
+    from nvtx_trace.analyzer.collectives import analyze_collectives
+
+    rows = _periodic(1, 101, 0, 10, 300_000) + _periodic(1, 101, 1, 20, 100_000, shift_ns=500_000)
+    ops = pd.DataFrame(rows, columns=["device_id", "pid", "name_id", "start_ns", "end_ns"]).assign(kind=0)
+    comm = analyze_collectives(ops, {1: "ncclDevKernel_AllReduce_Sum_f32_RING_LL"}, (0, 200_000_000))
+    assert comm.matched is False and [d.wait_ns for d in comm.devices] == [None, None]
+    assert comm.unpaired == {0: 100, 1: 100} and "GPU 0: 100 of its 100" in comm.pairing_warning()
+    assert comm.wait_sets == {}

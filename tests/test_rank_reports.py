@@ -263,6 +263,18 @@ def test_a_moved_gpu_never_lands_on_an_id_its_own_report_uses(files, tmp_path):
     assert any("host2_node.sqlite's GPU 0 is shown as GPU 2" in w for w in a.warnings)
 
 
+def test_one_hosts_ids_keep_one_merged_id_across_its_reports_and_never_share_one():
+    """Host B's GPUs 0 and 1 move (host A has them); B's own GPU 2, in a later report, must not land on the id
+    B's GPU 0 was moved to, and B's GPU 0 seen again keeps its moved id (review)."""
+    from nvtx_trace.analyzer.merge import _Ids
+
+    ids = _Ids()
+    assert ids.plan({0}, "A", "a0", "GPU") == {0: 0} and ids.plan({1}, "A", "a1", "GPU") == {1: 1}
+    assert ids.plan({0, 1}, "B", "b01", "GPU") == {0: 2, 1: 3}
+    assert ids.plan({2}, "B", "b2", "GPU") == {2: 4} and ids.plan({0}, "B", "b0", "GPU") == {0: 2}
+    assert ids.plan({0}, "A", "a0again", "GPU") == {0: 0}
+
+
 def test_a_capture_missing_its_first_collectives_is_still_aligned(shifted, tmp_path):
     """The second host's capture began three collectives late: pairing by order alone would be off by
     three; the best-fitting pairing leaves them out and finds the same offset."""

@@ -64,7 +64,7 @@ def test_a_short_option_with_its_value_attached_is_one_word():
     (["torchrun", "--nproc-per-node", "4", "t.py"], 4),
     (["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2", "t.py"], 2),
     (["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "t.py"], 4),  # a block of 4: 0..3 or 4..7
-    (["torchrun", "--nproc", "3", "t.py"], 3),  # argparse's abbreviation
+    (["torchrun", "--nproc-per", "3", "t.py"], 3),  # an abbreviation argparse resolves
     (["torchrun", "--nproc-per-node", "gpu", "t.py"], None),
     (["torchrun", "t.py"], None),
 ])

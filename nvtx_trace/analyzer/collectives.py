@@ -25,6 +25,8 @@ COMM_KERNEL_RE = re.compile(r"^(nccl|ncclDevKernel|ncclKernel|rccl|gloo|c10d)", 
 # ncclDevKernel_AllGather_RING_LL): ranks are paired within each kind, so that an all-gather on one stream
 # and an all-reduce on another, started in either order, never pair with each other
 OP_RE = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|AllToAll|SendRecv|Reduce|Send|Recv)", re.I)
+PAIRED_ENDS_NS = 200_000  # one collective ends within µs on every rank (one clock); pairs farther apart are wrong
+ENDS_TOGETHER = frozenset({"allreduce", "allgather", "reducescatter", "alltoall"})  # a broadcast's root leaves early
 ALONE_SHARE = 0.1  # one rank's GPU in collectives this much of the window: say its busy time may be waiting
 ALONE_PREFIX = "one rank's collectives:"  # the warning's first words (the "no findings" lines refer to it)
 
@@ -54,17 +56,19 @@ class CommResult:
     unpaired_sets: dict[int, iv.Set] = field(default_factory=dict)
     unpaired: dict[int, int] = field(default_factory=dict)
 
-    def pairing_warning(self) -> str | None:
+    def pairing_warning(self, every_step: bool = False) -> str | None:
         """Collectives left without a partner: a capture that began or ended at a different collective, or a
-        rank that issued collectives the others did not."""
+        rank that issued collectives the others did not. ``every_step``: every steady step holds one."""
         left = {dev: n for dev, n in self.unpaired.items() if n}
         if not left:
             return None
-        which = ", ".join(f"GPU {dev} {n} of {next(d.collectives for d in self.devices if d.device_id == dev)}"
+        which = ", ".join(f"GPU {dev}: {n} of its {next(d.collectives for d in self.devices if d.device_id == dev)}"
                           for dev, n in sorted(left.items()))
+        steps = ("every steady step holds one, so per-step compute counts their waiting as work" if every_step else
+                 "per-step compute leaves out the steps that hold them")
         return (f"collectives without a partner on the other GPUs in the window ({which}): their waiting is not "
-                "measured, and per-step compute leaves out the steps that hold them (captures that began or ended "
-                "at different collectives, or ranks that issued different ones)")
+                f"measured, and {steps} (captures that began or ended at different collectives, or ranks that "
+                "issued different ones)")
 
     def table(self) -> pd.DataFrame:
         return pd.DataFrame([vars(d) for d in self.devices])
@@ -128,26 +132,35 @@ def shifted_pairs(ref: np.ndarray, other: np.ndarray):
         yield lag, a[:n], b[:n]
 
 
-def _lag(ref_ends: np.ndarray, ends: np.ndarray) -> int:
+def _lag(ref_ends: np.ndarray, ends: np.ndarray) -> tuple[int, float]:
     """On one clock every rank's copy of a collective ends at about the same time (all finish once the last
-    arrives): the shift of the order that brings the ends closest, no shift on a tie."""
+    arrives): the shift of the order that pairs each first collective with the one ending nearest it, or
+    none, whichever brings the ends closest; with the median distance of the paired ends."""
+    if not len(ref_ends) or not len(ends):
+        return 0, 0.0
     best = None
-    for lag, a, b in shifted_pairs(ref_ends, ends):
-        if len(a):
-            key = (float(np.median(np.abs(a - b))), abs(lag))
-            best = (key, lag) if best is None or key < best[0] else best
-    return best[1] if best else 0
+    for lag in sorted({0, int(np.argmin(np.abs(ref_ends - ends[0]))), -int(np.argmin(np.abs(ends - ref_ends[0])))},
+                      key=abs):
+        a, b = (ref_ends[lag:], ends) if lag >= 0 else (ref_ends, ends[-lag:])
+        n = min(len(a), len(b))
+        if n and (best is None or float(np.median(np.abs(a[:n] - b[:n]))) < best[1]):
+            best = (lag, float(np.median(np.abs(a[:n] - b[:n]))))
+    return best if best else (0, 0.0)
 
 
 def _pairs(per_dev: list[pd.DataFrame]) -> list[np.ndarray]:
     """Per GPU, the rows of its collectives in pairing order: within each kind of collective by issue order,
-    shifted where a capture began late; a collective with no partner on every GPU is left out."""
+    shifted where a capture began late; a collective with no partner on every GPU is left out, and so is a
+    kind that every rank leaves at once whose paired ends lie farther apart than one collective's can."""
     rows: list[list[np.ndarray]] = [[] for _ in per_dev]
     for op in sorted(set().union(*(set(c["op"]) for c in per_dev))):
         idx = [np.flatnonzero((c["op"] == op).to_numpy()) for c in per_dev]
         ends = [c["end_ns"].to_numpy()[i] for c, i in zip(per_dev, idx)]
         ref = max(range(len(idx)), key=lambda r: len(idx[r]))
-        lags = [0 if r == ref else _lag(ends[ref], ends[r]) for r in range(len(idx))]
+        fits = [(0, 0.0) if r == ref else _lag(ends[ref], ends[r]) for r in range(len(idx))]
+        if op in ENDS_TOGETHER and any(apart > PAIRED_ENDS_NS for _, apart in fits):
+            continue
+        lags = [lag for lag, _ in fits]
         common = np.arange(max(lags + [0]), min(len(i) + lag for i, lag in zip(idx, lags)))
         for r, (i, lag) in enumerate(zip(idx, lags)):
             rows[r].append(i[common - lag])
@@ -161,6 +174,12 @@ def _waits(out: CommResult, per_dev: list[pd.DataFrame], compute_sets: dict[int,
     w0, w1 = window
     paired = _pairs(per_dev)
     out.matched = all(len(p) == len(c) for p, c in zip(paired, per_dev))
+    if not len(paired[0]):  # nothing pairs: waiting cannot be told from transfer on any GPU
+        for d, comm in zip(out.devices, per_dev):
+            d.wait_ns = d.last_arrivals = d.caused_wait_ns = None
+            out.unpaired_sets[d.pid] = iv.union(comm["start_ns"].to_numpy(), comm["end_ns"].to_numpy())
+            out.unpaired[d.device_id] = d.collectives
+        return
     durations = np.stack([(c["end_ns"].to_numpy() - c["start_ns"].to_numpy())[p] for c, p in zip(per_dev, paired)])
     waits = durations - durations.min(axis=0)  # beyond the fastest rank's time in the same collective
     last = durations.argmin(axis=0)  # who arrived last at each collective (the others spun waiting for it)

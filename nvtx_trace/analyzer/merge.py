@@ -97,21 +97,21 @@ class _Ids:
     """Old id -> merged id for one kind of id (pids, GPUs): an id seen on another host gets a free one."""
 
     def __init__(self):
-        self.owner: dict[int, object] = {}
+        self.given: dict[tuple[object, int], int] = {}  # (host, its own id) -> merged id, for every report
         self.moved: list[str] = []
 
     def plan(self, ids: set[int], host, label: str, kind: str) -> dict[int, int]:
-        out, clashing = {}, []
-        for i in sorted(ids):  # first the ids free or already this host's, so that no move lands on one of them
-            if self.owner.get(i) in (None, host):
-                self.owner[i] = host
-                out[i] = i
-            else:
-                clashing.append(i)
-        for i in clashing:
-            new = max(set(self.owner) | ids) + 1
-            self.owner[new] = host
-            out[i] = new
+        """The same host's id keeps its merged id across its reports; a free id stays; the rest get new ones."""
+        used = set(self.given.values())
+        out = {i: self.given[(host, i)] for i in ids if (host, i) in self.given}
+        for i in sorted(ids - set(out)):  # first the free ids, so that no move lands on one this report uses
+            if i not in used:
+                out[i] = self.given[(host, i)] = i
+                used.add(i)
+        for i in sorted(ids - set(out)):
+            new = max(used | ids) + 1
+            out[i] = self.given[(host, i)] = new
+            used.add(new)
             self.moved.append(f"{label}'s {kind} {i} is shown as {kind} {new}")
         return out
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from nvtx_trace.analyzer import dataloader
-from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import Finding, count, ms
 from nvtx_trace.analyzer.steps import typical_step_ns
 
@@ -77,18 +76,14 @@ def collective_wait_by_step(a) -> np.ndarray:
         return np.zeros(0)
     if "collective_wait" not in a.steps.measured:
         return np.zeros(len(steady))
-    return steady["collective_wait_ns"].to_numpy().astype(float)
+    waits = steady["collective_wait_ns"].to_numpy(np.float64)
+    return waits if (~np.isnan(waits)).any() else np.nan_to_num(waits)  # unknown in every step: counted as 0
 
 
 def _known_waits(a) -> np.ndarray:
-    """Steady steps whose collectives all found a partner on the other GPUs (all steps if none did): in the
-    others the waiting, and so the compute, is unknown."""
-    steady = a.steps.steady
-    lone = a.communication.unpaired_sets.get(a.steps.pid) if a.communication else None
-    if lone is None:
-        return np.ones(len(steady), bool)
-    known = iv.Coverage(lone).measure(steady["start_ns"].to_numpy(), steady["end_ns"].to_numpy()) == 0
-    return known if known.any() else np.ones(len(steady), bool)
+    """Steady steps whose collectives all found a partner on the other GPUs (all steps if none did, as the
+    warning then says): in the others the waiting, and so the compute, is unknown."""
+    return ~np.isnan(collective_wait_by_step(a))
 
 
 def compute_per_step(a) -> float | None:
@@ -139,8 +134,10 @@ def _generic(a, f: Finding) -> dict | None:
     else:
         return None
     feed = dataloader.pace(a)
-    if feed is not None and f.kind == "straggler" and f.evidence.get("why") == "loader_wait":
-        return _with_more_workers(a, feed, now, step, stat, what)
+    usable = dataloader.usable_workers(a)
+    if (feed is not None and f.kind == "straggler" and f.evidence.get("why") == "loader_wait"
+            and (usable is None or usable > feed.workers)):  # else more workers cannot be had: the loader bounds
+        return _with_more_workers(feed, usable, now, step, stat, what)
     if feed is None or feed.interval_ns <= step:
         return ({"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": what}
                 if now - step > 0 else None)
@@ -150,15 +147,12 @@ def _generic(a, f: Finding) -> dict | None:
             "basis": (what + "; " if now > step else "") + f"the loader's {feed.words()}"}
 
 
-def _with_more_workers(a, feed, now: float, step: float, stat: str, what: str) -> dict | None:
+def _with_more_workers(feed, usable: int | None, now: float, step: float, stat: str, what: str) -> dict | None:
     """A straggler slowed by its loader is fixed by more workers, as many as the cores allow: the step is then
     no shorter than their delivery pace (the loader finding's own advice and bound)."""
-    usable = dataloader.usable_workers(a)
-    if usable is not None and feed.fetch_ns / max(usable, feed.workers) > step:
-        workers = max(usable, feed.workers)
-        step = min(now, feed.fetch_ns / workers)
-        what += (f"; {workers} workers, as many as the CPU cores allow, deliver a batch every "
-                 f"{ms(feed.fetch_ns / workers)}")
+    if usable is not None and feed.fetch_ns / usable > step:
+        step = min(now, feed.fetch_ns / usable)
+        what += f"; {usable} workers, as many as the CPU cores allow, deliver a batch every {ms(feed.fetch_ns / usable)}"
         return ({"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "bound_by": "cores",
                  "basis": what} if now - step > 0 else None)
     return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": what} \

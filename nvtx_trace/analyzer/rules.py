@@ -128,7 +128,7 @@ def _dataloader(a, idle_ns: int, window_ns: int) -> list[Finding]:
             per_host, hosts = processes_per_host(a)
             ranks = count(per_host, "training process", "training processes")
             cores = (f"this machine has {a.cpu_cores} CPU cores for {ranks}" if hosts == 1 else
-                     f"each of the {hosts} hosts has {a.cpu_cores} CPU cores (the fewest) for up to {ranks}")
+                     f"the smallest of the {hosts} hosts has {a.cpu_cores} CPU cores for up to {ranks}")
             cores += " and each worker needs one"
             cheaper = ("make each batch cheaper to load (decode or augment on the GPU, cache decoded samples, "
                        "smaller inputs)")

@@ -67,9 +67,18 @@ class StepsResult:
             "step_ns_std": int(d.std()),
             "modes": modes,
             "statistic": typical_statistic(float(np.median(d)), float(d.mean()), modes),
-            **{f"{what}_fraction": (float(s[f"{what}_ns"].sum() / d.sum()) if d.sum() else 0.0)
+            **{f"{what}_fraction": _fraction(s[f"{what}_ns"].to_numpy(np.float64), d)
                if what in self.measured else None for what in STEP_PARTS},
         }
+
+
+def _fraction(part_ns: np.ndarray, durations: np.ndarray) -> float | None:
+    """Of the time of the steps where the part is known (NaN: unknown in that step); None where it never is."""
+    known = ~np.isnan(part_ns)
+    if not known.any():
+        return None
+    total = durations[known].sum()
+    return float(part_ns[known].sum() / total) if total else 0.0
 
 
 def two_modes(durations: np.ndarray, ratio: float = 2.5, min_share: float = 0.2, tight: float = 0.25) -> dict | None:

@@ -32,8 +32,8 @@ UNEXPLAINED = ("its own loader, kernel and idle figures do not explain it (large
 def straggler(a, gpu_ns: int, short_idle: dict[int, tuple]) -> list[Finding]:
     """``short_idle``: per GPU, its idle in gaps shorter than --min-gap-ms (rules._short_idle)."""
     c = a.communication
-    if c is None or len(c.devices) < 2:
-        return []
+    if c is None or len(c.devices) < 2 or any(d.wait_ns is None for d in c.devices):
+        return []  # one GPU, or collectives that do not pair: no one can be named
     slow = min(c.devices, key=lambda d: d.wait_ns)
     others = [d for d in c.devices if d is not slow]
     impact = int(sum(d.wait_ns - slow.wait_ns for d in others))

@@ -188,6 +188,8 @@ def _steps_json(a) -> dict:
     for what in STEP_PARTS:
         if what not in a.steps.measured:  # not captured: unknown, not zero
             table[f"{what}_ns"] = None
+        else:  # nanoseconds are whole; NaN (unknown in that step) is null
+            table[f"{what}_ns"] = [None if pd.isna(v) else int(v) for v in table[f"{what}_ns"]]
     return {"steps": {"source": a.steps.source, "how": a.steps.how, "confidence": a.steps.confidence,
                       "summary": a.steps.summary(), "table": table}}
 
@@ -274,13 +276,18 @@ def _communication(ctx: Context) -> None:
     kernels = ctx.trace.gpu_ops[ctx.trace.gpu_ops["kind"] == 0]
     others = a.communication is not None and bool((kernels["device_id"] != a.communication.devices[0].device_id).any())
     warning = alone_warning(a.communication, window, reports=reports, other_kernels=others)
-    unpaired = a.communication.pairing_warning() if a.communication is not None else None
-    ctx.trace.warnings.extend(w for w in (warning, unpaired) if w)
     spinning = a.communication.wait_sets.get(a.steps.pid) if a.communication and a.steps else None
+    every_step = False
     if spinning is not None:  # each step's GPU spinning in collectives for a peer: busy, but not work
         t = a.steps.table
-        t["collective_wait_ns"] = iv.Coverage(spinning).measure(t["start_ns"].to_numpy(), t["end_ns"].to_numpy())
+        bounds = t["start_ns"].to_numpy(), t["end_ns"].to_numpy()
+        lone = a.communication.unpaired_sets.get(a.steps.pid, iv.empty())
+        unknown = iv.Coverage(lone).measure(*bounds) > 0  # a collective without a partner: its wait unknown
+        t["collective_wait_ns"] = np.where(unknown, np.nan, iv.Coverage(spinning).measure(*bounds))
         a.steps.measured += ("collective_wait",)
+        every_step = bool(len(a.steps.steady)) and a.steps.steady["collective_wait_ns"].isna().all()
+    unpaired = a.communication.pairing_warning(every_step) if a.communication is not None else None
+    ctx.trace.warnings.extend(w for w in (warning, unpaired) if w)
 
 
 def _communication_json(a) -> dict:

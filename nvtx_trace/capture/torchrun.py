@@ -19,8 +19,9 @@ from typing import Sequence
 # every other option takes one, as ``--opt VALUE`` or ``--opt=VALUE``.
 FLAGS = frozenset({"--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
                    "--virtual-local-rank", "--virtual_local_rank", "--use-env", "--use_env", "-h", "--help"})
-# torchrun's options that take a value (torch 2.x), so that argparse's abbreviations (``--stand``, ``--nproc``)
-# resolve as torchrun resolves them: a unique prefix of one option names it.
+# torchrun's options that take a value (torch 2.x), so that argparse's abbreviations (``--stand``, ``--nproc-per``)
+# resolve as torchrun resolves them: a unique prefix of one option names it (an option's ``-``/``_`` spellings
+# are one option here; an argparse that calls ``--nproc`` ambiguous stops torchrun before any rank starts).
 VALUE_OPTIONS = frozenset({"--nnodes", "--nproc-per-node", "--nproc_per_node", "--rdzv-backend", "--rdzv_backend",
                            "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--rdzv-conf",
                            "--rdzv_conf", "--max-restarts", "--max_restarts", "--monitor-interval",

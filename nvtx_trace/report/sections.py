@@ -60,7 +60,8 @@ def _text_communication(a, console) -> None:
     for col in ("GPU", "compute", "communication", "of it waiting for a peer", "overlapped"):
         t.add_column(col, justify="right")
     for d in a.communication.devices:
-        wait = "unknown: no peer's report" if d.wait_ns is None else ms(d.wait_ns)
+        wait = (ms(d.wait_ns) if d.wait_ns is not None else "unknown: no peer's report" if a.communication.alone
+                else "unknown: collectives did not pair")
         t.add_row(str(d.device_id), ms(d.compute_ns), ms(d.communication_ns), wait, ms(d.overlap_ns))
     console.print(t)
 
