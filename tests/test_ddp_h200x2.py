@@ -103,6 +103,12 @@ def test_why_the_straggler_is_slow_is_its_own_loader_by_sql():
     assert loader.recommend["num_workers"] == usable == 15
     assert f.predicted["bound_by"] == "cores" and f.predicted["step_ns"] == loader.predicted["step_ns"]
     assert f.predicted["step_ns"] == int(loader.evidence["fetch_ns_per_batch"] / usable)
+    # on a machine with no cores to spare (8 cores, 2 ranks: 3 workers each, 4 already run) more workers cannot
+    # be had: the step stays bound by the loader's present pace, not promised "as many as the cores allow"
+    a.cpu_cores = 8
+    f.predicted = predict._generic(a, f)
+    assert f.predicted["bound_by"] == "loader" and "as many as the CPU cores allow" not in f.predicted["basis"]
+    assert f.predicted["step_ns"] == int(min(predict.steady_step(a)[0], loader.evidence["fetch_ns_per_batch"] / 4))
 
 
 def test_a_difference_too_small_to_explain_the_wait_is_not_given_as_the_reason(monkeypatch):
