@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nvtx_trace.analyzer.collectives import COMM_KERNEL_RE, shifted_pairs
+from nvtx_trace.analyzer.collectives import COMM_KERNEL_RE
 from nvtx_trace.analyzer.decoded import DecodedReport
 from nvtx_trace.analyzer.findings import ms
 
@@ -123,12 +123,14 @@ def _align_session(reports, ref: list[int], members: list[int], ref_ends: np.nda
 def _best_pairing(ref: np.ndarray, ends: np.ndarray) -> tuple[int, int, int, int] | None:
     """Offset, residual, pairs and lag of the pairing by order that fits best. One capture may hold a few
     collectives the other missed (it started later): those leading ones are tried left out, both ways."""
+    reach = min(abs(len(ref) - len(ends)) + 3, 64)
     best = None
-    for lag, a, b in shifted_pairs(ref, ends):
-        n = len(a)
+    for lag in range(-reach, reach + 1):
+        a, b = (ref[lag:], ends) if lag >= 0 else (ref, ends[-lag:])
+        n = min(len(a), len(b))
         if n < MIN_PAIRED:
             continue
-        diff = a - b
+        diff = a[:n] - b[:n]
         offset = int(np.median(diff))
         residual = int(np.median(np.abs(diff - offset)))
         if best is None or residual < best[1]:

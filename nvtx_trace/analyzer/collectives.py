@@ -4,9 +4,9 @@ A GPU running an NCCL all-reduce counts as busy, but in a multi-GPU job most of 
 often spent spinning until the slowest rank arrives: waiting, not work. Per GPU this splits
 the steady window's kernel time into compute and communication, and each collective's time
 into transfer and wait: collectives are matched across GPUs by their order within each kind
-(every rank issues the same collectives in the same order), the shortest duration among the GPUs is the transfer,
-and what a GPU spends beyond it is waiting for the last rank to arrive. The GPU that waits
-least is the one the others wait for: the straggler.
+(every rank issues the same collectives in the same order), the shortest duration among the
+GPUs is the transfer, and what a GPU spends beyond it is waiting for the last rank to arrive.
+The GPU that waits least is the one the others wait for: the straggler.
 """
 
 from __future__ import annotations
@@ -122,30 +122,19 @@ def _op(name: str | None) -> str:
     return found.group(1).lower() if found else (name or "")
 
 
-def shifted_pairs(ref: np.ndarray, other: np.ndarray):
-    """(lag, ref part, other part) for each shift of the order worth trying: one capture may hold a few
-    collectives the other missed (it began later), those leading ones left out, either way."""
-    reach = min(abs(len(ref) - len(other)) + 3, 64)
-    for lag in range(-reach, reach + 1):
-        a, b = (ref[lag:], other) if lag >= 0 else (ref, other[-lag:])
-        n = min(len(a), len(b))
-        yield lag, a[:n], b[:n]
-
-
 def _lag(ref_ends: np.ndarray, ends: np.ndarray) -> tuple[int, float]:
     """On one clock every rank's copy of a collective ends at about the same time (all finish once the last
     arrives): the shift of the order that pairs each first collective with the one ending nearest it, or
     none, whichever brings the ends closest; with the median distance of the paired ends."""
     if not len(ref_ends) or not len(ends):
         return 0, 0.0
-    best = None
-    for lag in sorted({0, int(np.argmin(np.abs(ref_ends - ends[0]))), -int(np.argmin(np.abs(ends - ref_ends[0])))},
-                      key=abs):
+    fits = []
+    for lag in {0, int(np.argmin(np.abs(ref_ends - ends[0]))), -int(np.argmin(np.abs(ends - ref_ends[0])))}:
         a, b = (ref_ends[lag:], ends) if lag >= 0 else (ref_ends, ends[-lag:])
         n = min(len(a), len(b))
-        if n and (best is None or float(np.median(np.abs(a[:n] - b[:n]))) < best[1]):
-            best = (lag, float(np.median(np.abs(a[:n] - b[:n]))))
-    return best if best else (0, 0.0)
+        fits.append((float(np.median(np.abs(a[:n] - b[:n]))), abs(lag), lag))
+    apart, _, lag = min(fits)  # the closest ends; on a tie, the smaller shift
+    return lag, apart
 
 
 def _pairs(per_dev: list[pd.DataFrame]) -> list[np.ndarray]:
@@ -165,7 +154,6 @@ def _pairs(per_dev: list[pd.DataFrame]) -> list[np.ndarray]:
         for r, (i, lag) in enumerate(zip(idx, lags)):
             rows[r].append(i[common - lag])
     return [np.concatenate(r) if r else np.empty(0, np.int64) for r in rows]
-
 
 
 def _waits(out: CommResult, per_dev: list[pd.DataFrame], compute_sets: dict[int, iv.Set],
