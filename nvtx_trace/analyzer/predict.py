@@ -139,21 +139,22 @@ def _generic(a, f: Finding) -> dict | None:
             and (usable is None or usable > feed.workers)):  # else more workers cannot be had: the loader bounds
         return _with_more_workers(feed, usable, now, step, stat, what)
     if feed is None or feed.interval_ns <= step:
-        return ({"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": what}
-                if now - step > 0 else None)
+        return _expected(now, step, stat, what) if now - step > 0 else None
     # no step is shorter than the loader's delivery, which this fix leaves as it is
     step = min(now, feed.interval_ns)
-    return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "bound_by": "loader",
-            "basis": (what + "; " if now > step else "") + f"the loader's {feed.words()}"}
+    return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}", "loader")
+
+
+def _expected(now: float, step: float, stat: str, basis: str, bound_by: str | None = None) -> dict:
+    out = {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": basis}
+    return out | ({"bound_by": bound_by} if bound_by else {})
 
 
 def _with_more_workers(feed, usable: int | None, now: float, step: float, stat: str, what: str) -> dict | None:
     """A straggler slowed by its loader is fixed by more workers, as many as the cores allow: the step is then
     no shorter than their delivery pace (the loader finding's own advice and bound)."""
+    bound = None
     if usable is not None and feed.fetch_ns / usable > step:
-        step = min(now, feed.fetch_ns / usable)
+        step, bound = min(now, feed.fetch_ns / usable), "cores"
         what += f"; {usable} workers, as many as the CPU cores allow, deliver a batch every {ms(feed.fetch_ns / usable)}"
-        return ({"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "bound_by": "cores",
-                 "basis": what} if now - step > 0 else None)
-    return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": what} \
-        if now - step > 0 else None
+    return _expected(now, step, stat, what, bound) if now - step > 0 else None
