@@ -51,8 +51,8 @@ def floor_queries(path: Path) -> list[str]:
     """The analyzer's reads as plain SELECTs: every column and row it loads, taken from its own plan."""
     from nvtx_trace.analyzer import pipeline
     from nvtx_trace.analyzer.model import RUNTIME_COLUMNS, Trace
+    from nvtx_trace.analyzer.questions import REGISTRY as UNITS
     from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RANGE_EVENT_TYPES, Reader
-    from nvtx_trace.analyzer.units import UNITS
 
     reader = Reader(path)
     try:

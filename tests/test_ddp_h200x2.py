@@ -13,6 +13,7 @@ from conftest import SAMPLES
 from rank_files import ddp_rank_groups, split_by_process
 
 from nvtx_trace.analyzer import analyze, predict
+from nvtx_trace.analyzer.questions import idle_kinds
 
 BALANCED = SAMPLES / "ddp_balanced_h200x2.sqlite"
 STRAGGLER = SAMPLES / "ddp_straggler_h200x2.sqlite"
@@ -106,7 +107,7 @@ def test_why_the_straggler_is_slow_is_its_own_loader_by_sql():
     # on a machine with no cores to spare (8 cores, 2 ranks: 3 workers each, 4 already run) more workers cannot
     # be had: the step stays bound by the loader's present pace, not promised "as many as the cores allow"
     a.cpu_cores = 8
-    f.predicted = predict._generic(a, f)
+    f.predicted = predict._generic(a, f, idle_kinds())
     assert f.predicted["bound_by"] == "loader" and "as many as the CPU cores allow" not in f.predicted["basis"]
     assert f.predicted["step_ns"] == int(min(predict.steady_step(a)[0], loader.evidence["fetch_ns_per_batch"] / 4))
 
@@ -114,7 +115,7 @@ def test_why_the_straggler_is_slow_is_its_own_loader_by_sql():
 def test_a_difference_too_small_to_explain_the_wait_is_not_given_as_the_reason(monkeypatch):
     """Seen on a launch-bound two-H200 run: a 0.7 ms loader difference was named as the cause of 230 ms of
     waiting, with loader advice. Below the materiality share, the finding says its figures do not explain it."""
-    from nvtx_trace.analyzer import straggler as rule
+    from nvtx_trace.analyzer.questions import straggler as rule
 
     monkeypatch.setattr(rule, "MATERIAL_SHARE", 2.0)  # no difference can explain twice the wait
     f = straggler(analyze(STRAGGLER))

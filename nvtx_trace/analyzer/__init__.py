@@ -20,19 +20,11 @@ import pandas as pd
 from nvtx_trace import names
 from nvtx_trace.analysis_options import check_analysis_options
 from nvtx_trace.analyzer import pipeline
-from nvtx_trace.analyzer.collectives import CommResult
-from nvtx_trace.analyzer.dataloader import LoaderResult
 from nvtx_trace.analyzer.findings import Finding
-from nvtx_trace.analyzer.gpu_idle import IdleResult
-from nvtx_trace.analyzer.instrumentation import Instrumentation
-from nvtx_trace.analyzer.layout import LayoutResult
 from nvtx_trace.analyzer.model import Trace
-from nvtx_trace.analyzer.pageable import PageableResult
+from nvtx_trace.analyzer.question import Context
+from nvtx_trace.analyzer.questions import REGISTRY
 from nvtx_trace.analyzer.reader import Reader
-from nvtx_trace.analyzer.startup import Startup
-from nvtx_trace.analyzer.steps import StepsResult
-from nvtx_trace.analyzer.sync import SyncResult
-from nvtx_trace.analyzer.units import UNITS, why_missing
 from nvtx_trace.errors import BadReportError
 
 __all__ = ["Analysis", "analyze"]
@@ -40,7 +32,11 @@ __all__ = ["Analysis", "analyze"]
 
 @dataclass
 class Analysis:
-    """Everything one report says; renderers (text, JSON, HTML) read only this."""
+    """Everything one report says; renderers (text, JSON, HTML) read only this.
+
+    Each registered question sets its result as ``analysis.<question name>`` (and the other attributes its
+    ``results`` declare); the fields below are the report's own.
+    """
 
     path: Path
     nsys_version: str | None
@@ -48,41 +44,20 @@ class Analysis:
     min_gap_ns: int
     trace_start_ns: int
     trace_end_ns: int
-    idle: IdleResult | None = None
-    steps: StepsResult | None = None
-    loader: LoaderResult | None = None
-    layout: LayoutResult | None = None
-    pageable: PageableResult | None = None
-    sync: SyncResult | None = None
-    window: dict = field(default_factory=dict)  # where the gap causes were measured
-    window_causes: pd.DataFrame | None = None
-    gap_activity: pd.DataFrame | None = None  # largest gaps of the window: what each CPU thread was doing
     findings: list[Finding] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     thread_names: dict[int, str] = field(default_factory=dict)
-    top_kernels: pd.DataFrame | None = None
-    window_utilization: dict[int, float] = field(default_factory=dict)  # device -> busy share of the window
-    module_ranges_per_step: float = 0.0  # nvtx_autotrace module ranges per steady step (their CPU cost shows)
-    instrumentation: Instrumentation | None = None  # nvtx_autotrace's own ranges and their measured cost
-    startup: Startup | None = None  # trace start to the first step: once, never a per-step finding
     cpu_cores: int | None = None  # of the profiled machine, as the report says: advice never exceeds it
     pid_hosts: dict[int, str] = field(default_factory=dict)  # several reports merged: each pid's named host
-    communication: CommResult | None = None  # per GPU: compute, communication, and waiting inside collectives
-    nvtx_ranges: pd.DataFrame | None = None  # every NVTX range, for the HTML timeline's lanes
-    nvtx_threads: dict[int, str] = field(default_factory=dict)  # their threads' labels
-    ranks: list[dict] | None = None  # one row per input report, when several were merged (ranks.py)
-    clock: dict | None = None  # how several reports were put on one clock (clocks.ClockPlan.to_json)
 
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
-        """Every DataFrame behind the findings, by name (for notebooks); each analysis unit names its own."""
-        from nvtx_trace.analyzer.units import UNITS
-
+        """Every DataFrame behind the findings, by name (for notebooks); each question names its own."""
         out: dict[str, pd.DataFrame] = {}
-        for unit in UNITS:
-            if unit.tables is not None:
-                out.update(unit.tables(self))
+        for q in REGISTRY:
+            if q.tables is not None:
+                out.update(q.tables(self))
         return out
 
 
@@ -138,14 +113,14 @@ def _analyze_ranks(paths: list[Path], min_gap_ns: int, loader_pattern: str, warm
     trace = merge.merge(reports, plan)
     if plan.needs_warning:
         trace.warnings.append(f"clocks: {plan.how()}")
-    pipeline.announce(UNITS, trace)
+    pipeline.announce(REGISTRY, trace)
     return _run_analyses(trace, trace.reader, min_gap_ns, loader_pattern, warmup_steps, step_range)
 
 
 def _analyze(reader: Reader, min_gap_ns: int, loader_pattern: str, warmup_steps: int | None,
              step_range: str | None = None) -> Analysis:
     trace = Trace(reader)
-    pipeline.announce(UNITS, trace)  # what the units will ask of the runtime table, before anything is read
+    pipeline.announce(REGISTRY, trace)  # what the units will ask of the runtime table, before anything is read
     trace.start_runtime_read()  # runs while this thread reads the GPU tables
     try:
         return _run_analyses(trace, reader, min_gap_ns, loader_pattern, warmup_steps, step_range)
@@ -165,9 +140,9 @@ def _run_analyses(trace: Trace, reader: Reader, min_gap_ns: int, loader_pattern:
                              "analyze" + "".join(f" ({w})" for w in trace.warnings)
                              + "; capture with: nsys profile -t cuda,nvtx (nvtx-trace run does this)")
     if not len(trace.ranges):
-        result.skipped["nvtx"] = why_missing(trace, "NvtxEvents", "NVTX", "NVTX ranges",
-                                             "-t nvtx and run under nvtx_autotrace")
-    pipeline.run(UNITS, pipeline.Context(trace=trace, reader=reader, result=result, min_gap_ns=min_gap_ns,
+        result.skipped["nvtx"] = trace.info.why_missing("NvtxEvents", "NVTX", "NVTX ranges",
+                                                        "-t nvtx and run under nvtx_autotrace")
+    pipeline.run(REGISTRY, Context(trace=trace, reader=reader, result=result, min_gap_ns=min_gap_ns,
                                          loader_pattern=loader_pattern, warmup_steps=warmup_steps,
                                          step_range=step_range))
     result.warnings = trace.warnings

@@ -70,14 +70,14 @@ class DecodedReport:
 def decode(path) -> DecodedReport:
     """Read one export the way analyze() would, and keep the decoded tables (runs in a worker)."""
     from nvtx_trace.analyzer import pipeline
-    from nvtx_trace.analyzer.units import UNITS
+    from nvtx_trace.analyzer.questions import REGISTRY
 
     path = Path(path)
     try:
         reader = Reader(path)
         trace = Trace(reader)
         try:
-            pipeline.announce(UNITS, trace)
+            pipeline.announce(REGISTRY, trace)
             trace.start_runtime_read()
             return _snapshot(trace, reader)
         finally:

@@ -1,26 +1,47 @@
-"""Findings: what to change, what it costs now, and the evidence. Thresholds live here, in one place.
+"""Findings: what to change, what it costs now, and the evidence; every threshold by name.
 
-A finding exists only when there is something to fix: each rule below has a
+A finding exists only when there is something to fix: each question's rule has a
 threshold under which it stays silent. ``impact_ns`` is measured time (GPU
 idle, or GPU/CPU time spent), never an estimate of speed-up.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-THRESHOLDS = {
-    "gpu_idle_fraction": 0.10,  # report idle when gaps >= min_gap cover 10 % of the window
+COMMON_THRESHOLDS = {  # shared by every finding; each question declares its own (questions.thresholds())
     "cause_fraction": 0.05,  # a cause gets its own finding at 5 % of the window
-    "transpose_kernel_fraction": 0.01,  # 1 % of kernel time spent in layout transposes
-    "pageable_min_bytes": 1 << 20,  # ignore a few tiny pageable copies (scalars, shapes)
     "min_impact_ns": 1_000_000,  # nothing under 1 ms total is worth a finding
-    "launch_bound_fraction": 0.20,  # idle in gaps shorter than --min-gap-ms covering 20 % of the window
-    "straggler_last_share": 0.6,  # a straggler's lateness causes this share of all waiting (ranks taking turns: jitter)
-    "loader_behind_ratio": 1.1,  # workers deliver a batch this much slower than a step: it ran on prefetched ones
 }
+
+
+class _Thresholds(Mapping):
+    """Every threshold by name: the common ones and each registered question's, read on first use."""
+
+    def __init__(self):
+        self._all: dict | None = None
+
+    def _load(self) -> dict:
+        if self._all is None:
+            from nvtx_trace.analyzer.questions import thresholds
+
+            self._all = {**COMMON_THRESHOLDS, **thresholds()}
+        return self._all
+
+    def __getitem__(self, key):
+        return self._load()[key]
+
+    def __iter__(self):
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+THRESHOLDS: Mapping = _Thresholds()
 
 
 @dataclass

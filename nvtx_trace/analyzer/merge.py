@@ -19,7 +19,7 @@ from pandas.api.types import union_categoricals
 from nvtx_trace.analyzer.clocks import ClockPlan
 from nvtx_trace.analyzer.decoded import DecodedReport
 from nvtx_trace.analyzer.model import Trace, pid_of
-from nvtx_trace.analyzer.reader import Reader, ReportInfo
+from nvtx_trace.analyzer.reader import RUNTIME, Reader, ReportInfo
 
 
 @dataclass
@@ -52,6 +52,10 @@ class MergedReader:
         if table not in self.info.tables:
             return False
         return column is None or column in self._columns.get(table, ())
+
+    def has_cuda_api(self) -> bool:
+        """Whether CUDA API calls (the runtime table) were recorded: syncs and launches need them."""
+        return self.has(RUNTIME)
 
     def strings(self, ids) -> dict[int, str]:
         return {int(i): self._strings.get(int(i), f"<string {int(i)}>") for i in ids}

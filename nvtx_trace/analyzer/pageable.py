@@ -102,3 +102,12 @@ def _by_source(page: pd.DataFrame) -> pd.DataFrame:
     out = page.groupby(["range", "api"], as_index=False).agg(
         count=("bytes", "size"), bytes=("bytes", "sum"), time_ns=("duration_ns", "sum"), api_ns=("api_ns", "sum"))
     return out[cols].sort_values("time_ns", ascending=False, ignore_index=True)
+
+
+def per_step(a):
+    """Pageable copies inside the training steps, and the scope in words: copies outside them (loading the
+    model) happen once, so they are worth neither a finding nor pinning advice."""
+    if a.pageable and a.steps:
+        return within(a.pageable, list(zip(a.steps.table["start_ns"], a.steps.table["end_ns"]))), \
+            "inside training steps"
+    return a.pageable, "in the whole trace"

@@ -17,7 +17,7 @@ from nvtx_trace.analyzer.decoded import DecodedReport, decode
 from nvtx_trace.errors import UsageError
 
 # Imported once in the fork server, so each worker starts with them loaded.
-PRELOAD = ["nvtx_trace.analyzer.decoded", "nvtx_trace.analyzer.units", "pandas", "numpy"]
+PRELOAD = ["nvtx_trace.analyzer.decoded", "nvtx_trace.analyzer.questions", "pandas", "numpy"]
 
 
 def check_scheduler(scheduler: str | None, workers: int | None) -> None:

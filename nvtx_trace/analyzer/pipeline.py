@@ -1,77 +1,61 @@
-"""Analyses as units: each says what it needs and what it produces; the pipeline orders them.
+"""Running the registered questions: their launch requests first, then each after what it needs.
 
-A unit reads the trace (and the results of the units it names in ``needs``), stores its
-typed result on the ``Analysis`` under its own ``name``, and may own a section of
-summary.json (``to_json``) and named DataFrames (``tables``). Adding an analysis is one
-unit in its own module plus one line in ``units.UNITS``; docs/architecture.md walks
-through it.
+``questions.REGISTRY`` lists them in declared order; ``ordered`` keeps that order where needs allow (a
+stable topological sort) and names a missing or circular need.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from nvtx_trace.analyzer.question import Context, Question
 
 
-@dataclass
-class Context:
-    """What every unit may read: the trace, the report's reader, the options, and results so far."""
-
-    trace: Any  # analyzer.model.Trace
-    reader: Any  # analyzer.reader.Reader
-    result: Any  # analyzer.Analysis, filled unit by unit
-    min_gap_ns: int
-    loader_pattern: str
-    warmup_steps: int | None
-    step_range: str | None = None  # --step-range: the user's own ranges that are the steps
-
-
-@dataclass(frozen=True)
-class Unit:
-    name: str  # what it produces: the Analysis attribute it sets
-    run: Callable[[Context], None]
-    needs: tuple[str, ...] = ()  # units whose results it reads
-    to_json: Callable[[Any], dict] | None = None  # Analysis -> {summary.json key: value}
-    tables: Callable[[Any], dict] | None = None  # Analysis -> {name: DataFrame} for notebooks
-    launches: Callable[[Any], tuple | None] | None = None  # Trace -> the GPU ops whose launching calls it reads
-
-
-def announce(units: list[Unit], trace) -> None:
-    """Every unit's launch request, declared before any table is read: one runtime pass serves them all."""
-    for unit in units:
-        request = unit.launches(trace) if unit.launches is not None else None
+def announce(questions: list[Question], trace) -> None:
+    """Every question's launch request, declared before any table is read: one runtime pass serves them all."""
+    for q in questions:
+        request = q.launches(trace) if q.launches is not None else None
         if request is not None:
             trace.want_launches(*request)
 
 
-def ordered(units: list[Unit]) -> list[Unit]:
-    """Units in an order where each runs after what it needs (stable: listed order otherwise)."""
-    by_name = {u.name: u for u in units}
-    for u in units:
-        missing = [n for n in u.needs if n not in by_name]
+def needs_of(q: Question, questions: list[Question]) -> tuple[str, ...]:
+    extra = tuple(o.name for o in questions if o.findings is not None) if q.after_findings else ()
+    return q.needs + extra
+
+
+def ordered(questions: list[Question]) -> list[Question]:
+    """Questions in an order where each runs after what it needs (stable: declared order otherwise)."""
+    by_name = {q.name: q for q in questions}
+    needs = {q.name: needs_of(q, questions) for q in questions}
+    for q in questions:
+        missing = [n for n in needs[q.name] if n not in by_name]
         if missing:
-            raise ValueError(f"analysis unit {u.name!r} needs {missing}, which no unit produces")
-    done: list[Unit] = []
+            raise ValueError(f"question {q.name!r} needs {missing}, which no question produces")
+    done: list[Question] = []
     seen: set[str] = set()
     visiting: set[str] = set()
 
-    def visit(u: Unit) -> None:
-        if u.name in seen:
+    def visit(q: Question) -> None:
+        if q.name in seen:
             return
-        if u.name in visiting:
-            raise ValueError(f"analysis units depend on each other in a cycle through {u.name!r}")
-        visiting.add(u.name)
-        for n in u.needs:
+        if q.name in visiting:
+            raise ValueError(f"questions depend on each other in a cycle through {q.name!r}")
+        visiting.add(q.name)
+        for n in needs[q.name]:
             visit(by_name[n])
-        visiting.discard(u.name)
-        seen.add(u.name)
-        done.append(u)
+        visiting.discard(q.name)
+        seen.add(q.name)
+        done.append(q)
 
-    for u in units:
-        visit(u)
+    for q in questions:
+        visit(q)
     return done
 
 
-def run(units: list[Unit], ctx: Context) -> None:
-    for unit in ordered(units):
-        unit.run(ctx)
+def run(questions: list[Question], ctx: Context) -> None:
+    for q in questions:  # every result a renderer may read exists, set or not
+        for attr, unset in ((q.name, None), *q.results.items()):
+            if not hasattr(ctx.result, attr):
+                setattr(ctx.result, attr, unset.copy() if isinstance(unset, dict) else unset)
+    for q in ordered(questions):
+        if q.run is not None:
+            q.run(ctx)

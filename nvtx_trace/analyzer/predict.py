@@ -14,7 +14,6 @@ from nvtx_trace.analyzer import dataloader
 from nvtx_trace.analyzer.findings import Finding, count, ms
 from nvtx_trace.analyzer.steps import typical_step_ns
 
-IDLE_KINDS = ("gpu_idle", "sync", "cpu_overhead", "cuda_api", "straggler")  # impact: GPU time lost in the window
 GPU_BOUND = 0.8  # a GPU-side saving shortens the step only when the GPU is this busy
 
 
@@ -36,11 +35,12 @@ def loader(a, fetch_ns_median: float, compute: float | None, workers: int | None
                      f"{ms(fetch_ns_median)} per batch {'delivers' if workers == 1 else 'deliver'} one every {ms(delivery)}"}
 
 
-def add_predictions(a, findings: list[Finding]) -> None:
-    """Fill ``predicted`` (and the fix's "Expected:" sentence) for findings whose rule made none."""
+def add_predictions(a, findings: list[Finding], idle_kinds: tuple[str, ...]) -> None:
+    """Fill ``predicted`` (and the fix's "Expected:" sentence) for findings whose rule made none.
+    ``idle_kinds``: the finding kinds whose impact is GPU time lost idle in the window (questions.idle_kinds)."""
     for f in findings:
         if f.predicted is None:
-            f.predicted = _generic(a, f)
+            f.predicted = _generic(a, f, idle_kinds)
             f.fix = with_expected(f.fix, f.predicted)
 
 
@@ -105,13 +105,13 @@ def own_work_per_step(a, stat: str) -> float:
     return max(_stat(np.maximum(busy, 0.0)[_known_waits(a)], stat), 0.0)
 
 
-def _generic(a, f: Finding) -> dict | None:
+def _generic(a, f: Finding, idle_kinds: tuple[str, ...]) -> dict | None:
     now, stat = steady_step(a)
     if not now:
         return None
     steady = a.steps.steady
     n_gpus = max(1, len(a.idle.devices) if a.idle else 1)
-    if f.kind in IDLE_KINDS:
+    if f.kind in idle_kinds:
         # summed over the GPUs in the steady window, which the steady steps span; a straggler's impact is
         # the waiting of the other GPUs only
         sharing = max(1, n_gpus - 1) if f.kind == "straggler" else n_gpus

@@ -8,13 +8,16 @@ common steady window, so a slow rank shows in one row beside the others.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nvtx_trace.analyzer import intervals as iv
-from nvtx_trace.analyzer.decoded import DecodedReport
 from nvtx_trace.analyzer.steps import find_step_ranges, union_of_process
 from nvtx_trace.errors import BadReportError
+
+if TYPE_CHECKING:  # only named in annotations: decoded reads reports, ranks compares them
+    from nvtx_trace.analyzer.decoded import DecodedReport
 
 SAME_RUN_SLACK_NS = 60_000_000_000  # reports of one job start within a minute of each other's span
 

@@ -40,6 +40,15 @@ class ReportInfo:
     capture_event_types: set[str] | None = None  # None: the export does not record them (2022.4)
     session: tuple[int, int] | None = None  # ANALYSIS_DETAILS startTime/stopTime (see Trace.session for its base)
 
+    def why_missing(self, capture_type: str, what: str, events: str, how: str) -> str:
+        """Why a kind of event is absent: not traced, traced with nothing recorded, or unknown (2022.4)."""
+        types = self.capture_event_types
+        if types is not None and capture_type not in types:
+            return f"{what} was not traced in this report (capture with {how})"
+        if types is not None:
+            return f"{what} was traced but the report holds no {events}"
+        return f"the report holds no {events} (traced without {what}, or nothing ran; capture with {how})"
+
 
 def open_report(path: Path) -> tuple[sqlite3.Connection, ReportInfo]:
     """Open an export for reading only (checks in nvtx_trace.export_file) and read its metadata."""
@@ -90,6 +99,10 @@ class Reader:
         if table not in self._columns:
             self._columns[table] = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
         return column in self._columns[table]
+
+    def has_cuda_api(self) -> bool:
+        """Whether CUDA API calls (the runtime table) were recorded: syncs and launches need them."""
+        return self.has(RUNTIME)
 
     # ---- bulk columns -------------------------------------------------------
     def columns(self, select: dict[str, str], source: str, params=()) -> dict[str, np.ndarray]:

@@ -25,12 +25,13 @@ import pandas as pd
 from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.instrumentation import depth_text
+from nvtx_trace.analyzer.questions.ranking import no_findings_line
 from nvtx_trace.errors import MissingDependencyError
 from nvtx_trace.output_paths import write_atomically
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import stepchart, timeline
 from nvtx_trace.report.html_table import esc, fmt
-from nvtx_trace.report.sections import html_tables, no_findings_line
+from nvtx_trace.report.sections import html_tables
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html"
 MAX_POINTS_OPTION = "--html-max-points"

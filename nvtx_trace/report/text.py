@@ -1,6 +1,6 @@
 """Terminal summary: the biggest recoverable time first, then the fix, in a screenful.
 
-Each analysis unit's part is its ``Section`` (report/sections.py); this module only frames them.
+Each question's part is its own ``text`` (analyzer/questions/); this module only frames them.
 """
 
 from __future__ import annotations
@@ -9,16 +9,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from nvtx_trace.report import skipped_by_reason
-from nvtx_trace.report.sections import SECTIONS
+from nvtx_trace.report.sections import text_sections
 
 
 def render(a, console: Console) -> None:
     shown = a.path if not a.ranks else f"{len(a.ranks)} reports merged ({a.ranks[0]['report']} ...)"
     console.print(f"[bold]nvtx-trace[/bold] {shown}  (nsys {a.nsys_version or '?'}, export schema "
                   f"{a.schema_version or '?'})")
-    for section in SECTIONS.values():
-        if section.text is not None:
-            section.text(a, console)
+    text_sections(a, console)
     for why, names in skipped_by_reason(a.skipped).items():
         console.print(f"[yellow]skipped[/yellow] {', '.join(names)}: {escape(why)}", highlight=False)
     for w in a.warnings:

@@ -1,4 +1,4 @@
-"""The straggler finding: the GPU the others wait for inside collectives, and why, from its own evidence.
+"""Which GPU do the others wait for inside collectives, and why (from its own evidence)?
 
 Which GPU: the one that waits least while the others spin in the same collectives (collectives.py).
 Why: every step takes as long on every rank, so what the waiting GPUs spend spinning in NCCL the slow
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.question import Question
 from nvtx_trace.analyzer.steps import union_of_process
 
 MATERIAL_SHARE = 0.25  # a reason must account for this share of the most-waiting GPU's wait to be named
@@ -29,9 +30,8 @@ UNEXPLAINED = ("its own loader, kernel and idle figures do not explain it (large
                "at what that rank does alone (logging, evaluation, checkpoints, a busier CPU or PCIe link)")
 
 
-def straggler(a, gpu_ns: int, short_idle: dict[int, tuple]) -> list[Finding]:
-    """``short_idle``: per GPU, its idle in gaps shorter than --min-gap-ms (rules._short_idle)."""
-    c = a.communication
+def _findings(a, basis) -> list[Finding]:
+    c, gpu_ns, short_idle = a.communication, basis.gpu_ns, basis.short
     if c is None or len(c.devices) < 2 or any(d.wait_ns is None for d in c.devices):
         return []  # one GPU, or collectives that do not pair: no one can be named
     slow = min(c.devices, key=lambda d: d.wait_ns)
@@ -89,3 +89,10 @@ def _reasons(a, slow, waiter, short_idle: dict[int, tuple]) -> list[tuple[str, s
                         int(per_dev.get(slow.device_id, 0) - per_dev.get(waiter.device_id, 0)),
                         CAUSE_FIXES.get(cause, "").rstrip(".") + f"; on the slow rank first: {EVEN_OUT}"))
     return out
+
+
+QUESTION = Question(
+    name="straggler", order=112, needs=("communication", "loader", "window_figures"),
+    thresholds={"straggler_last_share": 0.6},  # its lateness causes this share of all waiting (else: jitter)
+    findings=_findings, idle_kinds=("straggler",),
+)

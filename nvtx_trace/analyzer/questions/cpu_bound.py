@@ -1,0 +1,63 @@
+"""Does the CPU keep the GPU waiting: long gaps with a CPU cause, or kernels launched too slowly to fill it?"""
+
+from __future__ import annotations
+
+from nvtx_trace.analyzer.basis import CPU_CAUSES, of_window, own_cost_note, profiler_unmeasured
+from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.question import Question
+
+
+def _findings(a, basis) -> list[Finding]:
+    return _cpu_overhead(a, basis) + _launch_bound(a, basis)
+
+
+def _cpu_overhead(a, basis) -> list[Finding]:
+    out = []
+    for cause in CPU_CAUSES:
+        raw = basis.cause_ns.get(cause, 0)
+        ns = int(raw * basis.keep)
+        if ns < THRESHOLDS["min_impact_ns"] or ns < THRESHOLDS["cause_fraction"] * basis.gpu_ns:
+            continue
+        label = dict(zip(a.window_causes["cause"], a.window_causes["label"]))[cause]
+        out.append(Finding(
+            kind="cuda_api" if cause == "cuda_api" else "cpu_overhead",
+            title=f"GPU idle {ms(ns)} ({of_window(a, ns / basis.gpu_ns)}): {label}" + own_cost_note(a, raw - ns)
+                  + (profiler_unmeasured(a) if cause == "cuda_api" else ""),
+            impact_ns=ns, fix=CAUSE_FIXES[cause],
+            threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
+            evidence={"cause": cause, "idle_ns": int(raw), "instrumentation_ns": int(raw - ns)},
+        ))
+    return out
+
+
+def _launch_bound(a, basis) -> list[Finding]:
+    """Idle time too finely chopped for the gap analysis: many gaps shorter than --min-gap-ms."""
+    if not a.idle or not a.window:
+        return []
+    out = []
+    window_ns = basis.window_ns
+    for dev in a.idle.devices:
+        busy = int(round(a.window_utilization.get(dev.device_id, 0.0) * window_ns))
+        raw, n_short, median = basis.short[dev.device_id]
+        short_idle = int(raw * basis.keep)
+        if short_idle < THRESHOLDS["min_impact_ns"] or short_idle < THRESHOLDS["launch_bound_fraction"] * window_ns:
+            continue
+        out.append(Finding(
+            kind="cpu_overhead",
+            title=f"GPU {dev.device_id} is busy only {pct(busy / window_ns)} of the window; {ms(raw)} "
+                  f"({pct(raw / window_ns)}) is lost in {n_short} gaps shorter than {ms(a.min_gap_ns)} "
+                  f"(median {ms(median)}): kernel launches cannot keep up" + own_cost_note(a, raw - short_idle)
+                  + profiler_unmeasured(a),
+            impact_ns=short_idle, fix=CAUSE_FIXES["launch_bound"],
+            threshold=f"gaps < {ms(a.min_gap_ns)} covering >= {pct(THRESHOLDS['launch_bound_fraction'])} of the window",
+            evidence={"device_id": dev.device_id, "busy_ns": busy, "short_gaps": n_short, "short_idle_ns": raw,
+                      "instrumentation_ns": raw - short_idle},
+        ))
+    return out
+
+
+QUESTION = Question(
+    name="cpu_bound", order=114, needs=("window_figures", "instrumentation"),
+    thresholds={"launch_bound_fraction": 0.20},  # idle in gaps shorter than --min-gap-ms covering 20 % of the window
+    findings=_findings, idle_kinds=("cpu_overhead", "cuda_api"),
+)

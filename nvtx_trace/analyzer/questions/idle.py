@@ -1,0 +1,61 @@
+"""When is each GPU idle, and what was the CPU doing in each gap?"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from nvtx_trace.analyzer.findings import ms, pct
+from nvtx_trace.analyzer.gpu_idle import analyze_idle
+from nvtx_trace.analyzer.question import Context, Question
+
+
+def gpu_missing(ctx: Context) -> str:
+    """Why an analysis of GPU activity cannot run on this report."""
+    return ctx.trace.info.why_missing("Cuda", "CUDA", "GPU activity (kernels, memory copies or memsets with valid times)",
+                                 "-t cuda on a machine with a GPU")
+
+
+def _run(ctx: Context) -> None:
+    if ctx.trace.has_gpu_activity:
+        ctx.result.idle = analyze_idle(ctx.trace, ctx.min_gap_ns, ctx.loader_pattern)
+    else:
+        ctx.result.skipped["gpu_idle"] = gpu_missing(ctx)
+
+
+def _json(a) -> dict:
+    if not a.idle:
+        return {"devices": [], "idle_causes": None}
+    return {"devices": [{
+        "device_id": d.device_id, "name": d.name, "pids": d.pids, "span_start_ns": d.span_start_ns,
+        "span_end_ns": d.span_end_ns, "span_ns": d.span_ns, "busy_ns": d.busy_ns, "utilization": d.utilization,
+        "gap_count": d.gap_count, "gap_idle_ns": d.gap_idle_ns,
+        "window_utilization": a.window_utilization.get(d.device_id),
+    } for d in a.idle.devices], "idle_causes": {"window": a.window_causes, "whole_trace": a.idle.causes}}
+
+
+def _tables(a) -> dict:
+    if not a.idle:
+        return {}
+    return {"devices": pd.DataFrame([{
+        "device_id": d.device_id, "name": d.name, "span_ns": d.span_ns, "busy_ns": d.busy_ns,
+        "utilization": d.utilization, "gap_count": d.gap_count, "gap_idle_ns": d.gap_idle_ns,
+    } for d in a.idle.devices]), "gaps": a.idle.gaps, "causes": a.idle.causes}
+
+
+def _text(a, view) -> None:
+    if not (a.idle and a.idle.devices):
+        return
+    cols = ("GPU", "util.", "util. (trace)", "busy (trace)", f"gaps>={ms(a.min_gap_ns)} (trace)", "idle in them")
+    rows = []
+    for d in a.idle.devices:
+        steady = a.window_utilization.get(d.device_id)
+        rows.append([f"{d.device_id} {d.name}", pct(steady) if steady is not None else "-", pct(d.utilization),
+                     ms(d.busy_ns), str(d.gap_count), ms(d.gap_idle_ns)])
+    view.table("GPU activity", [(c, "left" if c == "GPU" else "right") for c in cols], rows)
+
+
+QUESTION = Question(
+    name="idle", order=20, run=_run,
+    json_keys=("devices", "idle_causes"), json_at=50, to_json=_json, tables=_tables,
+    text=_text, text_at=30,
+)

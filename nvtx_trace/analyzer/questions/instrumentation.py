@@ -1,0 +1,57 @@
+"""What did the tool itself cost: nvtx_autotrace's ranges and, where measured, the profiler's tracing?"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nvtx_trace.analyzer.findings import ms, pct
+from nvtx_trace.analyzer.instrumentation import analyze_instrumentation, depth_text
+from nvtx_trace.analyzer.question import Context, Question
+
+
+def _run(ctx: Context) -> None:
+    a, ranges = ctx.result, ctx.trace.ranges
+    if not len(ranges):
+        return
+    steady = len(a.steps.steady) if a.steps else 0
+    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    a.instrumentation = analyze_instrumentation(ranges, (w0, w1), a.steps.pid if a.steps else None, steady)
+    if not a.instrumentation:
+        return
+    a.module_ranges_per_step = a.instrumentation.module_ranges_per_step
+    if steady:
+        ops = ctx.trace.gpu_ops if ctx.trace.has_gpu_activity else None
+        n_ops = int(((ops["start_ns"] >= w0) & (ops["start_ns"] < w1)).sum()) if ops is not None else 0
+        a.instrumentation.compare_with_capture(float(np.median(a.steps.steady["duration_ns"])),
+                                               n_ops / steady + a.instrumentation.ranges_per_step)
+
+
+def _json(a) -> dict:
+    inst = a.instrumentation
+    return {"instrumentation": inst.to_dict() if inst else None, "profiler": inst.profiler_dict() if inst else None}
+
+
+def _text(a, view) -> None:
+    inst = a.instrumentation
+    if not inst:
+        return
+    cost = "not measured" if inst.cost_ns_per_step is None else f"{ms(inst.cost_ns_per_step)} of CPU time per step"
+    median = (a.steps.summary() or {}).get("step_ns_median") if a.steps else None
+    share = f" ({pct(inst.cost_ns_per_step / median)} of the median step)" \
+        if inst.cost_ns_per_step is not None and median else ""
+    depth = depth_text(inst.settings)
+    view.print(f"Instrumentation: {inst.ranges_per_step:.0f} nvtx_autotrace ranges per step, {cost}{share}"
+               + (f"; {depth}" if depth else ""), highlight=False)
+    if inst.profiler_cost_ns_per_step is not None and median:
+        view.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
+                   f"{ms(median)} inside it; {ms(inst.profiler_cost_ns_per_step)} a step "
+                   f"({pct(inst.profiler_cost_ns_per_step / median)}) is nsys's own tracing, left out of "
+                   "CPU-bound findings", highlight=False)
+
+
+QUESTION = Question(
+    name="instrumentation", order=90, run=_run, needs=("window", "steps"),
+    results={"module_ranges_per_step": 0.0},  # nvtx_autotrace module ranges per steady step (their CPU cost shows)
+    json_keys=("instrumentation", "profiler"), json_at=120, to_json=_json,
+    text=_text, text_at=70,
+)

@@ -1,0 +1,69 @@
+"""Which NCHW<->NHWC transposes run, and which modules cause them?"""
+
+from __future__ import annotations
+
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.layout import analyze_layout, launch_filter
+from nvtx_trace.analyzer.question import Context, Question
+from nvtx_trace.analyzer.questions.idle import gpu_missing
+
+
+def _run(ctx: Context) -> None:
+    if ctx.trace.has_gpu_activity:
+        ctx.result.layout = analyze_layout(ctx.trace)
+    else:
+        ctx.result.skipped["layout_transpose"] = gpu_missing(ctx)
+
+
+def _json(a) -> dict:
+    if not a.layout:
+        return {"transposes": None}
+    lay = a.layout
+    return {"transposes": {"count": lay.count, "time_ns": lay.time_ns, "kernel_time_ns": lay.kernel_time_ns,
+                           "kernel_time_fraction": lay.kernel_time_fraction, "kernels": lay.by_kernel,
+                           "modules": lay.by_module}}
+
+
+def _tables(a) -> dict:
+    return {"transpose_kernels": a.layout.by_kernel, "transpose_modules": a.layout.by_module} if a.layout else {}
+
+
+def _findings(a, basis) -> list[Finding]:
+    lay = a.layout
+    if not lay or not lay.count or lay.kernel_time_fraction < THRESHOLDS["transpose_kernel_fraction"]:
+        return []
+    mods = lay.by_module.head(5)
+    where = ", ".join(f"{m} [{p}]" for m, p in zip(mods["module"], mods["phase"]))
+    return [Finding(
+        kind="layout_transpose",
+        title=f"{lay.count} NCHW<->NHWC transpose kernels took {ms(lay.time_ns)} of GPU time "
+              f"({pct(lay.kernel_time_fraction)} of kernel time); top modules: {where}",
+        impact_ns=lay.time_ns,
+        fix="Use channels_last: model = model.to(memory_format=torch.channels_last) and "
+            "x = x.to(device, memory_format=torch.channels_last) for the inputs.",
+        threshold=f">= {pct(THRESHOLDS['transpose_kernel_fraction'])} of kernel time",
+        evidence={"kernels": lay.by_kernel, "modules": lay.by_module.head(20)},
+    )]
+
+
+def _html(a, d: dict, view) -> str:
+    tr = d.get("transposes")
+    if not tr or not tr["count"]:
+        return ""
+    t = a.tables
+    return (view.table(t.get("transpose_kernels"), "Layout-transpose kernels (NCHW ↔ NHWC)",
+                       {"name": "kernel", "count": "launches", "time_ns": "GPU time"},
+                       f"{tr['count']:,} transposes took {ms(tr['time_ns'])}, {pct(tr['kernel_time_fraction'])} of "
+                       "all kernel time.")
+            + view.table(t.get("transpose_modules"), "…and the modules that caused them",
+                         {"module": "module (NVTX range open at launch)", "phase": "phase", "count": "launches",
+                          "time_ns": "GPU time", "via_fallback": "attributed via process-wide fallback"}))
+
+
+QUESTION = Question(
+    name="layout", order=30, run=_run, launches=launch_filter,
+    thresholds={"transpose_kernel_fraction": 0.01},  # 1 % of kernel time spent in layout transposes
+    findings=_findings,
+    json_keys=("transposes",), json_at=80, to_json=_json, tables=_tables,
+    html=_html, html_at=30,
+)

@@ -1,0 +1,182 @@
+"""Does training wait for its DataLoader, and what would keep it fed?"""
+
+from __future__ import annotations
+
+from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer import predict
+from nvtx_trace.analyzer.basis import of_window
+from nvtx_trace.analyzer.dataloader import (
+    analyze_loader,
+    pace,
+    processes_per_host,
+    taken_and_delivered,
+    usable_workers,
+    workers_needed,
+)
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, count, ms, pct
+from nvtx_trace.analyzer.pageable import per_step as per_step_pageable
+from nvtx_trace.analyzer.question import Context, Question
+from nvtx_trace.analyzer.steps import union_of_process
+
+
+def _run(ctx: Context) -> None:
+    ctx.result.loader = analyze_loader(ctx.trace.ranges, ctx.loader_pattern)
+    if ctx.result.loader is None:
+        ctx.result.skipped["dataloader_stall"] = ("no data-loader ranges (nvtx_autotrace's `dataloader.next [...]`, "
+                                                  "or user ranges matching --loader-pattern)")
+
+
+def _json(a) -> dict:
+    if not a.loader:
+        return {"dataloader": None}
+    return {"dataloader": {"loaders": a.loader.loaders, "workers": a.loader.workers,
+                           "worker_restarts": a.loader.restarts}}
+
+
+def _tables(a) -> dict:
+    if not a.loader:
+        return {}
+    return {"loader_waits": a.loader.waits, "loaders": a.loader.loaders, "loader_workers": a.loader.workers}
+
+
+def _html(a, d: dict, view) -> str:
+    return view.table(a.tables.get("loader_workers"), "DataLoader workers",
+                      {"loader": "loader", "worker": "worker", "pid": "pid", "fetches": "batches",
+                       "fetch_ns_median": "median fetch", "batches_per_s": "batches/s"})
+
+
+def _findings(a, basis) -> list[Finding]:
+    if not a.loader or not len(a.loader.waits):
+        return []
+    window_ns = basis.gpu_ns if a.idle else basis.window_ns
+    # Without GPU data, the cost is the training thread's wait itself.
+    cost = basis.cause_ns.get("dataloader", 0) if a.idle else _wait_in_window(a)
+    loader_pace = pace(a)
+    behind = _falls_behind(a, loader_pace)
+    measured = cost >= THRESHOLDS["min_impact_ns"] and cost >= THRESHOLDS["cause_fraction"] * window_ns
+    if not measured:
+        cost = behind["projected_wait_ns"] if behind else 0
+        if cost < THRESHOLDS["min_impact_ns"] or cost < THRESHOLDS["cause_fraction"] * window_ns:
+            return []
+    loaders = a.loader.loaders.sort_values("wait_ns", ascending=False)
+    top = loaders.iloc[0]
+    fixes = []
+    recommend: dict = {}
+    compute = predict.compute_per_step(a)
+    fetch = loader_pace.fetch_ns if loader_pace else float(top["fetch_ns_median"])
+    slowest = " of the slowest rank" if loader_pace and loader_pace.slowest_rank else ""
+    workers_after = None
+    if int(top["workers"]) and compute:
+        need = workers_needed(fetch, compute)
+        have = int(top["workers"])
+        usable = usable_workers(a)
+        workers_after = min(need, usable) if usable is not None and need > have else max(need, have)
+        workers_after = max(workers_after, have)
+        if workers_after > have:
+            recommend["num_workers"] = int(workers_after)
+        if need > have and (usable is None or need <= usable):
+            deliver = "delivers" if have == 1 else "deliver"
+            fixes.append(f"num_workers={need} (now {have}): a worker{slowest} needs {ms(fetch)} per batch and "
+                         f"a step computes in {ms(compute)}, so {count(have, 'worker')} {deliver} a batch every "
+                         f"{ms(fetch / have)}; each worker needs a free CPU core")
+        elif need > have:  # more workers than the machine has cores for: say so, and what else is left
+            per_host, hosts = processes_per_host(a)
+            ranks = count(per_host, "training process", "training processes")
+            cores = (f"this machine has {a.cpu_cores} CPU cores for {ranks}" if hosts == 1 else
+                     f"the smallest of the {hosts} hosts has {a.cpu_cores} CPU cores for up to {ranks}")
+            cores += " and each worker needs one"
+            cheaper = ("make each batch cheaper to load (decode or augment on the GPU, cache decoded samples, "
+                       "smaller inputs)")
+            if usable > have:
+                fixes.append(f"num_workers={usable} (now {have}; {need} would keep up, but {cores}): a batch then "
+                             f"arrives every {ms(fetch / usable)} against a step of {ms(compute)}, "
+                             f"so also {cheaper}")
+            else:
+                fixes.append(f"{cheaper}: {need} workers would keep up with a step of {ms(compute)} "
+                             f"({ms(fetch)} per batch each), but {cores}, and {have} already run")
+        else:
+            fixes.append(f"prefetch_factor=4 or more: {have} workers are enough on average "
+                         f"({ms(fetch)} per batch each, step {ms(compute)}) but batches arrive in bursts")
+    elif int(top["workers"]) == 0:
+        per = ms(top["wait_ns_median"])
+        fixes.append(f"raise num_workers (no worker-process ranges were recorded: num_workers=0, or the report was "
+                     f"captured without --trace-fork-before-exec=true); the loop waits a median {per} per batch"
+                     + (f" while a step computes in {ms(compute)}" if compute else ""))
+    per_step, _ = per_step_pageable(a)
+    if per_step is not None and per_step.bytes >= THRESHOLDS["pageable_min_bytes"]:  # not DDP's few bytes
+        fixes.append("pin_memory=True (pageable host-to-device copies were found inside the steps)")
+        recommend["pin_memory"] = True
+    for loader, extra in a.loader.restarts.items():
+        fixes.append(f"persistent_workers=True ({loader}: workers were re-created {count(extra, 'time')})")
+    n_gpus = len(a.idle.devices) if a.idle else 1
+    if not measured:
+        title = _behind_title(a, loader_pace, behind, n_gpus)
+    else:
+        if not a.idle:
+            head = f"Training waits {ms(cost)} for data ({pct(cost / window_ns)} of the window)"
+        elif n_gpus == 1:
+            head = f"Training waits {ms(cost)} for data while the GPU idles ({of_window(a, cost / window_ns)})"
+        else:  # GPU time summed over the GPUs, not one process's wait
+            head = f"The {n_gpus} GPUs idle {ms(cost)} in all waiting for data ({of_window(a, cost / window_ns)})"
+        title = (head + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over "
+                 f"{int(top['waits'])} batches")
+        if behind:
+            title += (f"; and steps will slow to about {ms(behind['delivery_ns'])} once the batches prefetched "
+                      f"before the window run out ({loader_pace.words()})")
+    sustained = loader_pace.interval_ns if behind is not None else None
+    return [Finding(
+        kind="dataloader_stall", title=title, impact_ns=int(cost),
+        fix=predict.with_expected("In the DataLoader: " + "; ".join(fixes) if fixes
+                                  else "Speed up the dataset's __getitem__ / collate.",
+                                  predicted := predict.loader(a, fetch, compute, workers_after, sustained)),
+        recommend=recommend or None, predicted=predicted,
+        threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window"
+                  + ("" if measured else " (projected: the loader falls behind)"),
+        evidence={"loaders": a.loader.loaders, "workers": a.loader.workers,
+                  "compute_ns_per_step": int(compute) if compute else None, "fetch_ns_per_batch": int(fetch),
+                  "falls_behind": behind},
+    )]
+
+
+def _falls_behind(a, loader_pace) -> dict | None:
+    """Steps faster than the loader can deliver for good: the window ran on batches prefetched before it
+    (a short window after a long warm-up), and the loop will wait once they run out. The wait is projected."""
+    now, _ = predict.steady_step(a)
+    if loader_pace is None or not now or loader_pace.interval_ns < THRESHOLDS["loader_behind_ratio"] * now:
+        return None
+    steps = len(a.steps.steady)
+    n_gpus = len(a.idle.devices) if a.idle else 1  # every rank waits for the last batch
+    per_step = loader_pace.interval_ns - now
+    taken, delivered = taken_and_delivered(a, loader_pace.loader, (a.window["start_ns"], a.window["end_ns"]))
+    return {"step_ns": int(now), "delivery_ns": int(loader_pace.interval_ns), "wait_ns_per_step": int(per_step),
+            "steps": steps, "projected_wait_ns": int(per_step * steps * n_gpus),
+            "batches_taken": taken, "batches_delivered": delivered}
+
+
+def _behind_title(a, loader_pace, behind: dict, n_gpus: int) -> str:
+    gpus = f" on each of {n_gpus} GPUs" if n_gpus > 1 else ""
+    loops = "training loops" if n_gpus > 1 else "training loop"
+    return (f"The loader falls behind: the window's steps took {ms(behind['step_ns'])}, but "
+            f"{loader_pace.words()}; those steps ran on batches prefetched before the window (in it the {loops} "
+            f"took {behind['batches_taken']} batches and the workers finished {behind['batches_delivered']}), "
+            f"and once they run out each step waits about {ms(behind['wait_ns_per_step'])} for data{gpus} "
+            f"(projected, not measured: {ms(behind['projected_wait_ns'])} over the window's {behind['steps']} "
+            "steps; a longer window, nvtx-trace run --full, measures it)")
+
+
+def _wait_in_window(a) -> int:
+    if not a.steps:
+        return iv.total(a.loader.wait_set)
+    # the training process the steps belong to (one rank of a DDP job), over its steady window
+    w = union_of_process(a.loader.waits, a.steps.pid)
+    window = a.steps.steady_window()
+    return int(iv.Coverage(w).measure(*window)) if window else iv.total(w)
+
+
+QUESTION = Question(
+    name="loader", order=10, run=_run,
+    thresholds={"loader_behind_ratio": 1.1},  # workers deliver a batch this much slower than a step: prefetched
+    findings=_findings,
+    json_keys=("dataloader",), json_at=70, to_json=_json, tables=_tables,
+    html=_html, html_at=60,
+)

@@ -1,0 +1,27 @@
+"""Which kernels take the GPU's time, by name (the whole trace)?"""
+
+from __future__ import annotations
+
+from nvtx_trace.analyzer.question import Context, Question
+
+
+def _run(ctx: Context) -> None:
+    if ctx.trace.has_gpu_activity:
+        ctx.result.top_kernels = ctx.trace.kernel_time_by_name().head(50)
+
+
+def _html(a, d: dict, view) -> str:
+    top = a.tables.get("top_kernels")
+    if top is None or not len(top):
+        return ""
+    total = d["transposes"]["kernel_time_ns"] if d.get("transposes") else int(top["time_ns"].sum())
+    top = top.assign(mean_ns=top["time_ns"] / top["count"].clip(lower=1), kernel_time_share=top["time_ns"] / max(total, 1))
+    return view.table(top, "Top kernels by GPU time", {"name": "kernel", "count": "launches", "time_ns": "total",
+                                                       "mean_ns": "mean", "kernel_time_share": "share of kernel time"})
+
+
+QUESTION = Question(
+    name="top_kernels", order=50, run=_run,
+    tables=lambda a: {"top_kernels": a.top_kernels} if a.top_kernels is not None else {},
+    html=_html, html_at=20,
+)
