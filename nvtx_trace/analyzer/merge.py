@@ -57,6 +57,10 @@ class MergedReader:
         """Whether CUDA API calls (the runtime table) were recorded: syncs and launches need them."""
         return self.has(RUNTIME)
 
+    def kernels_named(self, short_ids) -> None:
+        """Demangled names are not kept when reports are merged: short names decide."""
+        return None
+
     def strings(self, ids) -> dict[int, str]:
         return {int(i): self._strings.get(int(i), f"<string {int(i)}>") for i in ids}
 

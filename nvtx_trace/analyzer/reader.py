@@ -139,6 +139,16 @@ class Reader:
             out[key] = np.concatenate([p.pop(key) for p in parts])
         return out
 
+    def kernels_named(self, short_ids) -> dict[str, np.ndarray] | None:
+        """start_ns, end_ns, device_id, short_id, long_id of the kernels whose short name is one of ``short_ids``:
+        for names that say nothing (``Kernel2``), whose demangled name states the math. None without one."""
+        table = GPU_OP_TABLES["kernel"]
+        if not (self.has(table, "shortName") and self.has(table, "demangledName")) or not len(short_ids):
+            return None
+        ids = ",".join(str(int(i)) for i in short_ids)
+        return self.columns({"start_ns": "start", "end_ns": "end", "device_id": "deviceId", "short_id": "shortName",
+                             "long_id": "demangledName"}, f"{table} WHERE shortName IN ({ids})")
+
     def strings(self, ids) -> dict[int, str]:
         """StringIds values for the given ids, cached (names are looked up many times)."""
         want = {int(i) for i in ids if int(i) not in self._strings and int(i) >= 0}

@@ -199,7 +199,7 @@ def timed_loop(step, args, cuda):
     out = {"median_step_ms": round(statistics.median(ms), 3), "mean_step_ms": round(statistics.mean(ms), 3),
            "min_step_ms": round(min(ms), 3), "max_step_ms": round(max(ms), 3), "steps": n,
            "wall_ms_per_step": round(wall * 1000 / n, 3), "timing": "cuda_events" if cuda else "perf_counter",
-           "final_loss": round(float(loss), 4)}
+           "final_loss": round(float(loss.detach()), 4)}
     if cuda:
         out["gpu"] = torch.cuda.get_device_name()
         out["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)

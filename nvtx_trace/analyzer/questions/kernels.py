@@ -1,0 +1,141 @@
+"""What does the GPU do while it is busy? GPU time in the steady window by kind of work (the kernel mix).
+
+Every kernel, copy and memset that starts in the window is counted once, by its own duration (kernels of
+several streams may overlap, so shares are of GPU work time, not of wall time). Categories follow
+analyzer/kernel_names.py (docs/kernel-categories.md); names that say nothing are judged by their
+demangled form, read from the report for those names only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace.analyzer.findings import ms, pct
+from nvtx_trace.analyzer.kernel_names import LABELS, category, is_ambiguous, shown_name
+from nvtx_trace.analyzer.question import Context, Question
+from nvtx_trace.analyzer.questions.idle import gpu_missing
+
+TOP = 15  # kernels listed by name
+KIND_CATEGORY = {1: "memcpy", 2: "memset"}  # gpu_ops kind codes of copies and memsets (reader.GPU_OP_TABLES order)
+
+
+def _run(ctx: Context) -> None:
+    a = ctx.result
+    if not ctx.trace.has_gpu_activity:
+        a.skipped["kernels"] = gpu_missing(ctx)
+        return
+    ops = ctx.trace.gpu_ops
+    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    ops = ops[(ops["start_ns"] >= w0) & (ops["start_ns"] < w1)]
+    duration = (ops["end_ns"] - ops["start_ns"]).to_numpy()
+    kind = ops["kind"].to_numpy()
+    rows = []
+    for code, cat in KIND_CATEGORY.items():
+        mine = kind == code
+        if mine.any():
+            rows.append({"name": LABELS[cat], "category": cat, "count": int(mine.sum()),
+                         "time_ns": int(duration[mine].sum())})
+    kernels = pd.DataFrame({"name_id": ops["name_id"].to_numpy()[kind == 0], "time_ns": duration[kind == 0]})
+    by_id = kernels.groupby("name_id")["time_ns"].agg(["count", "sum"])
+    names = ctx.reader.strings([i for i in by_id.index if i >= 0])
+    opaque = [i for i in by_id.index if i >= 0 and is_ambiguous(names[i])]
+    split = _by_long_name(ctx, opaque, (w0, w1))
+    for i, r in by_id.iterrows():
+        if i in split:
+            rows += split[i]
+            continue
+        short = names.get(i, "(unnamed kernel)")
+        rows.append({"name": short, "category": category(short), "count": int(r["count"]), "time_ns": int(r["sum"])})
+    a.kernels = _summarize(pd.DataFrame(rows, columns=["name", "category", "count", "time_ns"]),
+                           len(a.steps.steady) if a.steps and a.window.get("source", "").startswith("steady") else 0)
+
+
+def _by_long_name(ctx: Context, short_ids: list[int], window: tuple[int, int]) -> dict[int, list[dict]]:
+    """Rows by demangled name for the kernels whose short name says nothing, read for those names only."""
+    cols = ctx.reader.kernels_named(short_ids) if short_ids else None
+    if cols is None or not len(cols["start_ns"]):
+        return {}
+    start, end = cols["start_ns"], cols["end_ns"]
+    keep = ctx.trace.in_session(start, end) & (start >= window[0]) & (start < window[1])
+    df = pd.DataFrame({k: v[keep] for k, v in cols.items()})
+    df["time_ns"] = df["end_ns"] - df["start_ns"]
+    longs = ctx.reader.strings(pd.unique(df["long_id"]).tolist())
+    shorts = ctx.reader.strings(short_ids)
+    out: dict[int, list[dict]] = {}
+    for (short_id, long_id), g in df.groupby(["short_id", "long_id"]):
+        short, long = shorts.get(int(short_id), ""), longs.get(int(long_id), "")
+        out.setdefault(int(short_id), []).append({"name": shown_name(short, long), "category": category(short, long),
+                                                  "count": len(g), "time_ns": int(g["time_ns"].sum())})
+    return out
+
+
+class KernelMix:
+    """The window's GPU work by category and by kernel; ``steps``: steady steps it spans (0: no steps)."""
+
+    def __init__(self, by_name: pd.DataFrame, steps: int):
+        self.steps = steps
+        self.time_ns = int(by_name["time_ns"].sum())
+        total = max(self.time_ns, 1)
+        by_name = by_name.groupby(["name", "category"], as_index=False)[["count", "time_ns"]].sum()
+        self.by_name = by_name.sort_values(["time_ns", "name"], ascending=[False, True], ignore_index=True)
+        self.by_name["share"] = self.by_name["time_ns"] / total
+        cats = self.by_name.groupby("category", as_index=False)[["count", "time_ns"]].sum()
+        cats = cats.sort_values(["time_ns", "category"], ascending=[False, True], ignore_index=True)
+        cats.insert(1, "label", [LABELS[c] for c in cats["category"]])
+        cats["time_ns_per_step"] = cats["time_ns"] / steps if steps else np.nan
+        cats["share"] = cats["time_ns"] / total
+        self.by_category = cats
+
+    def share(self, *categories: str) -> float:
+        c = self.by_category
+        return float(c.loc[c["category"].isin(categories), "share"].sum())
+
+
+def _summarize(by_name: pd.DataFrame, steps: int) -> KernelMix:
+    return KernelMix(by_name, steps)
+
+
+def _json(a) -> dict:
+    k = a.kernels
+    if k is None:
+        return {"kernels": None}
+    cats = k.by_category.astype(object)
+    cats["time_ns_per_step"] = [None if pd.isna(v) else int(v) for v in k.by_category["time_ns_per_step"]]
+    return {"kernels": {"time_ns": k.time_ns, "steps": k.steps, "categories": cats,
+                        "top": k.by_name.head(TOP)}}
+
+
+def _text(a, view) -> None:
+    k = a.kernels
+    if k is None or not k.time_ns:
+        return
+    rows = [[r.label, f"{int(r.count):,}", ms(r.time_ns_per_step) if k.steps else "-", pct(r.share)]
+            for r in k.by_category.head(10).itertuples()]
+    view.table(f"What the GPU does in the window: {ms(k.time_ns)} of GPU work"
+               + (f", {ms(k.time_ns / k.steps)} a step" if k.steps else ""),
+               [("kind of work", "left"), ("count", "right"), ("per step", "right"), ("share", "right")], rows)
+
+
+def _html(a, d: dict, view) -> str:
+    k = d.get("kernels")
+    if not k or not k["time_ns"]:
+        return ""
+    t = a.tables
+    return (view.table(t.get("kernel_categories"), "What the GPU does in the window (kernel mix)",
+                       {"label": "kind of work", "count": "launches", "time_ns": "GPU time",
+                        "time_ns_per_step": "per step", "share": "share of GPU work"},
+                       f"{ms(k['time_ns'])} of GPU work in the steady window; categories follow the documented "
+                       "kernel-name rules.")
+            + view.table(t.get("kernels_by_name"), "Kernels by GPU time in the window",
+                         {"name": "kernel", "category": "category", "count": "launches", "time_ns": "GPU time",
+                          "share": "share of GPU work"}))
+
+
+QUESTION = Question(
+    name="kernels", order=105, run=_run, needs=("window", "steps"),
+    json_keys=("kernels",), json_at=115, to_json=_json,
+    tables=lambda a: {"kernel_categories": a.kernels.by_category, "kernels_by_name": a.kernels.by_name}
+    if a.kernels is not None else {},
+    text=_text, text_at=85, html=_html, html_at=15,
+)

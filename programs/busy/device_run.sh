@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Runs the "busy GPU" measurements on the GPU machine (device tool), from the repo root:
+#   source .device-carry/env.sh; bash programs/busy/device_run.sh A|B [deadline_s]
+# Phase A: versions, matmul/conv microbenchmark, GPT timing rounds, GPT nsys captures.
+# Phase B: loader check, HF-style and ResNet-50 timing rounds, their nsys captures.
+# Plain timing runs are interleaved (round 1 forward order, round 2 reversed, ...);
+# captures come after round 2 so they happen even if round 3 is skipped at the deadline.
+# Writes under $OUT: results_<P>.jsonl, log_<P>.txt, versions_<P>.txt, bench.jsonl, <capture>.sqlite.xz
+set -u
+PHASE=${1:?phase A or B}
+DEADLINE=${2:-540}
+O=${OUT:-/tmp/out}
+mkdir -p "$O" /tmp/cap
+LOG=$O/log_$PHASE.txt
+RES=$O/results_$PHASE.jsonl
+export PYTHONUNBUFFERED=1
+B=programs/busy
+NSYS=${NSYS:-nsys}
+
+left() { echo $((DEADLINE - SECONDS)); }
+
+record() {  # label round json-line
+  if [[ "$3" == \{* ]]; then
+    echo "{\"label\": \"$1\", \"round\": $2, \"t\": $SECONDS, \"result\": $3}" >>"$RES"
+  else
+    echo "{\"label\": \"$1\", \"round\": $2, \"t\": $SECONDS, \"error\": true}" >>"$RES"
+  fi
+}
+
+run() {  # label round est_s cmd...
+  local label=$1 round=$2 est=$3
+  shift 3
+  if (($(left) < est)); then echo "SKIP $label r$round at t=$SECONDS" | tee -a "$LOG"; return; fi
+  echo "=== $label r$round t=$SECONDS: $*" >>"$LOG"
+  local out
+  out=$(timeout $(($(left) - 5)) "$@" 2>>"$LOG" | grep '^{' | tail -1)
+  echo "$label r$round t=$SECONDS $(echo "$out" | cut -c1-60)"
+  record "$label" "$round" "$out"
+}
+
+capture() {  # label est_s cmd...
+  local label=$1 est=$2
+  shift 2
+  if (($(left) < est)); then echo "SKIP capture $label at t=$SECONDS" | tee -a "$LOG"; return; fi
+  echo "=== capture $label t=$SECONDS: $*" >>"$LOG"
+  local out
+  out=$(timeout $(($(left) - 5)) "$NSYS" profile -t cuda,nvtx --capture-range=cudaProfilerApi \
+    --capture-range-end=stop -s none --cpuctxsw=none -f true -o "/tmp/cap/$label" "$@" 2>>"$LOG" | grep '^{' | tail -1)
+  record "cap_$label" 0 "$out"
+  if [[ -f /tmp/cap/$label.nsys-rep ]]; then
+    timeout 120 "$NSYS" export --type sqlite -f true -o "/tmp/cap/$label.sqlite" "/tmp/cap/$label.nsys-rep" >>"$LOG" 2>&1
+    python3 - "/tmp/cap/$label.sqlite" "$O/$label.sqlite.xz" <<'EOF' >>"$LOG" 2>&1
+import lzma, shutil, sys
+with open(sys.argv[1], "rb") as f, lzma.open(sys.argv[2], "wb", preset=9) as g:
+    shutil.copyfileobj(f, g)
+EOF
+    ls -la "/tmp/cap/$label".* "$O/$label.sqlite.xz" >>"$LOG" 2>&1
+  fi
+  echo "capture $label done t=$SECONDS"
+}
+
+{
+  date; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv
+  "$NSYS" --version; nproc
+  python3 -c "import torch, torchvision, transformers, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'torchvision', torchvision.__version__, 'transformers', transformers.__version__, 'triton', triton.__version__)"
+} >"$O/versions_$PHASE.txt" 2>&1
+cat "$O/versions_$PHASE.txt"
+
+G="python3 $B/gpt_train.py"
+H="python3 $B/hf_style_train.py"
+R="python3 $B/resnet_train.py"
+
+if [[ $PHASE == A ]]; then
+  timeout 120 python3 $B/matmul_bench.py >"$O/bench.jsonl" 2>>"$LOG"
+  echo "bench done t=$SECONDS"
+  variants=(
+    "gpt_bf16_manual|25|$G --dtype bf16"
+    "gpt_bf16_manual_compile|90|$G --dtype bf16 --compile"
+    "gpt_fp32_manual|35|$G --dtype fp32"
+    "gpt_fp32_manual_tf32|25|$G --dtype fp32 --tf32"
+    "gpt_bf16_sdpa|25|$G --dtype bf16 --attn sdpa"
+  )
+  caps() {
+    capture gpt_bf16_eager 60 $G --dtype bf16 --warmup 10 --profile-steps 8
+    capture gpt_bf16_compiled 90 $G --dtype bf16 --compile --warmup 10 --profile-steps 8
+    capture gpt_fp32 60 $G --dtype fp32 --warmup 10 --profile-steps 8
+  }
+else
+  run resnet_loader_only 0 30 $R --loader-only --workers 8
+  variants=(
+    "hf_fp32|30|$H --dtype fp32"
+    "hf_fp32_tf32|25|$H --dtype fp32 --tf32"
+    "hf_bf16|25|$H --dtype bf16"
+    "hf_bf16_compile|90|$H --dtype bf16 --compile"
+    "rn50_cl_fp32|35|$R --channels-last --dtype fp32"
+    "rn50_cl_bf16|30|$R --channels-last --dtype bf16"
+  )
+  caps() {
+    capture hf_fp32 60 $H --dtype fp32 --warmup 10 --profile-steps 8
+    capture hf_bf16 50 $H --dtype bf16 --warmup 10 --profile-steps 8
+    capture rn50_cl_fp32 60 $R --channels-last --dtype fp32 --warmup 10 --profile-steps 8
+  }
+fi
+
+one_round() {  # round forward|reverse
+  local n=${#variants[@]} i idx
+  for ((i = 0; i < n; i++)); do
+    idx=$i
+    [[ $2 == reverse ]] && idx=$((n - 1 - i))
+    IFS='|' read -r label est cmd <<<"${variants[$idx]}"
+    run "$label" "$1" "$est" $cmd
+  done
+}
+
+one_round 1 forward
+one_round 2 reverse
+caps
+one_round 3 forward
+echo "phase $PHASE done t=$SECONDS"

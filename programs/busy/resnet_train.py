@@ -1,0 +1,179 @@
+"""torchvision ResNet-50 training with a real CPU input pipeline, for "busy GPU" evidence.
+
+Data: a Dataset of synthetic uint8 RGB images (a pool of --pool random 320x320 images
+held in memory, standing in for decoded JPEGs), each sample through the ImageNet
+train transforms on the CPU: PIL.Image.fromarray -> RandomResizedCrop(224) ->
+RandomHorizontalFlip -> ToTensor -> Normalize. DataLoader with --workers (8) workers,
+pin_memory=True, persistent workers, prefetch_factor 4; batches copied with
+non_blocking=True. SGD (momentum 0.9, wd 1e-4), cross-entropy, 1000 classes,
+cudnn.benchmark=True, batch 128.
+
+    python programs/busy/resnet_train.py --channels-last --dtype fp32|bf16 [--compile]
+    python programs/busy/resnet_train.py --loader-only     # input pipeline alone, images/s
+
+--dtype fp32 keeps PyTorch's defaults (cudnn.allow_tf32 True: convolutions already use
+TF32; matmul.allow_tf32 False) unless --tf32 sets both True. --dtype bf16 wraps
+forward+loss in torch.autocast('cuda', dtype=torch.bfloat16) (no GradScaler needed).
+
+Timing and --profile-steps: as in gpt_train.py (CUDA events around each step, one
+synchronize at the end). Also reports data_wait_ms: host time blocked in next(loader)
+per timed step (median / mean), to show whether the loader keeps up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+class SyntheticImages(torch.utils.data.Dataset):
+    def __init__(self, length, pool, size, transform):
+        rng = np.random.default_rng(0)
+        self.images = rng.integers(0, 256, (pool, size, size, 3), dtype=np.uint8)
+        self.length, self.transform = length, transform
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        img = Image.fromarray(self.images[i % len(self.images)])
+        return self.transform(img), i % 1000
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--tf32", action="store_true")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--pool", type=int, default=64)
+    p.add_argument("--image-size", type=int, default=320, help="side of the synthetic source images")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--profile-steps", type=int, default=0)
+    p.add_argument("--loader-only", action="store_true", help="time the input pipeline alone")
+    p.add_argument("--device", default="cuda", help="cuda (cpu only for smoke tests)")
+    p.add_argument("--arch", default="resnet50")
+    args = p.parse_args(argv)
+    import torchvision
+    from torchvision import transforms as T
+
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = True
+    torch.manual_seed(0)
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                    T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])])
+    total = args.warmup + max(args.steps, args.profile_steps)
+    data = SyntheticImages(total * args.batch, args.pool, args.image_size, tf)
+    loader = torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True,
+                                         num_workers=args.workers, pin_memory=cuda,
+                                         persistent_workers=args.workers > 0,
+                                         prefetch_factor=4 if args.workers > 0 else None)
+    it = iter(loader)
+
+    if args.loader_only:
+        for _ in range(5):
+            next(it)
+        n = 0
+        t0 = time.perf_counter()
+        for x, y in it:
+            n += x.size(0)
+        dt = time.perf_counter() - t0
+        print(json.dumps({"program": "resnet_train", "loader_only": True, "images_per_s": round(n / dt, 1),
+                          "batches": n // args.batch, "workers": args.workers, "batch": args.batch}), flush=True)
+        return
+
+    model = getattr(torchvision.models, args.arch)(num_classes=1000).to(dev)
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = model.to(memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    if args.compile:
+        model = torch.compile(model)
+    amp = args.dtype == "bf16"
+    waits = []
+
+    def step(i):
+        t = time.perf_counter()
+        x, y = next(it)
+        waits.append(time.perf_counter() - t)
+        x = x.to(dev, non_blocking=True).contiguous(memory_format=fmt)
+        y = y.to(dev, non_blocking=True)
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=amp):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    res = timed_loop(step, args, cuda)
+    timed_waits = [w * 1000 for w in waits[args.warmup:]]
+    res.update(program="resnet_train", **vars(args),
+               matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32,
+               cudnn_allow_tf32=torch.backends.cudnn.allow_tf32,
+               images_per_s=round(args.batch / (res["median_step_ms"] / 1000), 1),
+               data_wait_ms_median=round(statistics.median(timed_waits), 3),
+               data_wait_ms_mean=round(statistics.mean(timed_waits), 3))
+    print(json.dumps(res), flush=True)
+
+
+def timed_loop(step, args, cuda):
+    """Warm-up, then timed (or profiled) steps; returns the timing dict (same as gpt_train.py)."""
+    loss = None
+    for i in range(args.warmup):
+        loss = step(i)
+    if cuda:
+        torch.cuda.synchronize()
+    prof = args.profile_steps > 0
+    n = args.profile_steps if prof else args.steps
+    if prof:
+        torch.cuda.profiler.start()
+    if cuda:
+        evs = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+        evs[0].record()
+    marks = [time.perf_counter()]
+    for j in range(n):
+        i = args.warmup + j
+        if prof:
+            torch.cuda.nvtx.range_push(f"step {i}")
+        loss = step(i)
+        if prof:
+            torch.cuda.nvtx.range_pop()
+        if cuda:
+            evs[j + 1].record()
+        marks.append(time.perf_counter())
+    if cuda:
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - marks[0]
+    if prof:
+        torch.cuda.profiler.stop()
+    if cuda:
+        ms = [evs[j].elapsed_time(evs[j + 1]) for j in range(n)]
+    else:
+        ms = [(b - a) * 1000 for a, b in zip(marks, marks[1:])]
+    out = {"median_step_ms": round(statistics.median(ms), 3), "mean_step_ms": round(statistics.mean(ms), 3),
+           "min_step_ms": round(min(ms), 3), "max_step_ms": round(max(ms), 3), "steps": n,
+           "wall_ms_per_step": round(wall * 1000 / n, 3), "timing": "cuda_events" if cuda else "perf_counter",
+           "final_loss": round(float(loss.detach()), 4)}
+    if cuda:
+        out["gpu"] = torch.cuda.get_device_name()
+        out["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    out["torch"] = torch.__version__
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The kernel mix (``kernels`` in summary.json): GPU work in the steady window by kind, checked against SQL
+written here from the export's own tables, and the name rules (docs/kernel-categories.md) on the real kernel
+names of the sample reports (H100/H200 captures, nsys 2025.3; the 2022.4 sample is CPU-only)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from conftest import SAMPLES
+
+from nvtx_trace.analyzer import analyze
+from nvtx_trace.analyzer.kernel_names import LABELS, category
+
+GPU_SAMPLES = [p for p in sorted(SAMPLES.glob("*.sqlite")) if p.stem != "cpu_slow_loader"]
+
+
+def _sql_by_category(path, lo: int, hi: int) -> dict[str, tuple[int, int]]:
+    """(count, GPU time) per category of every kernel, copy and memset starting in [lo, hi), by SQL."""
+    out: dict[str, list[int]] = {}
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute(
+            "SELECT s.value, d.value, count(*), sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+            "JOIN StringIds s ON s.id = k.shortName JOIN StringIds d ON d.id = k.demangledName "
+            "WHERE k.start >= ? AND k.start < ? AND k.end >= k.start GROUP BY k.shortName, k.demangledName",
+            (lo, hi)).fetchall()
+        for table, cat in (("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"), ("CUPTI_ACTIVITY_KIND_MEMSET", "memset")):
+            n, t = db.execute(f"SELECT count(*), sum(end - start) FROM {table} WHERE start >= ? AND start < ? "
+                              "AND end >= start", (lo, hi)).fetchone()
+            if n:
+                rows.append((cat, None, n, t))
+    for short, long, n, t in rows:
+        cat = short if long is None else category(short, long)
+        acc = out.setdefault(cat, [0, 0])
+        acc[0] += n
+        acc[1] += t
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("report", GPU_SAMPLES, ids=[p.stem for p in GPU_SAMPLES])
+def test_each_category_equals_sql_and_the_shares_add_up(report):
+    a = analyze(report)
+    k = a.kernels
+    by_sql = _sql_by_category(report, a.window["start_ns"], a.window["end_ns"])
+    mine = {r.category: (int(r.count), int(r.time_ns)) for r in k.by_category.itertuples()}
+    assert mine == by_sql
+    assert k.time_ns == sum(t for _, t in by_sql.values())
+    assert k.by_category["share"].sum() == pytest.approx(1.0)
+    assert k.by_name["time_ns"].sum() == k.time_ns  # every kernel listed by name once
+    if k.steps:
+        assert k.steps == len(a.steps.steady)
+        assert (k.by_category["time_ns_per_step"] * k.steps).sum() == pytest.approx(k.time_ns)
+
+
+def _shares(stem: str) -> dict[str, float]:
+    k = analyze(SAMPLES / f"{stem}.sqlite").kernels
+    return dict(zip(k.by_category["category"], k.by_category["share"]))
+
+
+def test_fp32_gemms_without_tensor_cores_are_named_so_short_names_hiding_the_math_included():
+    """The DDP sample runs fp32 matmuls with TF32 off: cuBLAS's sm80_xmma_..._ffma kernels and CUTLASS's
+    ``Kernel2`` (demangled: cutlass_80_simt_sgemm) are fp32 on CUDA cores; none is called a tensor-core GEMM."""
+    k = analyze(SAMPLES / "ddp_balanced_h200x2.sqlite").kernels
+    gemms = k.by_name[k.by_name["category"].str.startswith("gemm")]
+    assert set(gemms["category"]) == {"gemm_fp32"}
+    assert any(n.startswith("Kernel2<cutlass_80_simt_sgemm") for n in gemms["name"])
+    assert _shares("ddp_balanced_h200x2")["collective"] > 0.2  # the NCCL all-reduces
+
+
+def test_each_sample_s_math_is_what_its_program_ran():
+    """bf16 autocast GPT-2 (cuBLASLt nvjet_*_tst_* GEMMs, cuDNN SDPA), fp32 ResNet-50 with cuDNN's default TF32
+    convolutions, fp16 autocast ResNet-18 (the flawed example): the GEMM/convolution math follows the program."""
+    gpt = _shares("gpt2_plain_nsys_h100")
+    assert gpt["gemm_bf16"] > 0.25 and gpt["attention"] > 0.05
+    assert not any(c in gpt for c in ("gemm_fp32", "gemm_tf32", "gemm_fp16"))
+    assert gpt["elementwise"] + gpt["norm_softmax"] > 0.3  # the eager program's unfused kernels
+    resnet = _shares("resnet50_2workers_h100")
+    assert resnet["conv_tf32"] > 0.1 and resnet["layout_transpose"] > 0.05
+    assert "conv_fp32" not in resnet
+    flawed = _shares("resnet_flawed")
+    assert flawed["conv_fp16"] > 0.05 and "conv_tf32" not in flawed
+
+
+@pytest.mark.parametrize("short, demangled, expected", [
+    ("Kernel2", "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(T1::Params)", "gemm_tf32"),
+    ("Kernel", "void cutlass__5x_cudnn::Kernel<cutlass_tensorop_f16_s16816fprop_optimized_f16_256x64_32x4_nhwc_align8>"
+     "(T1::Params)", "conv_fp16"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", None, "gemm_bf16"),
+    ("convert_dq_to_16bits", "void cudnn::fusion::convert_dq_to_16bits<(bool)1>(const void *)", "attention"),
+    ("triton_per_fused_native_layer_norm_0", None, "triton"),
+    ("implicit_convolve_sgemm", None, "conv_fp32"),
+    ("nvjet_sm90_hsh_128x256_64x4_2x1_v_bz_coopA_NTN", None, "gemm_fp16"),
+])
+def test_documented_name_rules(short, demangled, expected):
+    assert category(short, demangled) == expected
+    assert expected in LABELS
+
+
+def test_a_cpu_only_report_skips_the_kernel_mix_with_the_reason():
+    a = analyze(SAMPLES / "cpu_slow_loader.sqlite")  # nsys 2022.4, export schema 3.0.0
+    assert a.kernels is None and "GPU activity" in a.skipped["kernels"]
