@@ -17,11 +17,8 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace.analyzer.model import Trace
-from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RUNTIME, Reader, ReportInfo
+from nvtx_trace.analyzer.reader import ENUM_TABLES, PROBED_TABLES, Reader, ReportInfo
 from nvtx_trace.errors import BadReportError
-
-ENUMS = ("ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND")  # the enums whose codes the analyses compare
-PROBED_TABLES = (RUNTIME, *GPU_OP_TABLES.values(), "NVTX_EVENTS")  # whose columns the analyses ask about
 
 
 @dataclass
@@ -104,7 +101,7 @@ def _snapshot(trace: Trace, reader: Reader) -> DecodedReport:
         utc_start_ns=reader.session_utc_ns(), host=reader.host_identity(), cpu_cores=reader.cpu_cores(),
         gpu_ops=gpu_ops, ranges=ranges, runtime=runtime, api_names=dict(trace.api_names),
         kernel_times=kernel_times, launch_rows=launch_rows, strings=strings,
-        enums={e: reader.enum(e, {}) for e in ENUMS if reader.has(e)},
+        enums={e: reader.enum(e, {}) for e in ENUM_TABLES if reader.has(e)},
         columns={t: reader.table_columns_present(t) for t in PROBED_TABLES if reader.has(t)},
         gpu_names=trace.gpu_names, thread_names=trace.thread_names, process_names=trace.process_names,
         kernel_name_column=trace.kernel_name_column)

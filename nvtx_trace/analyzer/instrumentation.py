@@ -6,7 +6,7 @@ The profiled process measures its per-range costs once, under the profiler
 by the ranges actually recorded in the steady-state steps of the training
 process, so the figure follows what really ran (grad accumulation, eval passes,
 copies) rather than a constant. Findings about CPU time (cpu_overhead,
-launch-bound gaps) subtract it or name it (rules.py).
+launch-bound gaps) subtract it or name it (basis.py, questions/cpu_bound.py).
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ OPAQUE = re.compile(r"^(Kernel\d*|kernel\d*|void|cutlass.*Kernel\d*)$")
 _RULES: list[tuple[str, re.Pattern]] = [
     ("triton", re.compile(r"^triton_|^triton\b|_triton_", re.I)),
     ("attention", re.compile(r"flash|fmha|attention|_sdpa_|sdpa_|mha_|efficient_attention|cudnn::fusion::", re.I)),
-    ("conv", re.compile(r"(?<![a-z])conv(?!ert)|fprop|dgrad|wgrad|winograd|implicit_gemm|implicit_convolve|precomputed_convolve", re.I)),
+    ("conv", re.compile(r"(?<![a-z])conv(?!ert)|Convolution|fprop|dgrad|wgrad|winograd|implicit_gemm|"
+                        r"implicit_convolve|precomputed_convolve", re.I)),
     ("gemm", re.compile(r"gemm|gemv|nvjet|matmul|cublas|cutlass|xmma|wgmma|splitKreduce|s1688|s16816|h1688|h16816|"
                         r"bf16_s16816|i8816", re.I)),
     ("optimizer", re.compile(r"multi_tensor_apply|adam|_sgd|sgd_|lamb|foreach|fused_optim", re.I)),

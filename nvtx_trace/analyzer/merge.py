@@ -19,7 +19,7 @@ from pandas.api.types import union_categoricals
 from nvtx_trace.analyzer.clocks import ClockPlan
 from nvtx_trace.analyzer.decoded import DecodedReport
 from nvtx_trace.analyzer.model import Trace, pid_of
-from nvtx_trace.analyzer.reader import RUNTIME, Reader, ReportInfo
+from nvtx_trace.analyzer.reader import MEM_KIND_ENUM, MEMCPY_OPER_ENUM, RUNTIME, Reader, ReportInfo
 
 
 @dataclass
@@ -186,10 +186,10 @@ def merge(reports: list[DecodedReport], clock: ClockPlan) -> MergedTrace:
             if "name_id" in cols:
                 cols["name_id"] = _remap(cols["name_id"], kernel)
             for c in ("copy_kind",) if "copy_kind" in cols else ():
-                cols[c] = _remap(cols[c], kinds.get("ENUM_CUDA_MEMCPY_OPER", {}))
+                cols[c] = _remap(cols[c], kinds.get(MEMCPY_OPER_ENUM, {}))
             for c in ("src_kind", "dst_kind"):
                 if c in cols:
-                    cols[c] = _remap(cols[c], kinds.get("ENUM_CUDA_MEM_KIND", {}))
+                    cols[c] = _remap(cols[c], kinds.get(MEM_KIND_ENUM, {}))
             launches.setdefault(key, []).append(cols)
         names["gpu_names"].update({devs[d]: n for d, n in r.gpu_names.items() if d in devs})
         names["thread_names"].update({int(_remap_gtid(np.array([g]), pids)[0]): n for g, n in r.thread_names.items()

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace.analyzer import validity
-from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RUNTIME, Reader
+from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RUNTIME, RUNTIME_COLUMNS, Reader
 
 GPU_OP_KINDS = list(GPU_OP_TABLES)  # code = index: 0 kernel, 1 memcpy, 2 memset
 
@@ -28,12 +28,10 @@ SYNC_API_RE = re.compile(
 COPY_API_RE = re.compile(r"^(cudaMemcpy|cuMemcpy)")
 SLOW_API_NS = 50_000  # CUDA calls at least this long are worth naming (cudaMalloc, module loads)
 PRELOAD_FILTERS = (SYNC_API_RE, COPY_API_RE)  # the runtime calls the analyses ask for by name
-RUNTIME_COLUMNS = {"start_ns": "start", "end_ns": "end", "gtid": "globalTid", "corr": "correlationId",
-                   "name_id": "nameId"}
 
 
 def pid_of(gtid: np.ndarray) -> np.ndarray:
-    """OS pid from globalTid/globalPid (bits 24-47)."""
+    """OS pid from a global thread or process id (bits 24-47)."""
     return (np.asarray(gtid, dtype=np.int64) >> 24) & 0xFFFFFF
 
 
@@ -109,17 +107,6 @@ class Trace:
     def has_gpu_activity(self) -> bool:
         return len(self.gpu_ops) > 0
 
-    def gpu_table_columns(self, table_key: str) -> dict[str, str]:
-        """What is read from a GPU activity table: times, device and process for gpu_ops, and what the
-        launch lookups and the copy analysis need (NULL for a column this export lacks)."""
-        table = GPU_OP_TABLES[table_key]
-        wanted = {"start_ns": "start", "end_ns": "end", "device_id": "deviceId", "gpid": "globalPid", **{
-            "kernel": {"name_id": self.kernel_name_column or "NULL", "corr": "correlationId"},
-            "memcpy": {"corr": "correlationId", "bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind",
-                       "dst_kind": "dstKind"},
-            "memset": {"corr": "correlationId", "bytes": "bytes"}}[table_key]}
-        return {k: c if c == "NULL" or self.reader.has(table, c) else "NULL" for k, c in wanted.items()}
-
     @cached_property
     def listed_devices(self) -> np.ndarray | None:
         return validity.listed_devices(self.reader)
@@ -140,7 +127,7 @@ class Trace:
         rows of announced launch requests, so the name and correlation columns are never held whole.
         Rows without a valid time span are dropped and counted.
         """
-        cols = self.reader.table_columns(self.gpu_table_columns(key), GPU_OP_TABLES[key])
+        cols = self.reader.table_columns(self.reader.gpu_columns(key), GPU_OP_TABLES[key])
         valid = self.in_session(cols["start_ns"], cols["end_ns"])
         if not valid.all():
             self.warnings.append(f"{int((~valid).sum())} {key} row(s) without a valid start/end (ending before "
@@ -228,7 +215,7 @@ class Trace:
     def api_names(self) -> dict[int, str]:
         """String id -> base name of every string that can name a CUDA runtime/driver call.
 
-        Read from StringIds (thousands of rows), not as DISTINCT over the runtime table (millions).
+        Read from the string table (thousands of rows), not as DISTINCT over the runtime table (millions).
         """
         if not self.reader.has(RUNTIME):
             return {}
@@ -248,8 +235,8 @@ class Trace:
         """
         if self._runtime_read is not None or not self.reader.has(RUNTIME):
             return
-        sql = f"{RUNTIME} WHERE {self.runtime_filter()}"
-        columns = {k: c if self.reader.has(RUNTIME, c) else "NULL" for k, c in RUNTIME_COLUMNS.items()}
+        ids = [i for i, n in self.api_names.items() if any(f.search(n) for f in PRELOAD_FILTERS)]
+        columns, sql = self.reader.runtime_query(ids, SLOW_API_NS, self._launch_requests)
         own = self._runtime_reader = Reader(self.info.path)
         future: Future = Future()
 
@@ -270,25 +257,9 @@ class Trace:
         own = self._runtime_reader
         if own is not None and self._runtime_read is not None and not self._runtime_read.done():
             try:
-                own.conn.interrupt()
+                own.interrupt()
             except Exception:  # already closed by its thread
                 pass
-
-    def runtime_filter(self) -> str:
-        """SQL condition of the one runtime pass: calls named by PRELOAD_FILTERS, calls of at least SLOW_API_NS,
-        and the launches announced."""
-        ids = [i for i, n in self.api_names.items() if any(f.search(n) for f in PRELOAD_FILTERS)]
-        cond = [f"end - start >= {SLOW_API_NS}"]
-        if ids:
-            cond.append(f"nameId IN ({','.join(map(str, ids))})")
-        for table_key, column, op_ids in self._launch_requests:
-            table_columns = self.gpu_table_columns(table_key) if self.reader.has(GPU_OP_TABLES[table_key]) else {}
-            sql_column = table_columns.get(column, "NULL")
-            if "NULL" not in (sql_column, table_columns.get("corr", "NULL")) and self.reader.has(RUNTIME, "correlationId"):
-                # The subquery costs one more scan of the GPU table; a temp table of the wanted ids costs more.
-                cond.append(f"correlationId IN (SELECT g.correlationId FROM {GPU_OP_TABLES[table_key]} g "
-                            f"WHERE g.{sql_column} IN ({','.join(map(str, op_ids))}))")
-        return " OR ".join(cond)
 
     @cached_property
     def _runtime(self) -> pd.DataFrame:
@@ -328,10 +299,7 @@ class Trace:
 
     @cached_property
     def kernel_name_column(self) -> str | None:
-        for col in ("shortName", "demangledName", "name"):
-            if self.reader.has(GPU_OP_TABLES["kernel"], col):
-                return col
-        return None
+        return self.reader.kernel_name_column
 
     def kernel_time_by_name(self) -> pd.DataFrame:
         """Total GPU time per kernel name: name, count, time_ns."""
@@ -345,7 +313,7 @@ class Trace:
 
     def launches_of(self, table_key: str, column: str, ids: list[int]) -> pd.DataFrame:
         """GPU ops whose ``column`` is one of ``ids`` (announced with want_launches), each joined to the CPU
-        call that issued it (same process, same correlationId); api_* are -1 (api_gtid 0) where none was recorded."""
+        call that issued it (same process, same correlation id); api_* are -1 (api_gtid 0) where none was recorded."""
         if (table_key, column, tuple(sorted(ids))) not in self._launch_requests:
             raise RuntimeError(f"launches_of({table_key!r}, ...) was not announced with want_launches()")
         _ = self.gpu_ops
@@ -375,7 +343,7 @@ def _time_by_id(name_id: np.ndarray, duration_ns: np.ndarray) -> pd.DataFrame:
 
 
 def _match_calls(corr: np.ndarray, gpid: np.ndarray, calls: pd.DataFrame) -> dict[str, np.ndarray]:
-    """For each GPU op, the runtime call with its correlationId in its process (a sort and a binary search:
+    """For each GPU op, the runtime call with its correlation id in its process (a sort and a binary search:
     pandas' merge on two keys costs ~5x more at a million launches)."""
     out = {"api_start_ns": np.full(len(corr), -1, np.int64), "api_end_ns": np.full(len(corr), -1, np.int64),
            "api_gtid": np.zeros(len(corr), np.int64), "api_name_id": np.full(len(corr), -1, np.int64)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,12 @@ GPU_OP_TABLES = {
     "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
 }
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+NVTX = "NVTX_EVENTS"
+MEMCPY_OPER_ENUM, MEM_KIND_ENUM = "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND"
+ENUM_TABLES = (MEMCPY_OPER_ENUM, MEM_KIND_ENUM)  # the enums whose codes the analyses compare
+PROBED_TABLES = (RUNTIME, *GPU_OP_TABLES.values(), NVTX)  # whose columns the analyses ask about
+RUNTIME_COLUMNS = {"start_ns": "start", "end_ns": "end", "gtid": "globalTid", "corr": "correlationId",
+                   "name_id": "nameId"}
 
 # Used only when an export has no ENUM_* tables (pre-2022 schemas).
 FALLBACK_MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 10: "PtoP"}
@@ -103,6 +110,68 @@ class Reader:
     def has_cuda_api(self) -> bool:
         """Whether CUDA API calls (the runtime table) were recorded: syncs and launches need them."""
         return self.has(RUNTIME)
+
+    @cached_property
+    def kernel_name_column(self) -> str | None:
+        for col in ("shortName", "demangledName", "name"):
+            if self.has(GPU_OP_TABLES["kernel"], col):
+                return col
+        return None
+
+    def gpu_columns(self, table_key: str) -> dict[str, str]:
+        """What is read from a GPU activity table: times, device and process for every op, and what the
+        launch lookups and the copy analysis need (NULL for a column this export lacks)."""
+        table = GPU_OP_TABLES[table_key]
+        wanted = {"start_ns": "start", "end_ns": "end", "device_id": "deviceId", "gpid": "globalPid", **{
+            "kernel": {"name_id": self.kernel_name_column or "NULL", "corr": "correlationId"},
+            "memcpy": {"corr": "correlationId", "bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind",
+                       "dst_kind": "dstKind"},
+            "memset": {"corr": "correlationId", "bytes": "bytes"}}[table_key]}
+        return {k: c if c == "NULL" or self.has(table, c) else "NULL" for k, c in wanted.items()}
+
+    def runtime_query(self, name_ids: list[int], min_duration_ns: int,
+                      launches: list[tuple[str, str, tuple[int, ...]]]) -> tuple[dict[str, str], str]:
+        """The one runtime pass as (columns, source) for ``columns``: calls named by ``name_ids``, calls of at
+        least ``min_duration_ns``, and the calls that launched the GPU ops of each (table key, column, ids)."""
+        cond = [f"end - start >= {int(min_duration_ns)}"]
+        if name_ids:
+            cond.append(f"nameId IN ({','.join(map(str, name_ids))})")
+        for table_key, column, op_ids in launches:
+            table_columns = self.gpu_columns(table_key) if self.has(GPU_OP_TABLES[table_key]) else {}
+            sql_column = table_columns.get(column, "NULL")
+            if "NULL" not in (sql_column, table_columns.get("corr", "NULL")) and self.has(RUNTIME, "correlationId"):
+                # The subquery costs one more scan of the GPU table; a temp table of the wanted ids costs more.
+                cond.append(f"correlationId IN (SELECT g.correlationId FROM {GPU_OP_TABLES[table_key]} g "
+                            f"WHERE g.{sql_column} IN ({','.join(map(str, op_ids))}))")
+        columns = {k: c if self.has(RUNTIME, c) else "NULL" for k, c in RUNTIME_COLUMNS.items()}
+        return columns, f"{RUNTIME} WHERE {' OR '.join(cond)}"
+
+    def count_ranges_named(self, text: str) -> int:
+        """How many NVTX ranges carry exactly this text (doctor's test capture)."""
+        if not self.has(NVTX):
+            return 0
+        return self.conn.execute(f"SELECT count(*) FROM {NVTX} n LEFT JOIN StringIds s ON s.id = n.textId "
+                                 "WHERE COALESCE(s.value, n.text) = ?", (text,)).fetchone()[0]
+
+    def interrupt(self) -> None:
+        """Stop a query running on this reader's connection (from another thread)."""
+        self.conn.interrupt()
+
+    def first_starts(self) -> list[int]:
+        """The first positive start of the NVTX and kernel tables: which clock the events are stamped on."""
+        out = []
+        for table in (NVTX, GPU_OP_TABLES["kernel"]):
+            if self.has(table, "start"):
+                row = self.conn.execute(f"SELECT start FROM {table} WHERE start > 0 LIMIT 1").fetchone()
+                if row and isinstance(row[0], int):
+                    out.append(row[0])
+        return out
+
+    def listed_gpu_ids(self) -> list[int] | None:
+        """GPU ids the report's own device table lists (None when it has none to check against)."""
+        if not self.has("TARGET_INFO_GPU", "id"):
+            return None
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT id FROM TARGET_INFO_GPU") if isinstance(r[0], int)]
 
     # ---- bulk columns -------------------------------------------------------
     def columns(self, select: dict[str, str], source: str, params=()) -> dict[str, np.ndarray]:

@@ -50,7 +50,7 @@ def analyze_startup(trace, first_step_ns: int, busy, step_ns: float) -> Startup 
         return None
     gpu_busy = int(iv.Coverage(busy).measure(lo, first_step_ns)) if busy is not None else 0
     parts: dict[str, int] = {}
-    calls = trace.api_calls(min_duration_ns=SLOW_API_NS) if trace.reader.has("CUPTI_ACTIVITY_KIND_RUNTIME") else None
+    calls = trace.api_calls(min_duration_ns=SLOW_API_NS) if trace.reader.has_cuda_api() else None
     if calls is not None and len(calls):
         s = np.clip(calls["start_ns"].to_numpy(), lo, first_step_ns)  # only what falls inside start-up
         e = np.clip(calls["end_ns"].to_numpy(), lo, first_step_ns)
@@ -72,7 +72,7 @@ FIRST_TIME_NS = 1_000_000  # a step that loads this much GPU code ran code paths
 def first_time_code_ns(trace, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per step, CPU time in slow calls that load GPU code (CUDA loads modules lazily, on a kernel's first
     launch): a step that holds them is still warming up, however close its length is to the others'."""
-    if not trace.reader.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+    if not trace.reader.has_cuda_api():
         return np.zeros(len(starts), dtype=np.int64)
     calls = trace.api_calls(min_duration_ns=SLOW_API_NS)
     names = trace.api_names

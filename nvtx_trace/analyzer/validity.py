@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nvtx_trace.analyzer.reader import GPU_OP_TABLES
-
 SESSION_SLACK_NS = 1_000_000_000
 
 
@@ -24,12 +22,7 @@ def session_on_event_clock(reader) -> tuple[int, int] | None:
     if reader.info.session is None:
         return None
     lo, hi = reader.info.session
-    probes = []
-    for table in ("NVTX_EVENTS", GPU_OP_TABLES["kernel"]):
-        if reader.has(table, "start"):
-            row = reader.conn.execute(f"SELECT start FROM {table} WHERE start > 0 LIMIT 1").fetchone()
-            if row and isinstance(row[0], int):
-                probes.append(row[0])
+    probes = reader.first_starts()
     for base in ((lo, hi), (0, hi - lo)):
         if probes and all(base[0] - SESSION_SLACK_NS <= p <= base[1] + SESSION_SLACK_NS for p in probes):
             return base
@@ -58,9 +51,7 @@ def corrupt_ranges(start: np.ndarray, end: np.ndarray, is_open: np.ndarray,
 
 def listed_devices(reader) -> np.ndarray | None:
     """GPU ids the report's own device table lists (None when it has none to check against)."""
-    if not reader.has("TARGET_INFO_GPU", "id"):
-        return None
-    ids = [r[0] for r in reader.conn.execute("SELECT DISTINCT id FROM TARGET_INFO_GPU") if isinstance(r[0], int)]
+    ids = reader.listed_gpu_ids()
     return np.array(ids, np.int64) if ids else None
 
 

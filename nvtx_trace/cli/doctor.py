@@ -16,6 +16,7 @@ from typing import Optional
 
 import typer
 
+from nvtx_trace.analyzer.reader import Reader
 from nvtx_trace.capture import locate, target_python
 from nvtx_trace.capture.export import export_sqlite
 from nvtx_trace.capture.profile import profile
@@ -125,12 +126,11 @@ def probe_capture(found: locate.Nsys, python: str) -> Check:
                                       trace=locate.pick_traces(found, ["nvtx"]),
                                       extra=["--sample=none", "--cpuctxsw=none"], capture_output=True)
             db = export_sqlite(found, result.require_report())
-            con = sqlite3.connect(db)
+            reader = Reader(db)
             try:
-                hits = con.execute("SELECT count(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
-                                   "WHERE COALESCE(s.value, n.text) = 'nvtx_trace_doctor'").fetchone()[0]
+                hits = reader.count_ranges_named("nvtx_trace_doctor")
             finally:
-                con.close()
+                reader.close()
         except (NvtxTraceError, sqlite3.Error) as exc:
             return Check("test capture", MISSING, f"failed: {exc}")
     how = " (imported by nvtx-trace)" if result.imported_by_us else ""

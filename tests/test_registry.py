@@ -1,0 +1,116 @@
+"""The registry of questions is the one list: a question declared in one place reaches every output, and
+only the reader knows the export's schema."""
+
+from __future__ import annotations
+
+import io
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SAMPLES
+from rich.console import Console
+
+from nvtx_trace.analyzer import analyze, questions
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
+from nvtx_trace.analyzer.pipeline import ordered
+from nvtx_trace.analyzer.question import Question
+from nvtx_trace.report import html, text
+from nvtx_trace.report.json import to_dict
+
+REPORT = SAMPLES / "resnet_flawed_user.sqlite"
+
+
+def test_every_module_in_the_folder_is_one_registered_question():
+    modules = [m.name for m in pkgutil.iter_modules(questions.__path__)]
+    assert len(modules) == len(questions.REGISTRY) == len({q.name for q in questions.REGISTRY})
+    # each runs after what it needs; the findings are ranked after every question that builds them
+    names = [q.name for q in ordered(questions.REGISTRY)]
+    for q in questions.REGISTRY:
+        assert all(names.index(n) < names.index(q.name) for n in q.needs)
+    assert all(names.index(q.name) < names.index("findings") for q in questions.REGISTRY if q.findings)
+
+
+def _probe(a) -> list[Finding]:
+    if a.probe is None:
+        return []
+    return [Finding(kind="probe_kind", title="probe finding", impact_ns=10**12, fix="probe fix",
+                    threshold=f">= {THRESHOLDS['probe_threshold']}")]
+
+
+PROBE = Question(
+    name="probe", order=55, run=lambda ctx: setattr(ctx.result, "probe", {"answer": 42}), needs=("idle",),
+    thresholds={"probe_threshold": 7}, findings=lambda a, basis: _probe(a), idle_kinds=("probe_kind",),
+    json_keys=("probe_section",), json_at=85, to_json=lambda a: {"probe_section": a.probe},
+    text=lambda a, view: view.print("probe text line"), text_at=35,
+    html=lambda a, d, view: f"<h3>probe html {d['probe_section']['answer']}</h3>", html_at=25,
+)
+
+
+@pytest.fixture
+def registered_probe(monkeypatch):
+    """A question added the way a module in analyzer/questions/ adds one, and nothing else edited."""
+    monkeypatch.setattr(THRESHOLDS, "_all", None)  # re-derived with the probe's
+    questions.REGISTRY.append(PROBE)
+    questions.REGISTRY.sort(key=lambda q: (q.order, q.name))
+    yield
+    questions.REGISTRY.remove(PROBE)
+    THRESHOLDS._all = None
+
+
+def test_a_registered_question_reaches_every_output(registered_probe):
+    a = analyze(REPORT)
+    assert a.probe == {"answer": 42}
+    assert THRESHOLDS["probe_threshold"] == 7 and "probe_kind" in questions.idle_kinds()
+    assert a.findings[0].kind == "probe_kind" and a.findings[0].threshold == ">= 7"  # ranked by its impact
+    d = to_dict(a)
+    keys = list(d)
+    assert keys.index("probe_section") == keys.index("transposes") + 1  # json_at 85: after layout's 80
+    out = io.StringIO()
+    text.render(a, Console(file=out, width=200, color_system=None))
+    lines = out.getvalue().splitlines()
+    assert "probe text line" in lines
+    assert "<h3>probe html 42</h3>" in html.render(a, max_points=200)
+
+
+def test_the_outputs_follow_the_declared_orders():
+    keys = questions.json_key_order()
+    assert keys[:3] == questions.HEAD_KEYS and keys[-2:] == questions.TAIL_KEYS
+    assert list(to_dict(analyze(REPORT))) == [k for k in keys if k not in ("clock", "ranks")]
+    assert len(keys) == len(set(keys))  # no key owned twice
+
+
+SCHEMA_WORDS = re.compile(r"\bSELECT\b|\bPRAGMA\b|\bJOIN\b|CUPTI_ACTIVITY|NVTX_EVENTS|StringIds|\bENUM_CUDA|"
+                          r"TARGET_INFO|ANALYSIS_DETAILS|\bglobalPid\b|\bcorrelationId\b|\bshortName\b|"
+                          r"\bdemangledName\b|\.conn\.")
+
+
+@pytest.mark.parametrize("package", ["analyzer", "cli"])
+def test_only_the_reader_knows_the_export_schema(package):
+    """SQL text, table and column names of the export, and raw connections live in analyzer/reader.py alone
+    (the capture side's export checks, redact and the history database are not analyses of a report)."""
+    offenders = []
+    for path in sorted((ROOT / "nvtx_trace" / package).rglob("*.py")):
+        if path.name == "reader.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if SCHEMA_WORDS.search(line):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_architecture_doc_lists_every_question():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    for q in questions.REGISTRY:
+        assert f"`questions/{_module_of(q)}.py`" in doc, q.name
+
+
+def _module_of(q: Question) -> str:
+    for m in pkgutil.iter_modules(questions.__path__):
+        if getattr(__import__(f"nvtx_trace.analyzer.questions.{m.name}", fromlist=["QUESTION"]), "QUESTION") is q:
+            return m.name
+    raise AssertionError(q.name)
+
+
+assert Path(__file__).exists()
