@@ -50,19 +50,21 @@ GPU_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI
 def floor_queries(path: Path) -> list[str]:
     """The analyzer's reads as plain SELECTs: every column and row it loads, taken from its own plan."""
     from nvtx_trace.analyzer import pipeline
-    from nvtx_trace.analyzer.model import RUNTIME_COLUMNS, Trace
-    from nvtx_trace.analyzer.questions import REGISTRY as UNITS
+    from nvtx_trace.analyzer.model import PRELOAD_FILTERS, SLOW_API_NS, Trace
+    from nvtx_trace.analyzer.questions import REGISTRY
     from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RANGE_EVENT_TYPES, Reader
 
     reader = Reader(path)
     try:
         trace = Trace(reader)
-        pipeline.announce(UNITS, trace)
-        q = [f"SELECT {', '.join(trace.gpu_table_columns(key).values())} FROM {table}"
+        pipeline.announce(REGISTRY, trace)
+        q = [f"SELECT {', '.join(reader.gpu_columns(key).values())} FROM {table}"
              for key, table in GPU_OP_TABLES.items() if reader.has(table)]
         q.append("SELECT start, end, globalTid, textId, domainId FROM NVTX_EVENTS "
                  f"WHERE eventType IN {RANGE_EVENT_TYPES} AND start > 0")
-        q.append(f"SELECT {', '.join(RUNTIME_COLUMNS.values())} FROM {RUNTIME} WHERE {trace.runtime_filter()}")
+        ids = [i for i, n in trace.api_names.items() if any(f.search(n) for f in PRELOAD_FILTERS)]
+        columns, source = reader.runtime_query(ids, SLOW_API_NS, trace._launch_requests)
+        q.append(f"SELECT {', '.join(columns.values())} FROM {source}")
     finally:
         reader.close()
     return q

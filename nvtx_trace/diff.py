@@ -38,9 +38,11 @@ def load_summary(path: Path) -> dict:
             raise BadReportError(f"{path}: not an nvtx-trace summary.json (no findings)")
         return data
     from nvtx_trace.analyzer import analyze
+    from nvtx_trace.analyzer.inputs import expand
+    from nvtx_trace.capture.export import as_sqlite
     from nvtx_trace.report.json import to_dict
 
-    return json.loads(json.dumps(to_dict(analyze(path))))
+    return json.loads(json.dumps(to_dict(analyze([as_sqlite(p) for p in expand(path)]))))
 
 
 def _key(finding: dict) -> tuple[str, str]:

@@ -3,10 +3,10 @@ only the reader knows the export's schema."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import pkgutil
 import re
-from pathlib import Path
 
 import pytest
 from conftest import ROOT, SAMPLES
@@ -108,9 +108,7 @@ def test_the_architecture_doc_lists_every_question():
 
 def _module_of(q: Question) -> str:
     for m in pkgutil.iter_modules(questions.__path__):
-        if getattr(__import__(f"nvtx_trace.analyzer.questions.{m.name}", fromlist=["QUESTION"]), "QUESTION") is q:
+        if importlib.import_module(f"nvtx_trace.analyzer.questions.{m.name}").QUESTION is q:
             return m.name
     raise AssertionError(q.name)
 
-
-assert Path(__file__).exists()

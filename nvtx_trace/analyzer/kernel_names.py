@@ -46,7 +46,8 @@ OPAQUE = re.compile(r"^(Kernel\d*|kernel\d*|void|cutlass.*Kernel\d*)$")
 
 _RULES: list[tuple[str, re.Pattern]] = [
     ("triton", re.compile(r"^triton_|^triton\b|_triton_", re.I)),
-    ("attention", re.compile(r"flash|fmha|attention|_sdpa_|sdpa_|mha_|efficient_attention|cudnn::fusion::", re.I)),
+    ("attention", re.compile(r"flash|fmha|attention|_sdpa_|sdpa_|mha_|efficient_attention|cudnn::fusion::|dot_do_o|"
+                             r"convert_dq", re.I)),
     ("conv", re.compile(r"(?<![a-z])conv(?!ert)|Convolution|fprop|dgrad|wgrad|winograd|implicit_gemm|"
                         r"implicit_convolve|precomputed_convolve", re.I)),
     ("gemm", re.compile(r"gemm|gemv|nvjet|matmul|cublas|cutlass|xmma|wgmma|splitKreduce|s1688|s16816|h1688|h16816|"
@@ -72,7 +73,8 @@ _MATH: list[tuple[str, re.Pattern]] = [
 ]
 
 def category(short: str, demangled: str | None = None) -> str:
-    """The category of one kernel (docs/kernel-categories.md): its short name decides unless it is opaque."""
+    """The category of one kernel (docs/kernel-categories.md): its short name decides unless it is opaque; the
+    demangled name also states the math of a GEMM/convolution whose short name does not."""
     name = demangled if demangled and (OPAQUE.match(short or "") or not short) else short
     name = name or ""
     if COMM_KERNEL_RE.match(name):
@@ -84,8 +86,6 @@ def category(short: str, demangled: str | None = None) -> str:
             if cat in ("gemm", "conv"):
                 return cat + math_of(name, demangled)
             return cat
-    if demangled and name is not demangled:  # a short name no rule knows: its demangled name may say
-        return category(demangled, None) if demangled != short else "other"
     return "other"
 
 
@@ -110,6 +110,19 @@ def shown_name(short: str, demangled: str | None) -> str:
     return (f"{head}<{first}>" if first else head)[:120]
 
 
-def is_ambiguous(short: str) -> bool:
-    """A short name whose category needs the demangled name."""
-    return bool(OPAQUE.match(short or "")) or category(short) in ("gemm", "conv", "other")
+def needs_demangled(short: str) -> bool:
+    """A short name that says nothing, or a GEMM/convolution whose short name does not state its math."""
+    return bool(OPAQUE.match(short or "")) or category(short) in ("gemm", "conv")
+
+
+# SQL LIKE hints that find every such name among the report's strings (case-insensitive for ASCII)
+DEMANGLE_HINTS = ("Kernel%", "void", "cutlass%", "%gemm%", "%conv%", "%xmma%", "%nvjet%", "%cublas%", "%matmul%",
+                  "%fprop%", "%dgrad%", "%wgrad%", "%wgmma%", "%winograd%")
+
+
+class NeedsDemangled:
+    """``reader.string_ids``'s pattern: a string matches when ``needs_demangled`` says so."""
+
+    @staticmethod
+    def search(name: str) -> bool:
+        return needs_demangled(name)

@@ -57,10 +57,6 @@ class MergedReader:
         """Whether CUDA API calls (the runtime table) were recorded: syncs and launches need them."""
         return self.has(RUNTIME)
 
-    def kernels_named(self, short_ids) -> None:
-        """Demangled names are not kept when reports are merged: short names decide."""
-        return None
-
     def strings(self, ids) -> dict[int, str]:
         return {int(i): self._strings.get(int(i), f"<string {int(i)}>") for i in ids}
 
@@ -99,6 +95,9 @@ class MergedTrace(Trace):
 
     def start_runtime_read(self) -> None:
         pass  # every report's runtime rows were read with it
+
+    def want_long_names(self, short_ids: list[int]) -> None:
+        pass  # demangled names are not kept when reports are merged: short names decide
 
 
 class _Ids:

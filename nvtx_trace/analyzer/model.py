@@ -61,6 +61,8 @@ class Trace:
         self.info = reader.info
         self.warnings: list[str] = []
         self._launch_requests: list[tuple[str, str, tuple]] = []  # read with the runtime pass
+        self._long_names_of: tuple[int, ...] = ()  # short-name ids whose kernels bring their demangled name
+        self._long_named: dict[str, np.ndarray] | None = None  # those kernels, as read with the kernel table
         self._runtime_read: Future | None = None
         self._launch_rows: dict[tuple, dict[str, np.ndarray]] = {}  # filled while the GPU tables are read
         self._kernel_times = _time_by_id(np.empty(0, np.int64), np.empty(0, np.int64))  # no kernel table: none
@@ -127,7 +129,7 @@ class Trace:
         rows of announced launch requests, so the name and correlation columns are never held whole.
         Rows without a valid time span are dropped and counted.
         """
-        cols = self.reader.table_columns(self.reader.gpu_columns(key), GPU_OP_TABLES[key])
+        cols = self.reader.table_columns(self.reader.gpu_columns(key, self._long_names_of), GPU_OP_TABLES[key])
         valid = self.in_session(cols["start_ns"], cols["end_ns"])
         if not valid.all():
             self.warnings.append(f"{int((~valid).sum())} {key} row(s) without a valid start/end (ending before "
@@ -140,6 +142,9 @@ class Trace:
                 self._launch_rows[request] = {c: v[keep] for c, v in cols.items()}
         if key == "kernel" and self.kernel_name_column:
             self._kernel_times = _time_by_id(cols["name_id"], cols["end_ns"] - cols["start_ns"])
+        if "long_id" in cols:
+            named = cols["long_id"] >= 0
+            self._long_named = {c: cols[c][named] for c in ("start_ns", "end_ns", "device_id", "name_id", "long_id")}
         kept = {c: cols[c] for c in ("start_ns", "end_ns", "device_id", "gpid")}
         # kernel names as string ids (-1 for copies, memsets and unnamed kernels): the step inference reads them
         name_id = cols.get("name_id") if key == "kernel" else None
@@ -220,6 +225,19 @@ class Trace:
         if not self.reader.has(RUNTIME):
             return {}
         return {i: api_base_name(n) for i, n in self.reader.api_name_strings().items()}
+
+    def want_long_names(self, short_ids: list[int]) -> None:
+        """Announce that kernels with these short names should bring their demangled names (one kernel pass)."""
+        if "gpu_ops" in self.__dict__:
+            raise RuntimeError("want_long_names() must come before the GPU tables are read")
+        self._long_names_of = tuple(sorted(set(self._long_names_of) | {int(i) for i in short_ids}))
+
+    def long_named_kernels(self) -> pd.DataFrame | None:
+        """start_ns, end_ns, device_id, name_id, long_id of the kernels announced by want_long_names (valid rows
+        on listed devices); None when none were announced or the export has no demangled names."""
+        _ = self.gpu_ops
+        named = getattr(self, "_long_named", None)  # a merged trace keeps none
+        return None if named is None else pd.DataFrame(named)
 
     def want_launches(self, table_key: str, column: str, ids: list[int]) -> None:
         """Announce a later ``launches_of`` so the CPU calls behind those GPU ops come with the one runtime pass."""

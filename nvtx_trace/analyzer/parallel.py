@@ -20,28 +20,9 @@ from nvtx_trace.errors import UsageError
 PRELOAD = ["nvtx_trace.analyzer.decoded", "nvtx_trace.analyzer.questions", "pandas", "numpy"]
 
 
-def check_scheduler(scheduler: str | None, workers: int | None) -> None:
-    """Option errors before any work: one line each."""
-    if workers is not None and workers < 1:
-        raise UsageError(f"--workers must be at least 1 (got {workers})")
-    if scheduler is None:
-        return
-    if scheduler.startswith("local:"):
-        n = scheduler.split(":", 1)[1]
-        if not n.isdigit() or int(n) < 1:
-            raise UsageError(f"--scheduler {scheduler!r}: local:N needs a number of workers >= 1, e.g. local:4")
-    elif "://" not in scheduler and ":" not in scheduler:
-        raise UsageError(f"--scheduler {scheduler!r}: give a Dask scheduler address (tcp://HOST:PORT) or local:N")
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        raise UsageError("--scheduler needs Dask: python3 -m pip install 'nvtx-trace[dask]' "
-                         "(or leave --scheduler out for a local process pool)") from None
-
-
 def read_reports(paths: list[Path], scheduler: str | None = None, workers: int | None = None) -> list[DecodedReport]:
-    """Every report decoded, in the order given. ``workers=1`` reads them one by one in this process."""
-    check_scheduler(scheduler, workers)
+    """Every report decoded, in the order given (options checked by analyzer.options). ``workers=1`` reads them
+    one by one in this process."""
     if scheduler is not None:
         return _with_dask(paths, scheduler)
     n = min(len(paths), workers or os.cpu_count() or 1)

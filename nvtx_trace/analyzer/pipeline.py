@@ -10,11 +10,13 @@ from nvtx_trace.analyzer.question import Context, Question
 
 
 def announce(questions: list[Question], trace) -> None:
-    """Every question's launch request, declared before any table is read: one runtime pass serves them all."""
+    """Every question's requests, declared before any table is read: one pass per table serves them all."""
     for q in questions:
         request = q.launches(trace) if q.launches is not None else None
         if request is not None:
             trace.want_launches(*request)
+        if q.announce is not None:
+            q.announce(trace)
 
 
 def needs_of(q: Question, questions: list[Question]) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ class Question:
     after_findings: bool = False  # it also needs every question that builds findings
     results: dict = field(default_factory=dict)  # other Analysis attributes it sets, with their value when unset
     launches: Callable[[Any], tuple | None] | None = None  # Trace -> the GPU ops whose launching calls it reads
+    announce: Callable[[Any], None] | None = None  # (Trace) -> None: asks for more from the one pass per table
     thresholds: dict = field(default_factory=dict)  # its own, merged into findings.THRESHOLDS
     findings: Callable | None = None  # (Analysis, Basis) -> list[Finding]; Basis: the figures findings share
     idle_kinds: tuple[str, ...] = ()  # its finding kinds whose impact is GPU time lost idle in the window

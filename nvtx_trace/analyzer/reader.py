@@ -118,16 +118,20 @@ class Reader:
                 return col
         return None
 
-    def gpu_columns(self, table_key: str) -> dict[str, str]:
+    def gpu_columns(self, table_key: str, long_names_of: tuple[int, ...] = ()) -> dict[str, str]:
         """What is read from a GPU activity table: times, device and process for every op, and what the
-        launch lookups and the copy analysis need (NULL for a column this export lacks)."""
+        launch lookups and the copy analysis need (NULL for a column this export lacks). ``long_names_of``:
+        short-name ids whose kernels also bring their demangled name's id (``long_id``, -1 for the others)."""
         table = GPU_OP_TABLES[table_key]
+        extra = {}
+        if table_key == "kernel" and long_names_of and self.has(table, "shortName") and self.has(table, "demangledName"):
+            extra["long_id"] = f"CASE WHEN shortName IN ({','.join(map(str, long_names_of))}) THEN demangledName END"
         wanted = {"start_ns": "start", "end_ns": "end", "device_id": "deviceId", "gpid": "globalPid", **{
             "kernel": {"name_id": self.kernel_name_column or "NULL", "corr": "correlationId"},
             "memcpy": {"corr": "correlationId", "bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind",
                        "dst_kind": "dstKind"},
             "memset": {"corr": "correlationId", "bytes": "bytes"}}[table_key]}
-        return {k: c if c == "NULL" or self.has(table, c) else "NULL" for k, c in wanted.items()}
+        return {k: c if c == "NULL" or self.has(table, c) else "NULL" for k, c in wanted.items()} | extra
 
     def runtime_query(self, name_ids: list[int], min_duration_ns: int,
                       launches: list[tuple[str, str, tuple[int, ...]]]) -> tuple[dict[str, str], str]:
@@ -207,16 +211,6 @@ class Reader:
         for key in select:
             out[key] = np.concatenate([p.pop(key) for p in parts])
         return out
-
-    def kernels_named(self, short_ids) -> dict[str, np.ndarray] | None:
-        """start_ns, end_ns, device_id, short_id, long_id of the kernels whose short name is one of ``short_ids``:
-        for names that say nothing (``Kernel2``), whose demangled name states the math. None without one."""
-        table = GPU_OP_TABLES["kernel"]
-        if not (self.has(table, "shortName") and self.has(table, "demangledName")) or not len(short_ids):
-            return None
-        ids = ",".join(str(int(i)) for i in short_ids)
-        return self.columns({"start_ns": "start", "end_ns": "end", "device_id": "deviceId", "short_id": "shortName",
-                             "long_id": "demangledName"}, f"{table} WHERE shortName IN ({ids})")
 
     def strings(self, ids) -> dict[int, str]:
         """StringIds values for the given ids, cached (names are looked up many times)."""

@@ -199,3 +199,14 @@ def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
         if not (rep.is_file() and rep.stat().st_mtime >= path.stat().st_mtime):
             rep = import_qdstrm(nsys, path, rep, progress=progress)
     return export_sqlite(nsys, rep, target, progress=progress, source=path)
+
+
+def as_sqlite(path, nsys: str | None = None) -> Path:
+    """A report as its SQLite export: a ``.nsys-rep``/``.qdrep``/``.qdstrm`` is exported (or its export reused)
+    before any analysis, so the analyzer reads only SQLite. ``nsys``: the --nsys the user named."""
+    path = Path(path)
+    if path.suffix not in (".nsys-rep", ".qdrep", ".qdstrm"):
+        return path
+    from nvtx_trace.capture.locate import find_nsys
+
+    return ensure_sqlite(path, nsys=find_nsys(nsys) if nsys else None)

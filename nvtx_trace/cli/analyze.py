@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from nvtx_trace.analysis_options import check_analysis_options
+from nvtx_trace.analyzer.options import parse_options
 from nvtx_trace.errors import BadReportError, UsageError
 from nvtx_trace.output_paths import check_outputs, describe_unreadable, write_atomically
 
@@ -55,11 +55,10 @@ def analyze(
 
     if html_max_points < 100:
         raise UsageError(f"--html-max-points must be at least 100 (got {html_max_points})")
-    check_analysis_options(min_gap_ms, loader_pattern, warmup_steps, step_range)
+    options = parse_options(min_gap_ms, loader_pattern, warmup_steps, step_range, scheduler, workers)
     from nvtx_trace.analyzer.inputs import expand
-    from nvtx_trace.analyzer.parallel import check_scheduler
+    from nvtx_trace.capture.export import as_sqlite
 
-    check_scheduler(scheduler, workers)
     for flag, value in (("--json", json_out), ("--html", html_out)):
         if value is not None and not str(value).strip():
             raise UsageError(f"{flag} was given an empty path; give a file path" + (" or '-'" if flag == "--json" else ""))
@@ -73,9 +72,7 @@ def analyze(
     err = Console(stderr=True)
     what = "Analyzing…" if len(paths) == 1 else f"Analyzing {len(paths)} reports…"
     with err.status(what, spinner="dots"):
-        result = run_analysis(paths, min_gap_ms=min_gap_ms, loader_pattern=loader_pattern,
-                              warmup_steps=warmup_steps, nsys=nsys, step_range=step_range,
-                              scheduler=scheduler, workers=workers)
+        result = run_analysis([as_sqlite(p, nsys) for p in paths], options=options)
     # Files first: a closed stdout (`| head -1`) must not cost the user the files they asked for.
     if json_out and json_out != "-":
         write_atomically(json_out, json_report.render(result))

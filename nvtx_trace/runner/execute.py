@@ -7,6 +7,7 @@ Success is judged by the files, not by nsys's exit code; the program's exit code
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -96,9 +97,9 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     from nvtx_trace.analyzer import analyze
 
     try:
+        warmup = 0 if plan.capture_window or (window and window.stepped) else None
         result.analysis = analyze(result.sqlites if len(result.sqlites) > 1 else result.sqlite,
-                                  min_gap_ms=opts.min_gap_ms,
-                                  warmup_steps=0 if plan.capture_window or (window and window.stepped) else None)
+                                  options=dataclasses.replace(plan.analysis, warmup_steps=warmup))
     except NvtxTraceError as exc:
         _fail(result, exc)
         return result

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from nvtx_trace import default_window, names
-from nvtx_trace.analysis_options import check_analysis_options
+from nvtx_trace.analyzer.options import AnalysisOptions, parse_options
 from nvtx_trace.capture import INJECT_DIR, target_python, torchrun
 from nvtx_trace.capture.locate import Nsys, find_nsys, nvtx_problem, pick_traces, supported_options
 from nvtx_trace.capture.nsys_log import LOG_NAME
@@ -84,6 +84,7 @@ class Plan:
     window_file: Path | None = None  # the default window's decisions (nvtx_trace.default_window)
     launcher: list[str] = field(default_factory=list)  # per rank: torchrun ... --no-python, nsys inside it
     ranks: int | None = None  # how many rank reports this host should write, when the launch says
+    analysis: AnalysisOptions = field(default_factory=AnalysisOptions)  # how the report will be analyzed
 
     @property
     def stem(self) -> Path:
@@ -187,8 +188,8 @@ def _autotrace_env(opts: RunOptions) -> dict[str, str]:
     return env
 
 
-def _check_request(opts: RunOptions) -> None:
-    """Refuse options that contradict each other, before anything is probed."""
+def _check_request(opts: RunOptions) -> AnalysisOptions:
+    """Refuse options that contradict each other, before anything is probed; the analysis options, parsed."""
     if not opts.target:
         raise UsageError("nothing to run; example: nvtx-trace run train.py --epochs 1")
     if (opts.warmup_steps is None) != (opts.steps is None):
@@ -197,11 +198,12 @@ def _check_request(opts: RunOptions) -> None:
         raise UsageError("--steps must be >= 1 and --warmup-steps >= 0")
     if opts.capture_mode not in CAPTURE_MODES:
         raise UsageError(f"--capture-mode must be one of {', '.join(CAPTURE_MODES)}")
-    check_analysis_options(opts.min_gap_ms)
+    analysis = parse_options(opts.min_gap_ms)
     if opts.full and opts.steps is not None:
         raise UsageError("--full profiles everything: drop --warmup-steps/--steps, or --full")
     if opts.steps is not None and not opts.autotrace:
         raise UsageError("--warmup-steps/--steps count steps with nvtx_autotrace; drop --no-autotrace")
+    return analysis
 
 
 def _check_target(opts: RunOptions, mode: str) -> None:
@@ -290,7 +292,7 @@ def _capture_window(opts: RunOptions, probe: dict, trace: list[str], extra: list
 
 def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: float | None = None) -> Plan:
     """Check the request, find nsys, and build the command line, environment and output folder."""
-    _check_request(opts)
+    analysis = _check_request(opts)
     autotrace_env = _autotrace_env(opts)
     mode = classify(opts.target, opts.module)
     _check_target(opts, mode)
@@ -321,7 +323,8 @@ def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: floa
     if launch:
         capture += ", one report per rank (an nsys for each, inside torchrun)"
     out_dir = output_dir(opts, mode, now)
-    return Plan(nsys=nsys, out_dir=out_dir, argv=argv, env=env, trace=trace, extra=extra, capture=capture,
+    return Plan(analysis=analysis, nsys=nsys, out_dir=out_dir, argv=argv, env=env,
+                trace=trace, extra=extra, capture=capture,
                 mode=mode, notes=notes, capture_window=None if opts.steps is None else (opts.warmup_steps, opts.steps),
                 site_dir=site_dir, options=opts, window_file=window_file,
                 launcher=[*launch.launcher, "--no-python"] if launch else [], ranks=launch.local_ranks if launch else None)

@@ -3,7 +3,7 @@
 Every kernel, copy and memset that starts in the window is counted once, by its own duration (kernels of
 several streams may overlap, so shares are of GPU work time, not of wall time). Categories follow
 analyzer/kernel_names.py (docs/kernel-categories.md); names that say nothing are judged by their
-demangled form, read from the report for those names only.
+demangled form, which the kernel table's one pass brings for those names only.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace.analyzer.findings import ms, pct
-from nvtx_trace.analyzer.kernel_names import LABELS, category, is_ambiguous, shown_name
+from nvtx_trace.analyzer.kernel_names import DEMANGLE_HINTS, LABELS, NeedsDemangled, category, shown_name
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.questions.idle import gpu_missing
 
@@ -39,8 +39,7 @@ def _run(ctx: Context) -> None:
     kernels = pd.DataFrame({"name_id": ops["name_id"].to_numpy()[kind == 0], "time_ns": duration[kind == 0]})
     by_id = kernels.groupby("name_id")["time_ns"].agg(["count", "sum"])
     names = ctx.reader.strings([i for i in by_id.index if i >= 0])
-    opaque = [i for i in by_id.index if i >= 0 and is_ambiguous(names[i])]
-    split = _by_long_name(ctx, opaque, (w0, w1))
+    split = _by_long_name(ctx, (w0, w1))
     for i, r in by_id.iterrows():
         if i in split:
             rows += split[i]
@@ -51,19 +50,22 @@ def _run(ctx: Context) -> None:
                            len(a.steps.steady) if a.steps and a.window.get("source", "").startswith("steady") else 0)
 
 
-def _by_long_name(ctx: Context, short_ids: list[int], window: tuple[int, int]) -> dict[int, list[dict]]:
-    """Rows by demangled name for the kernels whose short name says nothing, read for those names only."""
-    cols = ctx.reader.kernels_named(short_ids) if short_ids else None
-    if cols is None or not len(cols["start_ns"]):
+def _announce(trace) -> None:
+    """Short names that say nothing (or not their math): their kernels bring their demangled names."""
+    trace.want_long_names(trace.reader.string_ids(DEMANGLE_HINTS, NeedsDemangled))
+
+
+def _by_long_name(ctx: Context, window: tuple[int, int]) -> dict[int, list[dict]]:
+    """Rows by demangled name for the kernels whose short name says nothing (read with the kernel table)."""
+    df = ctx.trace.long_named_kernels()
+    if df is None or not len(df):
         return {}
-    start, end = cols["start_ns"], cols["end_ns"]
-    keep = ctx.trace.in_session(start, end) & (start >= window[0]) & (start < window[1])
-    df = pd.DataFrame({k: v[keep] for k, v in cols.items()})
-    df["time_ns"] = df["end_ns"] - df["start_ns"]
+    df = df[(df["start_ns"] >= window[0]) & (df["start_ns"] < window[1])]
+    df = df.assign(time_ns=df["end_ns"] - df["start_ns"])
     longs = ctx.reader.strings(pd.unique(df["long_id"]).tolist())
-    shorts = ctx.reader.strings(short_ids)
+    shorts = ctx.reader.strings(pd.unique(df["name_id"]).tolist())
     out: dict[int, list[dict]] = {}
-    for (short_id, long_id), g in df.groupby(["short_id", "long_id"]):
+    for (short_id, long_id), g in df.groupby(["name_id", "long_id"]):
         short, long = shorts.get(int(short_id), ""), longs.get(int(long_id), "")
         out.setdefault(int(short_id), []).append({"name": shown_name(short, long), "category": category(short, long),
                                                   "count": len(g), "time_ns": int(g["time_ns"].sum())})
@@ -133,7 +135,7 @@ def _html(a, d: dict, view) -> str:
 
 
 QUESTION = Question(
-    name="kernels", order=105, run=_run, needs=("window", "steps"),
+    name="kernels", order=105, run=_run, needs=("window", "steps"), announce=_announce,
     json_keys=("kernels",), json_at=115, to_json=_json,
     tables=lambda a: {"kernel_categories": a.kernels.by_category, "kernels_by_name": a.kernels.by_name}
     if a.kernels is not None else {},
