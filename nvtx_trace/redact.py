@@ -30,9 +30,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvtx_trace.analyzer.opening import open_export
 from nvtx_trace.errors import BadReportError, UsageError
-from nvtx_trace.export_file import open_export
-from nvtx_trace.output_paths import check_outputs
+from nvtx_trace.report.outputs import check_outputs
 
 REDACTED = "[redacted]"
 

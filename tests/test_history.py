@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from nvtx_trace import history, runner
+from nvtx_trace import runner
 from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.cli import main as cli_main
+from nvtx_trace.runner import history
 
 GOLDEN = ROOT / "tests" / "golden"
 SCRIPT = ROOT / "tests" / "scripts" / "slow_loader_train.py"

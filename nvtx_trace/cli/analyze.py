@@ -10,7 +10,7 @@ import typer
 
 from nvtx_trace.analyzer.options import parse_options
 from nvtx_trace.errors import BadReportError, UsageError
-from nvtx_trace.output_paths import check_outputs, describe_unreadable, write_atomically
+from nvtx_trace.report.outputs import check_outputs, describe_unreadable, write_atomically
 
 
 def analyze(

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from nvtx_trace.output_paths import check_outputs, write_atomically
+from nvtx_trace.report.outputs import check_outputs, write_atomically
 
 
 def diff(

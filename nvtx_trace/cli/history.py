@@ -26,8 +26,8 @@ def history(
     """
     from rich.console import Console
 
-    from nvtx_trace import history as hist
     from nvtx_trace.errors import UsageError
+    from nvtx_trace.runner import history as hist
 
     if last < 0:
         raise UsageError("--last must be >= 0 (0: all runs)")

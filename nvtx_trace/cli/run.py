@@ -79,7 +79,8 @@ def run(
 
     from rich.console import Console
 
-    from nvtx_trace import history, runner
+    from nvtx_trace import runner
+    from nvtx_trace.runner import history
 
     began = time.time()
     err = Console(stderr=True, highlight=False)

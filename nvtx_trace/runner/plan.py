@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from nvtx_trace import default_window, names
+from nvtx_trace import names
 from nvtx_trace.analyzer.options import AnalysisOptions, parse_options
 from nvtx_trace.capture import INJECT_DIR, target_python, torchrun
 from nvtx_trace.capture.locate import Nsys, find_nsys, nvtx_problem, pick_traces, supported_options
 from nvtx_trace.capture.nsys_log import LOG_NAME
 from nvtx_trace.capture.profile import profile_command
 from nvtx_trace.errors import UsageError
-from nvtx_trace.output_paths import check_folder_writable, check_unclaimed, describe_unreadable
+from nvtx_trace.report.outputs import check_folder_writable, check_unclaimed, describe_unreadable
+from nvtx_trace.runner import default_window
 
 DEFAULT_OUT_ROOT = "nvtx-trace-out"
 REPORT_STEM = "report"
@@ -81,7 +82,7 @@ class Plan:
     capture_window: tuple[int, int] | None = None
     site_dir: Path | None = None  # the sitecustomize folder put on PYTHONPATH (command mode)
     options: RunOptions | None = None
-    window_file: Path | None = None  # the default window's decisions (nvtx_trace.default_window)
+    window_file: Path | None = None  # the default window's decisions (nvtx_trace.runner.default_window)
     launcher: list[str] = field(default_factory=list)  # per rank: torchrun ... --no-python, nsys inside it
     ranks: int | None = None  # how many rank reports this host should write, when the launch says
     analysis: AnalysisOptions = field(default_factory=AnalysisOptions)  # how the report will be analyzed
