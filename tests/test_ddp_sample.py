@@ -122,12 +122,15 @@ def _spinning_by_step(device: int, steps) -> list[int]:
         if wait > 0:
             spans.append((mine[0], mine[0] + wait))
     compute = [(s, e) for d, s, e, c in kernels if d == device and not c]
-    points = sorted({p for s, e in spans + compute for p in (s, e)})
-    spin = []  # elementary pieces inside a wait and outside every compute kernel
-    for lo, hi in zip(points, points[1:]):
-        mid = (lo + hi) / 2
-        if any(s <= mid < e for s, e in spans) and not any(s <= mid < e for s, e in compute):
-            spin.append((lo, hi))
+    events = sorted([(s, 0, 1) for s, _ in spans] + [(e, 0, -1) for _, e in spans]
+                    + [(s, 1, 1) for s, _ in compute] + [(e, 1, -1) for _, e in compute])
+    spin = []  # a sweep over the boundaries: inside a wait and outside every compute kernel
+    active, last = [0, 0], None
+    for t, which, delta in events:
+        if last is not None and t > last and active[0] > 0 and active[1] == 0:
+            spin.append((last, t))
+        active[which] += delta
+        last = t
     return [sum(max(0, min(e, b) - max(s, a)) for s, e in spin) for a, b in zip(steps["start_ns"], steps["end_ns"])]
 
 
