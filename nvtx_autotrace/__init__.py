@@ -17,6 +17,7 @@ import threading
 from nvtx_autotrace import _backend, _registry, steps
 from nvtx_autotrace.options import Options
 from nvtx_autotrace.steps import current_step, on_step_boundary
+from nvtx_trace import names
 
 __all__ = ["install", "uninstall", "is_installed", "options", "current_step", "on_step_boundary",
            "mark_step", "Options"]
@@ -148,7 +149,7 @@ try:
 except ValueError as exc:  # a malformed NVTX_AUTOTRACE_* value must not kill the training run
     _registry.warn_once("env", f"not installed: {exc}")
 
-if os.environ.get("NVTX_AUTOTRACE_CAPTURE"):  # capture window (nvtx-trace run --warmup-steps/--steps)
+if os.environ.get(names.CAPTURE_ENV):  # capture window (nvtx-trace run --warmup-steps/--steps)
     from nvtx_autotrace import capture as _capture
 
     try:
@@ -156,7 +157,7 @@ if os.environ.get("NVTX_AUTOTRACE_CAPTURE"):  # capture window (nvtx-trace run -
     except ValueError as exc:
         _registry.warn_once("capture", f"no capture window: {exc}")
 
-if os.environ.get("NVTX_AUTOTRACE_AUTO_WINDOW"):  # default window of nvtx-trace run (no --steps, no --full)
+if os.environ.get(names.AUTO_WINDOW_ENV):  # default window of nvtx-trace run (no --steps, no --full)
     from nvtx_autotrace import auto_window as _auto_window
 
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, fields
 
-ENV_PREFIX = "NVTX_AUTOTRACE"
+from nvtx_trace import names
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Options:
     def from_env(cls, environ=os.environ, **overrides) -> "Options":
         values = {}
         for f in fields(cls):
-            key = ENV_PREFIX if f.name == "enabled" else f"{ENV_PREFIX}_{f.name.upper()}"
+            key = names.autotrace_option_env(f.name)
             if key in environ and environ[key].strip() != "":
                 values[f.name] = _parse(f.name, environ[key], key)
         for name, value in overrides.items():
@@ -43,7 +43,7 @@ class Options:
         """These options as environment variables (for child processes)."""
         out = {}
         for name, value in asdict(self).items():
-            key = ENV_PREFIX if name == "enabled" else f"{ENV_PREFIX}_{name.upper()}"
+            key = names.autotrace_option_env(name)
             out[key] = str(int(value)) if isinstance(value, bool) else "auto" if value is None else str(value)
         return out
 
@@ -62,24 +62,12 @@ def _parse(name: str, value, where: str):
         if text == "auto":
             return "auto"
         raise ValueError(f"{where}={value!r}: expected auto, 1 or 0")
-    if name == "module_depth":
-        if value is None or str(value).strip().lower() == "auto":
-            return None
+    if name in ("module_depth", "budget_pct"):
+        parse = names.parse_module_depth if name == "module_depth" else names.parse_budget_pct
         try:
-            depth = int(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}={value!r}: expected auto or an integer (-1 = no limit)") from None
-        if depth < -1:
-            raise ValueError(f"{where}={value!r}: expected auto, -1 (no limit) or a depth >= 0")
-        return depth
-    if name == "budget_pct":
-        try:
-            pct = float(value)
-        except (TypeError, ValueError):
-            pct = float("nan")
-        if not 0 < pct <= 100:
-            raise ValueError(f"{where}={value!r}: expected a percentage of the step time, > 0 and <= 100")
-        return pct
+            return parse(value)
+        except ValueError as exc:
+            raise ValueError(f"{where}={exc}") from None
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()

@@ -55,6 +55,38 @@ NSYS_NVTX_CAPTURE = f"{CAPTURE_RANGE}@{CAPTURE_DOMAIN}"  # nsys's --nvtx-capture
 # nvtx_autotrace.auto_window, and the file where it appends its decisions for the runner.
 AUTO_WINDOW_ENV = "NVTX_AUTOTRACE_AUTO_WINDOW"
 WINDOW_FILE_ENV = "NVTX_AUTOTRACE_WINDOW_FILE"
+# nvtx_autotrace's options as variables (nvtx_autotrace/options.py): NVTX_AUTOTRACE itself, then one
+# NVTX_AUTOTRACE_<OPTION> each; run sets MODULE_DEPTH and BUDGET_PCT from its --autotrace-* flags.
+AUTOTRACE_ENV = "NVTX_AUTOTRACE"
+
+
+def autotrace_option_env(option: str) -> str:
+    """``module_depth`` -> ``NVTX_AUTOTRACE_MODULE_DEPTH`` (``enabled`` is NVTX_AUTOTRACE itself)."""
+    return AUTOTRACE_ENV if option == "enabled" else f"{AUTOTRACE_ENV}_{option.upper()}"
+
+
+def parse_module_depth(value) -> int | None:
+    """A module depth as both sides read it: auto (None: as deep as the budget allows), -1 (all), or N >= 0."""
+    if value is None or str(value).strip().lower() == "auto":
+        return None
+    try:
+        depth = int(str(value).strip())
+    except (TypeError, ValueError):
+        depth = -2
+    if depth < -1:
+        raise ValueError(f"{value!r}: expected auto, -1 (all modules) or a depth >= 0")
+    return depth
+
+
+def parse_budget_pct(value) -> float:
+    """The module ranges' budget, a percentage of a plain step: > 0 and <= 100."""
+    try:
+        pct = float(value)
+    except (TypeError, ValueError):
+        pct = float("nan")
+    if not 0 < pct <= 100:
+        raise ValueError(f"{value!r}: expected a percentage of the step time, > 0 and <= 100")
+    return pct
 
 
 def step(index: int) -> str:

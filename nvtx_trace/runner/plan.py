@@ -175,15 +175,15 @@ def _has_cuda_device() -> bool:
 def _autotrace_env(opts: RunOptions) -> dict[str, str]:
     """--autotrace-depth/--autotrace-budget as the variables nvtx_autotrace reads, checked here first."""
     env = {}
-    if opts.autotrace_depth is not None:
-        text = str(opts.autotrace_depth).strip().lower()
-        if text != "auto" and not (text.lstrip("-").isdigit() and int(text) >= -1):
-            raise UsageError(f"--autotrace-depth {opts.autotrace_depth!r}: expected auto, -1 (all) or a depth >= 0")
-        env["NVTX_AUTOTRACE_MODULE_DEPTH"] = text
-    if opts.autotrace_budget is not None:
-        if not 0 < opts.autotrace_budget <= 100:
-            raise UsageError(f"--autotrace-budget {opts.autotrace_budget}: expected a percentage, > 0 and <= 100")
-        env["NVTX_AUTOTRACE_BUDGET_PCT"] = repr(float(opts.autotrace_budget))
+    try:
+        if opts.autotrace_depth is not None:
+            depth = names.parse_module_depth(opts.autotrace_depth)
+            env[names.autotrace_option_env("module_depth")] = "auto" if depth is None else str(depth)
+        if opts.autotrace_budget is not None:
+            env[names.autotrace_option_env("budget_pct")] = repr(names.parse_budget_pct(opts.autotrace_budget))
+    except ValueError as exc:
+        flag = "--autotrace-budget" if "percentage" in str(exc) else "--autotrace-depth"
+        raise UsageError(f"{flag} {exc}") from None
     if env and not opts.autotrace:
         raise UsageError("--autotrace-depth/--autotrace-budget set nvtx_autotrace's ranges; drop --no-autotrace")
     return env
