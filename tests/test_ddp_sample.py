@@ -74,12 +74,12 @@ def test_idle_share_is_of_both_gpus_time(ddp):
 
 
 def test_the_step_chart_uses_the_gpu_of_the_rank_whose_steps_it_shows(ddp):
-    from nvtx_trace.report import stepchart
+    from nvtx_trace.analyzer.questions import step_breakdown
 
-    gaps = stepchart._gaps_of_step_device(ddp)
+    gaps = step_breakdown._gaps_of_step_device(ddp)
     (device,) = [d.device_id for d in ddp.idle.devices if ddp.steps.pid in d.pids]
     assert set(gaps["device_id"]) == {device}
-    assert len(stepchart.breakdown(ddp)) == len(ddp.steps.table)
+    assert len(ddp.step_breakdown) == len(ddp.steps.table)
 
 
 def _nccl_ns_in_window(device: int, window: dict) -> int:

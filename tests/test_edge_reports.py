@@ -174,10 +174,9 @@ def test_a_non_integer_value_is_a_bad_report_not_a_crash(tmp_path):
 
 def test_a_cpu_only_report_has_no_step_breakdown_and_null_gpu_columns():
     from nvtx_trace.report import json as json_report
-    from nvtx_trace.report import stepchart
 
     a = analyze(SAMPLES / "cpu_slow_loader.sqlite")
-    assert stepchart.breakdown(a) is None
+    assert a.step_breakdown is None
     rows = __import__("json").loads(json_report.render(a))["steps"]["table"]
     assert all(r["gpu_busy_ns"] is None and r["sync_wait_ns"] is None and r["loader_wait_ns"] >= 0 for r in rows)
 

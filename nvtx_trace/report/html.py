@@ -61,7 +61,7 @@ def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread
     if tl.figure["data"]:
         figures.append({"div": "timeline", "figure": tl.figure})
     notes += tl.notes
-    bd = stepchart.breakdown(a)
+    bd = a.step_breakdown
     step_note = None
     if bd is not None:
         fig, step_note = stepchart.figure(bd)

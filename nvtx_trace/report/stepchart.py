@@ -1,11 +1,4 @@
-"""Per-step stacked breakdown for the HTML report: where each step's wall time went, from the GPU's view.
-
-Each step's duration is split into GPU compute (busy) and GPU idle, and the
-idle part into the causes the gap analysis found (waiting for data, host-side
-copies, host syncs) plus "other idle" (other causes and gaps shorter than
-``--min-gap-ms``). A gap that straddles two steps is shared between them in
-proportion to its overlap with each, so every bar adds up to the step time.
-"""
+"""Per-step stacked bars for the HTML report, drawn from the ``step_breakdown`` question's table."""
 
 from __future__ import annotations
 
@@ -22,54 +15,6 @@ PARTS = [  # column, legend, colour
     ("other_ns", "GPU idle: other causes, short gaps", "#9e9e9e"),
 ]
 MAX_BARS = 400
-
-
-def breakdown(a) -> pd.DataFrame | None:
-    """step, warmup, duration_ns and one column per part of PARTS (ns); None without steps."""
-    if a.steps is None or not len(a.steps.table) or "gpu_busy" not in a.steps.measured:
-        return None  # without GPU data there is nothing to break a step into
-    st = a.steps.table.sort_values("start_ns", ignore_index=True)
-    s, e = st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64)
-    out = pd.DataFrame({"step": st["step"].to_numpy(), "warmup": st["warmup"].to_numpy(),
-                        "duration_ns": st["duration_ns"].to_numpy(np.int64),
-                        "compute_ns": st["gpu_busy_ns"].to_numpy(np.int64)})
-    shares = {"loader_ns": "dataloader_ns", "copy_ns": "copy_ns", "sync_ns": "sync_ns"}
-    for col in shares:
-        out[col] = 0.0
-    gaps = _gaps_of_step_device(a)
-    if gaps is not None and len(gaps):
-        gs, ge = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
-        # Steps overlapping each gap: [first, last) by binary search (steps do not overlap).
-        first = np.searchsorted(e, gs, side="right")
-        last = np.searchsorted(s, ge, side="left")
-        n = np.maximum(last - first, 0)
-        gi = np.repeat(np.arange(gs.size), n)
-        si = np.repeat(first, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
-        if gi.size:
-            overlap = np.minimum(ge[gi], e[si]) - np.maximum(gs[gi], s[si])
-            frac = np.clip(overlap, 0, None) / np.maximum(ge[gi] - gs[gi], 1)
-            for col, src in shares.items():
-                out[col] = np.bincount(si, weights=gaps[src].to_numpy(np.float64)[gi] * frac, minlength=len(out))
-    idle = np.maximum(out["duration_ns"] - out["compute_ns"], 0)
-    explained = out[list(shares)].sum(axis=1)
-    scale = np.where(explained > idle, idle / np.maximum(explained, 1), 1.0)  # never more idle than there was
-    for col in shares:
-        out[col] = out[col] * scale
-    out["other_ns"] = np.maximum(idle - out[list(shares)].sum(axis=1), 0)
-    return out
-
-
-def _gaps_of_step_device(a):
-    """Gaps of the GPU the training thread drives (the device whose processes include the steps' pid)."""
-    if a.idle is None or not len(a.idle.gaps) or not a.idle.devices:
-        return None
-    for d in a.idle.devices:
-        if a.steps.pid in d.pids:
-            dev = d
-            break
-    else:
-        dev = max(a.idle.devices, key=lambda d: d.busy_ns)
-    return a.idle.gaps[a.idle.gaps["device_id"] == dev.device_id]
 
 
 def figure(bd: pd.DataFrame) -> tuple[dict, str | None]:

@@ -90,7 +90,7 @@ def main(argv=None):
             next(it)
         n = 0
         t0 = time.perf_counter()
-        for x, y in it:
+        for x, _y in it:
             n += x.size(0)
         dt = time.perf_counter() - t0
         print(json.dumps({"program": "resnet_train", "loader_only": True, "images_per_s": round(n / dt, 1),

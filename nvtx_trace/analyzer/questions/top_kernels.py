@@ -7,15 +7,17 @@ from nvtx_trace.analyzer.question import Context, Question
 
 def _run(ctx: Context) -> None:
     if ctx.trace.has_gpu_activity:
-        ctx.result.top_kernels = ctx.trace.kernel_time_by_name().head(50)
+        top = ctx.trace.kernel_time_by_name()
+        total = max(int(top["time_ns"].sum()), 1)  # every kernel's time, as transposes.kernel_time_ns
+        top = top.head(50)
+        ctx.result.top_kernels = top.assign(mean_ns=top["time_ns"] / top["count"].clip(lower=1),
+                                            kernel_time_share=top["time_ns"] / total)
 
 
 def _html(a, d: dict, view) -> str:
     top = a.tables.get("top_kernels")
     if top is None or not len(top):
         return ""
-    total = d["transposes"]["kernel_time_ns"] if d.get("transposes") else int(top["time_ns"].sum())
-    top = top.assign(mean_ns=top["time_ns"] / top["count"].clip(lower=1), kernel_time_share=top["time_ns"] / max(total, 1))
     return view.table(top, "Top kernels by GPU time", {"name": "kernel", "count": "launches", "time_ns": "total",
                                                        "mean_ns": "mean", "kernel_time_share": "share of kernel time"})
 
