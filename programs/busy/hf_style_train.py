@@ -25,10 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 
 import torch
+from timing import timed_loop
 
 
 def main(argv=None):
@@ -111,51 +110,6 @@ def main(argv=None):
     import transformers
     res["transformers"] = transformers.__version__
     print(json.dumps(res), flush=True)
-
-
-def timed_loop(step, args, cuda):
-    """Warm-up, then timed (or profiled) steps; returns the timing dict (same as gpt_train.py)."""
-    loss = None
-    for i in range(args.warmup):
-        loss = step(i)
-    if cuda:
-        torch.cuda.synchronize()
-    prof = args.profile_steps > 0
-    n = args.profile_steps if prof else args.steps
-    if prof:
-        torch.cuda.profiler.start()
-    if cuda:
-        evs = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
-        evs[0].record()
-    marks = [time.perf_counter()]
-    for j in range(n):
-        i = args.warmup + j
-        if prof:
-            torch.cuda.nvtx.range_push(f"step {i}")
-        loss = step(i)
-        if prof:
-            torch.cuda.nvtx.range_pop()
-        if cuda:
-            evs[j + 1].record()
-        marks.append(time.perf_counter())
-    if cuda:
-        torch.cuda.synchronize()
-    wall = time.perf_counter() - marks[0]
-    if prof:
-        torch.cuda.profiler.stop()
-    if cuda:
-        ms = [evs[j].elapsed_time(evs[j + 1]) for j in range(n)]
-    else:
-        ms = [(b - a) * 1000 for a, b in zip(marks, marks[1:])]
-    out = {"median_step_ms": round(statistics.median(ms), 3), "mean_step_ms": round(statistics.mean(ms), 3),
-           "min_step_ms": round(min(ms), 3), "max_step_ms": round(max(ms), 3), "steps": n,
-           "wall_ms_per_step": round(wall * 1000 / n, 3), "timing": "cuda_events" if cuda else "perf_counter",
-           "final_loss": round(float(loss.detach()), 4)}
-    if cuda:
-        out["gpu"] = torch.cuda.get_device_name()
-        out["peak_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-    out["torch"] = torch.__version__
-    return out
 
 
 if __name__ == "__main__":
