@@ -105,4 +105,5 @@ def test_gpt2_under_plain_nsys_steps_match_the_programs_own_iteration_times():
     assert a.steps.summary()["step_ns_median"] == pytest.approx(printed, rel=0.10)
     # start-up (6.6 s: context, module loading, the model's upload) is its own section, never a per-step finding
     assert a.startup.duration_ns > 10 * printed and a.window["start_ns"] >= a.startup.end_ns
-    assert {f.kind for f in a.findings} <= {"cpu_overhead", "gpu_idle"}
+    # (and the eager bf16 model is fused by torch.compile: `fusion`, the busy GPU)
+    assert {f.kind for f in a.findings} <= {"cpu_overhead", "gpu_idle", "fusion"}

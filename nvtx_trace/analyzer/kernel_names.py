@@ -29,7 +29,8 @@ LABELS = {
     "conv": "convolution, math not stated in the name",
     "attention": "fused attention (flash, cuDNN SDPA)",
     "triton": "compiler-generated (Triton, torch.compile)",
-    "norm_softmax": "normalization and softmax",
+    "batch_norm": "batch normalization",
+    "norm_softmax": "layer/RMS normalization and softmax",
     "optimizer": "optimizer (multi-tensor / fused)",
     "reduction": "reductions",
     "elementwise": "elementwise and copies between dtypes",
@@ -53,7 +54,8 @@ _RULES: list[tuple[str, re.Pattern]] = [
     ("gemm", re.compile(r"gemm|gemv|nvjet|matmul|cublas|cutlass|xmma|wgmma|splitKreduce|s1688|s16816|h1688|h16816|"
                         r"bf16_s16816|i8816", re.I)),
     ("optimizer", re.compile(r"multi_tensor_apply|adam|_sgd|sgd_|lamb|foreach|fused_optim", re.I)),
-    ("norm_softmax", re.compile(r"norm|softmax|welford|bn_fw|bn_bw|batch_norm|batchnorm|GammaBeta|rms", re.I)),
+    ("batch_norm", re.compile(r"bn_fw|bn_bw|batch_norm|batchnorm|BatchNorm", re.I)),
+    ("norm_softmax", re.compile(r"norm|softmax|welford|GammaBeta|rms", re.I)),
     ("reduction", re.compile(r"reduce|reduction|cub::|DeviceRadix|DeviceScan|scan_|argmax|argmin|topk|sort", re.I)),
     ("memset", re.compile(r"fill|memset|zero_", re.I)),
     ("elementwise", re.compile(r"elementwise|CatArray|copy|index|gather|scatter|where|dropout|gelu|relu|silu|"
@@ -116,8 +118,9 @@ def needs_demangled(short: str) -> bool:
 
 
 # SQL LIKE hints that find every such name among the report's strings (case-insensitive for ASCII)
-DEMANGLE_HINTS = ("Kernel%", "void", "cutlass%", "%gemm%", "%conv%", "%xmma%", "%nvjet%", "%cublas%", "%matmul%",
-                  "%fprop%", "%dgrad%", "%wgrad%", "%wgmma%", "%winograd%")
+DEMANGLE_HINTS = ("Kernel%", "void", "cutlass%", "%gemm%", "%gemv%", "%conv%", "%xmma%", "%nvjet%", "%cublas%",
+                  "%matmul%", "%splitK%", "%fprop%", "%dgrad%", "%wgrad%", "%wgmma%", "%winograd%", "%1688%",
+                  "%16816%", "%8816%", "%implicit%", "%precomputed%")
 
 
 class NeedsDemangled:

@@ -145,6 +145,23 @@ def _generic(a, f: Finding, idle_kinds: tuple[str, ...]) -> dict | None:
     return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}", "loader")
 
 
+def gpu_work_saved(a, per_step_ns: float, what: str, gpu_bound: bool = True) -> dict | None:
+    """The steady step once ``per_step_ns`` of GPU work per step (per GPU) is gone, never below the loader's
+    delivery pace; with ``gpu_bound``, only when the GPU is busy enough for its work to set the pace (GPU_BOUND).
+    A fix that also removes kernel launches (fusion) shortens a launch-bound step too: ``gpu_bound=False``."""
+    now, stat = steady_step(a)
+    busy_share = a.steps.summary().get("gpu_busy_fraction") if a.steps else None
+    if not now or per_step_ns <= 0 or busy_share is None or (gpu_bound and busy_share < GPU_BOUND):
+        return None  # the GPU mostly waits: less GPU work would not shorten the step
+    step = max(now - per_step_ns, 0.0)
+    feed = dataloader.pace(a)
+    if feed is not None and feed.interval_ns > step:
+        step = min(now, feed.interval_ns)
+        return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}",
+                         "loader")
+    return _expected(now, step, stat, what)
+
+
 def _expected(now: float, step: float, stat: str, basis: str, bound_by: str | None = None) -> dict:
     out = {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": basis}
     return out | ({"bound_by": bound_by} if bound_by else {})

@@ -40,6 +40,7 @@ class Question:
     thresholds: dict = field(default_factory=dict)  # its own, merged into findings.THRESHOLDS
     findings: Callable | None = None  # (Analysis, Basis) -> list[Finding]; Basis: the figures findings share
     idle_kinds: tuple[str, ...] = ()  # its finding kinds whose impact is GPU time lost idle in the window
+    work_kinds: tuple[str, ...] = ()  # its finding kinds whose impact is GPU work: it shortens a GPU-bound step only
     json_keys: tuple[str, ...] = ()  # the summary.json keys it owns, in its order (docs/json-schema.md)
     json_at: int | None = None  # where its keys sit in summary.json (default: order)
     to_json: Callable[[Any], dict] | None = None  # Analysis -> {key: value} for json_keys

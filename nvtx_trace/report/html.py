@@ -231,6 +231,11 @@ def _findings(d: dict) -> str:
     if not d["findings"]:
         return f"<p class='ok'>{esc(no_findings_line(d['warnings']))}</p>"
     items = []
+    first = d.get("first_change")
+    lead = (f"<p class='first'><b>First change</b> ({esc(first['kind'])}): {esc(first['fix'])} Expected: step "
+            f"{num(first['step_ns'], ms(first['step_ns']), 'first_change.step_ns')} -> about "
+            f"{num(first['predicted_step_ns'], ms(first['predicted_step_ns']), 'first_change.predicted_step_ns')}.</p>"
+            if first else "")
     for i, f in enumerate(d["findings"]):
         items.append(
             f"<li class='finding'><div class='fhead'><span class='impact'>"
@@ -239,7 +244,7 @@ def _findings(d: dict) -> str:
             f"<div class='fix'><b>Fix:</b> {esc(f['fix'])}</div>"
             + (f"<div class='threshold'>threshold: {esc(f['threshold'])}</div>" if f.get("threshold") else "")
             + f"<details><summary>evidence</summary>{_evidence(f['evidence'])}</details></li>")
-    return "<ol class='findings'>" + "".join(items) + "</ol>"
+    return lead + "<ol class='findings'>" + "".join(items) + "</ol>"
 
 
 def _evidence(ev, depth: int = 0) -> str:

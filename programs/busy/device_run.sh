@@ -3,6 +3,9 @@
 #   source .device-carry/env.sh; bash programs/busy/device_run.sh A|B [deadline_s]
 # Phase A: versions, matmul/conv microbenchmark, GPT timing rounds, GPT nsys captures.
 # Phase B: loader check, HF-style and ResNet-50 timing rounds, their nsys captures.
+# Phase D: captures of ResNet-50 in bf16 and of the compiled HF-style model.
+# Phase C: ResNet-50 channels_last fp32 against its two levers, torch.compile and bf16 autocast (14 workers,
+#          so the loader keeps up with bf16), and a capture of the compiled model (is the fusion advice right?).
 # Plain timing runs are interleaved (round 1 forward order, round 2 reversed, ...);
 # captures come after round 2 so they happen even if round 3 is skipped at the deadline.
 # Writes under $OUT: results_<P>.jsonl, log_<P>.txt, versions_<P>.txt, bench.jsonl, <capture>.sqlite.xz
@@ -85,6 +88,22 @@ if [[ $PHASE == A ]]; then
     capture gpt_bf16_compiled 90 $G --dtype bf16 --compile --warmup 10 --profile-steps 8
     capture gpt_fp32 60 $G --dtype fp32 --warmup 10 --profile-steps 8
   }
+elif [[ $PHASE == D ]]; then  # captures only: what bf16 does to ResNet-50's kernels, what compile does to HF's
+  variants=()
+  caps() {
+    capture rn50_cl_bf16 60 $R --channels-last --dtype bf16 --workers 14 --warmup 10 --profile-steps 8
+    capture hf_bf16_compiled 150 $H --dtype bf16 --compile --warmup 10 --profile-steps 8
+  }
+elif [[ $PHASE == C ]]; then
+  run resnet_loader_only 0 30 $R --loader-only --workers 14
+  variants=(
+    "rn50_cl_fp32|35|$R --channels-last --dtype fp32 --workers 14"
+    "rn50_cl_bf16|30|$R --channels-last --dtype bf16 --workers 14"
+  )
+  caps() {  # compiling takes minutes: one timed run between the rounds, then one capture
+    run rn50_cl_fp32_compile 1 150 $R --channels-last --dtype fp32 --compile --workers 14
+    capture rn50_cl_fp32_compiled 150 $R --channels-last --dtype fp32 --compile --workers 14 --warmup 10 --profile-steps 8
+  }
 else
   run resnet_loader_only 0 30 $R --loader-only --workers 8
   variants=(
@@ -115,5 +134,5 @@ one_round() {  # round forward|reverse
 one_round 1 forward
 one_round 2 reverse
 caps
-one_round 3 forward
+[[ $PHASE == C || $PHASE == D ]] || one_round 3 forward
 echo "phase $PHASE done t=$SECONDS"

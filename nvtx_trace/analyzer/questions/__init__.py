@@ -49,6 +49,10 @@ def idle_kinds() -> tuple[str, ...]:
     return tuple(k for q in REGISTRY for k in q.idle_kinds)
 
 
+def work_kinds() -> tuple[str, ...]:
+    return tuple(k for q in REGISTRY for k in q.work_kinds)
+
+
 def json_key_order() -> tuple[str, ...]:
     ordered = sorted((q for q in REGISTRY if q.json_keys), key=lambda q: (_at(q, "json_at"), q.name))
     return HEAD_KEYS + tuple(k for q in ordered for k in q.json_keys) + TAIL_KEYS

@@ -63,7 +63,7 @@ def _html(a, d: dict, view) -> str:
 QUESTION = Question(
     name="layout", order=30, run=_run, launches=launch_filter,
     thresholds={"transpose_kernel_fraction": 0.01},  # 1 % of kernel time spent in layout transposes
-    findings=_findings,
+    findings=_findings, work_kinds=("layout_transpose",),
     json_keys=("transposes",), json_at=80, to_json=_json, tables=_tables,
     html=_html, html_at=30,
 )

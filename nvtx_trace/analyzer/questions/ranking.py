@@ -1,4 +1,8 @@
-"""What should the user change first? Every question's findings, with predictions, biggest cost first."""
+"""What should the user change first? Every question's findings, with predictions, ranked by what their fix
+is expected to save over the window: the predicted saving per step times the steady steps (and GPUs) where
+there is a prediction, else the measured cost. Last come GPU-work findings with no prediction (the GPU is not
+what sets the step's pace, so less GPU work would not shorten it yet), then fixes the loader's pace leaves
+without gain."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from nvtx_trace.analyzer.question import Context, Question
 
 def build_findings(a) -> list[Finding]:
     """Each question's findings in registry order (a later question sees the earlier ones in ``basis.found``)."""
-    from nvtx_trace.analyzer.questions import REGISTRY, idle_kinds
+    from nvtx_trace.analyzer.questions import REGISTRY, idle_kinds, work_kinds
 
     basis = basis_.measure(a)
     for q in REGISTRY:
@@ -19,9 +23,31 @@ def build_findings(a) -> list[Finding]:
             basis.found += q.findings(a, basis)
     out = basis.found
     predict.add_predictions(a, out, idle_kinds())
-    # biggest cost first, but a fix the loader's pace leaves without gain after the ones that gain
-    return sorted(out, key=lambda f: (bool(f.predicted and f.predicted.get("bound_by") == "loader"
-                                           and f.predicted["saving_ns"] <= 0), -f.impact_ns))
+    steps = len(a.steps.steady) if a.steps else 0
+    gpus = max(1, len(a.idle.devices) if a.idle else 1)
+
+    gpu_work = work_kinds()
+
+    def rank(f: Finding) -> tuple:
+        p = f.predicted
+        if p is not None and p["saving_ns"] <= 0 and p.get("bound_by") == "loader":
+            return 2, -f.impact_ns  # the loader's pace leaves this fix without gain
+        if p is None or p["saving_ns"] <= 0 or not steps:  # the tool cannot say what it saves: its cost
+            return (1 if steps and p is None and f.kind in gpu_work else 0), -f.impact_ns
+        return 0, -p["saving_ns"] * steps * gpus
+
+    return sorted(out, key=rank)
+
+
+def first_change(a) -> dict | None:
+    """The one change to make first: the top finding, when its fix is predicted to shorten the step."""
+    top = a.findings[0] if a.findings else None
+    if top is None or not top.predicted or top.predicted["saving_ns"] <= 0:
+        return None
+    p = top.predicted
+    return {"kind": top.kind, "fix": top.fix.split(". Expected:")[0].rstrip(".") + ".",
+            "step_ns": int(p["step_ns"] + p["saving_ns"]), "predicted_step_ns": int(p["step_ns"]),
+            "statistic": p.get("statistic", "median")}
 
 
 def _run(ctx: Context) -> None:
@@ -40,7 +66,11 @@ def _text(a, view) -> None:
     if not a.findings:
         view.print(f"[green]{no_findings_line(a.warnings)}[/green]")
         return
-    view.print("[bold]Findings[/bold] (biggest measured cost first)")
+    first = first_change(a)
+    if first:
+        view.print(f"[bold]First change[/bold] ({first['kind']}): {view.escape(first['fix'])} Expected: step "
+                   f"{ms(first['step_ns'])} -> about {ms(first['predicted_step_ns'])}.", highlight=False)
+    view.print("[bold]Findings[/bold] (largest expected saving first)")
     for i, f in enumerate(a.findings, 1):
         view.print(f"{i}. [bold]{f.kind}[/bold] [red]{ms(f.impact_ns)}[/red]  {view.escape(f.title)}", highlight=False)
         view.print(f"   [green]fix:[/green] {view.escape(f.fix)}", highlight=False)
@@ -48,6 +78,7 @@ def _text(a, view) -> None:
 
 QUESTION = Question(
     name="findings", order=140, run=_run, after_findings=True,
-    json_keys=("findings",), json_at=130, to_json=lambda a: {"findings": [f.to_dict() for f in a.findings]},
+    json_keys=("first_change", "findings"), json_at=130,
+    to_json=lambda a: {"first_change": first_change(a), "findings": [f.to_dict() for f in a.findings]},
     text=_text, text_at=90,
 )
