@@ -28,14 +28,14 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks" / "programs")]
+sys.path[:0] = [str(ROOT), str(ROOT / "programs")]
 
 import nvtx_autotrace  # noqa: E402
 from nvtx_autotrace import _backend, budget, classwrap  # noqa: E402
 
 
 def program(name: str, device: str):
-    """(model, step function) shaped like benchmarks/programs/<name>."""
+    """(model, step function) shaped like programs/<name>."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     if name == "cpu_transformer":

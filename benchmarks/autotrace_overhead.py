@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "programs"))
 
 import nvtx_autotrace  # noqa: E402
 from nvtx_autotrace import _backend  # noqa: E402

@@ -3,9 +3,9 @@
 The check behind issue 16 on a GPU: run a trainer under plain ``nsys profile``
 (no nvtx_autotrace, no step ranges), then compare what ``nvtx-trace analyze``
 found with the program's own ``STEPS t1 t2 ...`` line (ms per iteration, as
-benchmarks/programs/gpt2_train.py prints it):
+programs/gpt2_train.py prints it):
 
-    nsys profile -t cuda,nvtx -o /tmp/g python benchmarks/programs/gpt2_train.py > /tmp/g.log
+    nsys profile -t cuda,nvtx -o /tmp/g python programs/gpt2_train.py > /tmp/g.log
     nsys export --type sqlite -o /tmp/g.sqlite /tmp/g.nsys-rep
     python benchmarks/inferred_vs_printed.py /tmp/g.sqlite /tmp/g.log --warmup 4
 

@@ -3,7 +3,7 @@
     python benchmarks/overhead_table.py --programs gpt2,resnet50,resnet50_cl --repeats 3
     python benchmarks/overhead_table.py --programs cpu_transformer --repeats 5      # a CPU machine
 
-For each program (benchmarks/programs/) and each configuration, interleaved
+For each program (programs/) and each configuration, interleaved
 over ``--repeats`` rounds, one process per run, it reads the program's own
 ``BENCH step_ms=`` line (median steady-state step) and prints the median over
 rounds, the overhead against plain and against nsys alone, ranges per step and
@@ -43,7 +43,7 @@ BENCH = re.compile(r"^BENCH .*step_ms=([0-9.]+)", re.M)
 
 
 def command(config: str, program: list[str], out: Path, nsys: str | None) -> list[str]:
-    script = [str(HERE / "programs" / program[0]), *program[1:]]
+    script = [str(HERE.parent / "programs" / program[0]), *program[1:]]
     if config == "plain":
         return [sys.executable, *script]
     run = [sys.executable, "-m", "nvtx_trace.cli", "run", "--full", "--out", str(out), "-f"]  # whole program

@@ -1,7 +1,7 @@
 """How long a user waits for an answer: `nvtx-trace run` with its default window against `--full`.
 
-    python benchmarks/time_to_answer.py tests/scripts/slow_loader_train.py --steps 3000 --workers 0
-    python benchmarks/time_to_answer.py --full-too benchmarks/programs/resnet50_train.py --steps 650 --workers 2
+    python benchmarks/time_to_answer.py programs/slow_loader_train.py --steps 3000 --workers 0
+    python benchmarks/time_to_answer.py --full-too programs/resnet50_train.py --steps 650 --workers 2
 
 For each configuration (default, and with ``--full-too`` also ``--full``), one process, it prints the
 wall time from start to answer, when the program was stopped (default: the window line's time), the

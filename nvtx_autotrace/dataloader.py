@@ -64,7 +64,7 @@ class WorkerInit:
 
 # Workers end with os._exit, which skips the exit hooks where a profiler's injection would flush its
 # buffer: under nsys 2022.4 a worker's last fetch range was lost in 3 of 9 runs with no pause, 1 of 6
-# with 20 ms, 0 of 5 with 100 ms, 0 of 8 with 200 ms (tests/scripts/cpu_train.py, 2 workers). Only when a
+# with 20 ms, 0 of 5 with 100 ms, 0 of 8 with 200 ms (programs/cpu_train.py, 2 workers). Only when a
 # profiler is attached; it delays the end of each epoch by that much.
 WORKER_EXIT_PAUSE_S = 0.2
 

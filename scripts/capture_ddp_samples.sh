@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Capture the two-GPU DDP samples (run from the project root on a machine with 2 GPUs and nsys >= 2023):
 #   NSYS=/path/to/nsys scripts/capture_ddp_samples.sh OUTDIR
-# benchmarks/programs/ddp_train.py (NCCL, one GPU per rank, nvtx_autotrace `step N` ranges), three ways:
+# programs/ddp_train.py (NCCL, one GPU per rank, nvtx_autotrace `step N` ranges), three ways:
 #   OUTDIR/balanced/        both ranks load data equally fast; one report for the node (`nvtx-trace run`)
 #   OUTDIR/straggler/       rank 1's samples cost 6x the CPU time; one report for the node
 #   OUTDIR/rank0.sqlite, OUTDIR/rank1.sqlite   the same straggler run, one report per rank
@@ -12,7 +12,7 @@ out=${1:?usage: capture_ddp_samples.sh OUTDIR}
 nsys=${NSYS:-nsys}
 steps=${STEPS:-50}
 mkdir -p "$out"
-program=benchmarks/programs/ddp_train.py
+program=programs/ddp_train.py
 python3 -m nvtx_trace.cli run --nsys "$nsys" --out "$out/balanced" --force ${RUN_ARGS:-} \
     -- torchrun --nproc_per_node=2 "$program" --steps "$steps"
 python3 -m nvtx_trace.cli run --nsys "$nsys" --out "$out/straggler" --force ${RUN_ARGS:-} \

@@ -211,7 +211,7 @@ def test_event_polls_are_not_syncs():
 # ---------------------------------------------------------------- the profiler's own cost (GPT-2 small, H100)
 
 GPT2 = "gpt2_window_h100.sqlite"
-# benchmarks/programs/gpt2_train.py's own step times (ms) in that run, printed by the program itself:
+# programs/gpt2_train.py's own step times (ms) in that run, printed by the program itself:
 # steps 3-9 ran with the chosen module ranges before the capture window (steps 10-13) opened
 GPT2_OWN_STEPS_3_TO_9 = [119.6, 112.9, 120.3, 112.4, 119.3, 130.8, 315.0]
 

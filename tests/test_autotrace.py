@@ -13,7 +13,7 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.torch
 
-sys.path.insert(0, str(ROOT / "tests" / "scripts"))
+sys.path.insert(0, str(ROOT / "programs"))
 
 
 def cpu_train():
@@ -317,12 +317,12 @@ def test_a_cuda_capture_window_without_cuda_never_stops_the_program(torch):
     import subprocess
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), NVTX_AUTOTRACE="1", NVTX_AUTOTRACE_CAPTURE="1:2:cuda")
-    proc = subprocess.run([sys.executable, "-m", "nvtx_autotrace", "tests/scripts/cpu_train.py", "--workers", "0"],
+    proc = subprocess.run([sys.executable, "-m", "nvtx_autotrace", "programs/cpu_train.py", "--workers", "0"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("cannot start the cuda capture window") == 1
-    plain = subprocess.run([sys.executable, "tests/scripts/cpu_train.py", "--workers", "0"], cwd=ROOT,
+    plain = subprocess.run([sys.executable, "programs/cpu_train.py", "--workers", "0"], cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
     assert [line for line in proc.stdout.splitlines() if line.startswith("loss")] == \
         [line for line in plain.stdout.splitlines() if line.startswith("loss")]

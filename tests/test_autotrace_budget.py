@@ -15,7 +15,7 @@ from conftest import ROOT
 
 pytestmark = pytest.mark.torch
 
-sys.path.insert(0, str(ROOT / "tests" / "scripts"))
+sys.path.insert(0, str(ROOT / "programs"))
 
 
 def train(torch, model, steps: int, compile_backend: str | None = None, step_context=None):

@@ -1,4 +1,4 @@
-"""End to end: ``python -m nvtx_autotrace tests/scripts/cpu_train.py`` under a real nsys
+"""End to end: ``python -m nvtx_autotrace programs/cpu_train.py`` under a real nsys
 (NVTX + OS runtime, DataLoader workers forked), exported to SQLite and read back with
 plain SQL. One profiled run, shared by every assertion."""
 
@@ -20,7 +20,7 @@ from nvtx_trace import names
 
 pytestmark = [pytest.mark.nsys, pytest.mark.torch, pytest.mark.slow]
 
-SCRIPT = "tests/scripts/cpu_train.py"
+SCRIPT = "programs/cpu_train.py"
 STEPS = 6
 LOADER = "cpu_train.py:68"  # the DataLoader(...) line in the script
 RANGES_SQL = """
@@ -78,7 +78,7 @@ def _main_pid(rows) -> int:
 
 
 def test_losses_under_nsys_match_a_plain_run(run):
-    sys.path.insert(0, str(ROOT / "tests" / "scripts"))
+    sys.path.insert(0, str(ROOT / "programs"))
     import cpu_train
 
     _rows, log = run

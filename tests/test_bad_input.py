@@ -113,7 +113,7 @@ def test_impossible_option_values_are_usage_errors(option, needle):
 
 
 def test_run_checks_the_analysis_options_before_profiling(tmp_path):
-    proc = run_cli("run", "--out", tmp_path / "out", "--min-gap-ms", "-0.5", ROOT / "tests" / "scripts" / "cpu_train.py")
+    proc = run_cli("run", "--out", tmp_path / "out", "--min-gap-ms", "-0.5", ROOT / "programs" / "cpu_train.py")
     assert_one_clear_line(proc, "--min-gap-ms must be a number from 0")
     assert not (tmp_path / "out").exists()
 

@@ -1,5 +1,5 @@
 """The shipped CPU sample (sample_reports/cpu_slow_loader.sqlite: `nvtx-trace run` of
-tests/scripts/slow_loader_train.py under Debian's nsys 2022.4, export schema 3.0.0):
+programs/slow_loader_train.py under Debian's nsys 2022.4, export schema 3.0.0):
 every figure the analyzer reports about it is recomputed here with plain SQL."""
 
 from __future__ import annotations

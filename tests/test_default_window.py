@@ -126,7 +126,7 @@ def test_torchrun_ranks_use_the_same_fixed_window_and_all_stop(ready, tmp_path):
     need("torchrun", shutil.which("torchrun") is not None)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     child = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx", "--",
-                            "torchrun", "--nproc_per_node=2", str(SCRIPTS / "ddp_train.py"), "--steps", "400"],
+                            "torchrun", "--nproc_per_node=2", str(SCRIPTS / "ddp_gloo_cpu_train.py"), "--steps", "400"],
                            cwd=tmp_path, env=env, text=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=400)
     assert child.returncode == 0, child.stderr[-3000:]
     first, last = auto_window.DIST_WARMUP, auto_window.DIST_WARMUP + auto_window.DIST_STEPS - 1

@@ -77,7 +77,7 @@ def test_a_new_user_runs_a_script_with_workers_after_the_readme_install(tmp_path
     assert install.returncode == 0, install.stderr[-3000:]
     assert (tmp_path / "venv" / "bin" / "nvtx-trace").exists()
     out = tmp_path / "first-run"
-    run = sh(f"nvtx-trace run --out {out} tests/scripts/slow_loader_train.py --steps 8", env, cwd=ROOT)
+    run = sh(f"nvtx-trace run --out {out} programs/slow_loader_train.py --steps 8", env, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "step 7 loss" in run.stderr and "done" in run.stdout  # the script's own output reaches the user
     assert "dataloader_stall" in run.stdout and "Training waits" in run.stdout

@@ -22,7 +22,7 @@ from nvtx_trace.cli import main as cli_main
 from nvtx_trace.runner import history
 
 GOLDEN = ROOT / "tests" / "golden"
-SCRIPT = ROOT / "tests" / "scripts" / "slow_loader_train.py"
+SCRIPT = ROOT / "programs" / "slow_loader_train.py"
 
 
 def summary(name: str) -> dict:

@@ -16,7 +16,7 @@ from conftest import ROOT, installed_nsys, need
 
 from nvtx_trace.analyzer.findings import ms
 
-SCRIPT = ROOT / "tests" / "scripts" / "slow_loader_train.py"
+SCRIPT = ROOT / "programs" / "slow_loader_train.py"
 
 
 def cli(args: list[str], cwd, env) -> subprocess.CompletedProcess:

@@ -2,7 +2,7 @@
 steady state will be slower. The tool says so, projects the wait, and no other fix promises a gain.
 
 The real case (sample_reports/README.md): `nvtx-trace run --per-rank -- torchrun --nproc_per_node=2
-benchmarks/programs/ddp_train.py --slow-rank 1 --workers 15` on two H200s, default window (steps 10-29).
+programs/ddp_train.py --slow-rank 1 --workers 15` on two H200s, default window (steps 10-29).
 Its steps took 4.05 ms (median) while rank 1's 15 workers, at 79 ms a batch, deliver one every 5.27 ms.
 The same program profiled in full (--full, 155 steps, same machine and session) measured a median step of
 5.96 ms and a mean of 6.81 ms: the window's 4.05 ms was not the steady state, the projected 5.27 ms was

@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT
 from test_run import ready  # noqa: F401  (fixture: nsys, torch, a recorded nvtx)
 
-SCRIPT = ROOT / "tests" / "scripts" / "slow_loader_train.py"
+SCRIPT = ROOT / "programs" / "slow_loader_train.py"
 
 
 @pytest.fixture(scope="module")

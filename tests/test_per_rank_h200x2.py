@@ -1,4 +1,4 @@
-"""What ``nvtx-trace run --per-rank -- torchrun --nproc_per_node=2 benchmarks/programs/ddp_train.py --slow-rank 1``
+"""What ``nvtx-trace run --per-rank -- torchrun --nproc_per_node=2 programs/ddp_train.py --slow-rank 1``
 wrote on two H200s of one host (default window: every rank profiled steps 10-29 under its own nsys;
 sample_reports/README.md). Checked independently: the straggler against plain SQL over each rank's NCCL
 kernels, the ranks' steps against SQL on each file, and the two clocks against each other: on one host

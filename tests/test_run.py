@@ -29,7 +29,7 @@ from nvtx_trace.capture.python_facts import torch_has_cuda
 from nvtx_trace.errors import NsysNotFoundError, UsageError
 from nvtx_trace.runner import plan as run_plan
 
-SCRIPTS = ROOT / "tests" / "scripts"
+SCRIPTS = ROOT / "programs"
 SLOW = SCRIPTS / "slow_loader_train.py"
 FETCH = "dataloader.fetch %"
 WAIT = "dataloader.next %"
@@ -283,7 +283,7 @@ def torchrun_run(ready, tmp_path_factory):
     work = tmp_path_factory.mktemp("torchrun")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = cli(["--out", "out", "--trace", "nvtx", "--full", "--", "torchrun", "--nproc_per_node=2",
-                str(SCRIPTS / "ddp_train.py")], cwd=work, env=env)
+                str(SCRIPTS / "ddp_gloo_cpu_train.py")], cwd=work, env=env)
     return proc, work / "out"
 
 

@@ -22,7 +22,7 @@ from nvtx_trace import runner
 from nvtx_trace.capture import processes
 from nvtx_trace.capture.nsys_log import LOG_NAME
 
-SLOW = ROOT / "tests" / "scripts" / "slow_loader_train.py"
+SLOW = ROOT / "programs" / "slow_loader_train.py"
 
 
 @pytest.fixture(scope="module")

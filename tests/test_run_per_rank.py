@@ -15,7 +15,7 @@ import pytest
 from conftest import need
 from test_run import SCRIPTS, WAIT, cli, ready, sql  # noqa: F401 - ready is a fixture
 
-DDP = SCRIPTS / "ddp_train.py"
+DDP = SCRIPTS / "ddp_gloo_cpu_train.py"
 STEPS = 12
 
 

@@ -5,7 +5,7 @@ transforms (RandomResizedCrop, flip, ToTensor, Normalize) in DataLoader workers
 with pinned memory, as the public ImageNet example does; ``--data synthetic``
 keeps one batch on the GPU instead (no loader: the instrumentation's cost alone).
 
-    python benchmarks/programs/resnet50_train.py [--channels-last] [--workers 12] [--data synthetic]
+    python programs/resnet50_train.py [--channels-last] [--workers 12] [--data synthetic]
 
 Prints one ``BENCH`` line: the median step time after ``--warmup`` steps.
 """

@@ -3,7 +3,7 @@
 4 layers, d_model 64, 4 heads, sequence 32, batch 8, AdamW; the loss is
 printed every step (a host sync, as most loops do). Deterministic.
 
-    python benchmarks/programs/cpu_transformer_train.py --steps 60
+    python programs/cpu_transformer_train.py --steps 60
 
 Prints one ``BENCH`` line: the median step time after ``--warmup`` steps.
 """

@@ -1,6 +1,6 @@
 """A Hugging Face ``Trainer`` run: GPT-2 with 6 layers, bf16, random tokens, no code of ours.
 
-    python benchmarks/programs/hf_trainer_train.py --steps 40
+    python programs/hf_trainer_train.py --steps 40
 
 Step times come from a ``TrainerCallback`` (``on_step_end`` after a CUDA sync).
 Prints one ``BENCH`` line: the median step time after ``--warmup`` steps.

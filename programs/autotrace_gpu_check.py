@@ -1,6 +1,6 @@
 """Summarise what nvtx_autotrace left in a CUDA export (run by hand on the GPU machine).
 
-    python tests/scripts/autotrace_gpu_check.py run.sqlite
+    python programs/autotrace_gpu_check.py run.sqlite
 
 Prints range counts by kind and thread, and how many kernels launched from each
 thread fall inside a ``backward <path> (<cls>)`` range on that same thread: the

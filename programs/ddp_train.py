@@ -5,7 +5,7 @@ CPU time in ``__getitem__`` (as decoding an image would), times ``--slow-factor`
 With a slow rank, the others wait for it inside the gradient all-reduce every step: the straggler
 the analyzer must name. Captured for sample_reports/ with scripts/capture_ddp_samples.sh:
 
-    torchrun --nproc_per_node=2 benchmarks/programs/ddp_train.py --steps 50 [--slow-rank 1]
+    torchrun --nproc_per_node=2 programs/ddp_train.py --steps 50 [--slow-rank 1]
 
 Prints one ``BENCH`` line per rank: its median and mean step time after ``--warmup`` steps (a loader that
 delivers in bursts makes the median hide the long steps; throughput follows the mean).

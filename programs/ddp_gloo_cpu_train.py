@@ -1,7 +1,7 @@
 """A tiny DistributedDataParallel CPU training loop (gloo), for ``torchrun --nproc_per_node=2``.
 
 Run by tests/test_run.py as ``nvtx-trace run -- torchrun --nproc_per_node=2
-tests/scripts/ddp_train.py``: nvtx-trace must get autotrace ranges from every rank
+programs/ddp_gloo_cpu_train.py``: nvtx-trace must get autotrace ranges from every rank
 although it never sees the ranks' command lines (they are started by torchrun).
 Each rank has its own DataLoader with one worker and a slow ``__getitem__``.
 """

@@ -1,9 +1,9 @@
 """A ResNet-18-style training loop with the classic input-pipeline mistakes, or without them.
 
-    python examples/resnet_train.py --variant flawed   # NCHW + fp16 autocast, pageable batches, 1 slow worker,
+    python programs/resnet_train.py --variant flawed   # NCHW + fp16 autocast, pageable batches, 1 slow worker,
                                                        # .item() every step
-    python examples/resnet_train.py --variant fixed    # channels_last, pin_memory + non_blocking, enough workers
-    torchrun --nproc_per_node=2 examples/resnet_train.py   # DistributedDataParallel, one GPU per rank
+    python programs/resnet_train.py --variant fixed    # channels_last, pin_memory + non_blocking, enough workers
+    torchrun --nproc_per_node=2 programs/resnet_train.py   # DistributedDataParallel, one GPU per rank
 
 It needs no torchvision and no data set: images are synthetic and each sample
 costs ``--sample-ms`` of CPU time, like JPEG decoding would. The sample reports

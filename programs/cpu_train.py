@@ -1,7 +1,7 @@
 """A tiny deterministic CPU training loop with nested modules and two DataLoader workers.
 
 Run under nsys by tests/test_autotrace_nsys.py as ``python -m nvtx_autotrace
-tests/scripts/cpu_train.py``, and imported by the unit tests (``train()``) to
+programs/cpu_train.py``, and imported by the unit tests (``train()``) to
 compare losses with and without the patches. Prints one line per step:
 ``loss <step> <float.hex()>`` so bitwise equality is easy to check.
 """

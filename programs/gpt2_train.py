@@ -4,7 +4,7 @@
 accumulation, batches sampled from a token array into pinned memory and copied
 with non_blocking, ``loss.item()`` logged every step. Random tokens: no data set.
 
-    python benchmarks/programs/gpt2_train.py --steps 30 [--compile] [--layers 12]
+    python programs/gpt2_train.py --steps 30 [--compile] [--layers 12]
 
 Prints one ``BENCH`` line: the median step time after ``--warmup`` steps.
 """
