@@ -99,3 +99,24 @@ def test_first_change_is_the_top_finding(captures):
     assert first["kind"] == d["findings"][0]["kind"] == "precision"
     assert first["predicted_step_ns"] == d["findings"][0]["predicted"]["step_ns"]
     assert first["fix"].startswith("Turn on TF32") and "Expected" not in first["fix"]
+
+
+def test_merged_rank_reports_keep_the_demangled_names():
+    """One report per rank, merged: CUTLASS's Kernel2<cutlass_80_simt_sgemm...> GEMMs are fp32 GEMMs there too,
+    as in each rank's report analyzed alone (review: they fell into "other" when merged)."""
+    pair = [SAMPLES / f"ddp_straggler_rank{r}_h200x2.sqlite" for r in (0, 1)]
+    merged = analyze(pair, workers=1).kernels
+    alone = [analyze(p).kernels for p in pair]
+    opaque = merged.by_name[merged.by_name["name"].str.startswith("Kernel2<")]
+    assert len(opaque) and set(opaque["category"]) == {"gemm_fp32"}
+    # the merged window is the ranks' common steady window, a little shorter than each one's own
+    assert merged.time("gemm_fp32") == pytest.approx(sum(k.time("gemm_fp32") for k in alone), rel=0.05)
+    assert merged.gpus == 2 and merged.per_step(merged.time_ns) == merged.time_ns / merged.steps / 2
+
+
+def test_a_gpu_work_finding_without_a_prediction_says_why():
+    """The DDP sample's fp32 GEMMs on a GPU busy 61 % of the step: TF32 would not shorten the step yet."""
+    a = analyze(SAMPLES / "ddp_balanced_h200x2.sqlite")
+    f = next(f for f in a.findings if f.kind == "precision")
+    assert f.predicted is None and "No prediction: the GPU is busy only" in f.fix
+    assert a.findings[-1] is f  # ranked after the findings whose fix is predicted to save time

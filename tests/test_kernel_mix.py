@@ -52,7 +52,7 @@ def test_each_category_equals_sql_and_the_shares_add_up(report):
     assert k.by_name["time_ns"].sum() == k.time_ns  # every kernel listed by name once
     if k.steps:
         assert k.steps == len(a.steps.steady)
-        assert (k.by_category["time_ns_per_step"] * k.steps).sum() == pytest.approx(k.time_ns)
+        assert (k.by_category["time_ns_per_step"] * k.steps * k.gpus).sum() == pytest.approx(k.time_ns)
 
 
 def _shares(stem: str) -> dict[str, float]:

@@ -76,8 +76,12 @@ def test_more_batches_were_taken_in_the_window_than_the_workers_finished(merged)
 
 def test_no_other_fix_promises_a_shorter_step_than_the_loader_allows(merged):
     others = merged.findings[1:]
-    assert {f.kind for f in others} == {"cpu_overhead", "straggler"}
+    # (and the fp32 GEMMs of its GPUs, busy 10 %: a precision finding that promises nothing, and says why)
+    assert {f.kind for f in others} == {"cpu_overhead", "straggler", "precision"}
     for f in others:
+        if f.kind == "precision":
+            assert f.predicted is None and "No prediction: the GPU is busy only" in f.fix
+            continue
         assert f.predicted["bound_by"] == "loader" and f.predicted["saving_ns"] == 0
         assert "Expected: no shorter step while the loader's 15 workers of the slowest rank" in f.fix
     # the loader's own fix: no more workers fit (32 cores, 2 ranks), so cheaper batches, and no gain promised
@@ -107,7 +111,7 @@ def test_the_json_keys_are_the_documented_contract(merged):
     keys = {"step_ns", "delivery_ns", "wait_ns_per_step", "steps", "projected_wait_ns", "batches_taken",
             "batches_delivered"}
     assert set(behind) == keys
-    assert {f["predicted"]["bound_by"] for f in findings[1:]} == {"loader"}
+    assert {f["predicted"]["bound_by"] for f in findings[1:] if f["predicted"]} == {"loader"}
     doc = (ROOT / "docs" / "json-schema.md").read_text()
     for key in keys | {"falls_behind", "bound_by"}:
         assert f"`{key}`" in doc, key

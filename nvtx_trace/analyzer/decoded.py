@@ -37,6 +37,7 @@ class DecodedReport:
     runtime: pd.DataFrame
     api_names: dict[int, str]
     kernel_times: pd.DataFrame  # name_id, count, time_ns
+    long_named: dict | None  # kernels read with their demangled names (Trace.long_named_kernels), or None
     launch_rows: dict[tuple[str, str], dict[str, np.ndarray]]  # (table, column) -> the GPU ops announced
     strings: dict[int, str]  # every kernel-name string id the tables refer to
     enums: dict[str, dict[int, str]]
@@ -91,7 +92,10 @@ def _snapshot(trace: Trace, reader: Reader) -> DecodedReport:
     for (table_key, column, _ids), cols in trace._launch_rows.items():
         launch_rows[(table_key, column)] = dict(cols)
     kernel_times = trace._kernel_times
+    long_named = trace._long_named
     ids = set(np.unique(gpu_ops["name_id"]).tolist()) | set(kernel_times["name_id"].tolist())
+    if long_named is not None:
+        ids |= set(np.unique(long_named["name_id"]).tolist()) | set(np.unique(long_named["long_id"]).tolist())
     for cols in launch_rows.values():
         if "name_id" in cols:
             ids |= set(np.unique(cols["name_id"]).tolist())
@@ -100,7 +104,7 @@ def _snapshot(trace: Trace, reader: Reader) -> DecodedReport:
         path=reader.info.path, info=reader.info, warnings=list(trace.warnings), session=trace.session,
         utc_start_ns=reader.session_utc_ns(), host=reader.host_identity(), cpu_cores=reader.cpu_cores(),
         gpu_ops=gpu_ops, ranges=ranges, runtime=runtime, api_names=dict(trace.api_names),
-        kernel_times=kernel_times, launch_rows=launch_rows, strings=strings,
+        kernel_times=kernel_times, long_named=long_named, launch_rows=launch_rows, strings=strings,
         enums={e: reader.enum(e, {}) for e in ENUM_TABLES if reader.has(e)},
         columns={t: reader.table_columns_present(t) for t in PROBED_TABLES if reader.has(t)},
         gpu_names=trace.gpu_names, thread_names=trace.thread_names, process_names=trace.process_names,

@@ -43,7 +43,7 @@ LABELS = {
 GEMM_OR_CONV = tuple(k for k in LABELS if k.startswith(("gemm", "conv")))
 
 # Generic short names that hide the kernel's identity: the demangled name decides.
-OPAQUE = re.compile(r"^(Kernel\d*|kernel\d*|void|cutlass.*Kernel\d*)$")
+OPAQUE = re.compile(r"^(Kernel\d*|kernel\d*|void|device_kernel|cutlass.*Kernel\d*)$")
 
 _RULES: list[tuple[str, re.Pattern]] = [
     ("triton", re.compile(r"^triton_|^triton\b|_triton_", re.I)),
@@ -53,9 +53,9 @@ _RULES: list[tuple[str, re.Pattern]] = [
                         r"implicit_convolve|precomputed_convolve", re.I)),
     ("gemm", re.compile(r"gemm|gemv|nvjet|matmul|cublas|cutlass|xmma|wgmma|splitKreduce|s1688|s16816|h1688|h16816|"
                         r"bf16_s16816|i8816", re.I)),
-    ("optimizer", re.compile(r"multi_tensor_apply|adam|_sgd|sgd_|lamb|foreach|fused_optim", re.I)),
+    ("optimizer", re.compile(r"multi_tensor_apply|adam|_sgd|sgd_|(?<![a-z])lamb(?!da)|foreach|fused_optim", re.I)),
     ("batch_norm", re.compile(r"bn_fw|bn_bw|batch_norm|batchnorm|BatchNorm", re.I)),
-    ("norm_softmax", re.compile(r"norm|softmax|welford|GammaBeta|rms", re.I)),
+    ("norm_softmax", re.compile(r"norm|softmax|welford|GammaBeta|rms|cuComputeGrad|cuApplyLayerNorm|cuApplyRMSNorm", re.I)),
     ("reduction", re.compile(r"reduce|reduction|cub::|DeviceRadix|DeviceScan|scan_|argmax|argmin|topk|sort", re.I)),
     ("memset", re.compile(r"fill|memset|zero_", re.I)),
     ("elementwise", re.compile(r"elementwise|CatArray|copy|index|gather|scatter|where|dropout|gelu|relu|silu|"
@@ -69,7 +69,7 @@ _MATH: list[tuple[str, re.Pattern]] = [
     ("fp8", re.compile(r"e4m3|e5m2|fp8|f8f8|_qgmma|nvjet_(?:sm\d+_)?[qe]", re.I)),
     ("bf16", re.compile(r"bf16|bfloat16|nvjet_(?:sm\d+_)?t", re.I)),
     ("tf32", re.compile(r"tf32|tfloat32|nvjet_(?:sm\d+_)?x", re.I)),
-    ("fp16", re.compile(r"f16|fp16|half|h1688|h16816|hmma|tensorop_h|nvjet_(?:sm\d+_)?h", re.I)),
+    ("fp16", re.compile(r"f16|fp16|half|h884|h1688|h16816|hmma|tensorop_h|nvjet_(?:sm\d+_)?h", re.I)),
     ("tf32", re.compile(r"tensorop_s\d|_s1688|_s16816", re.I)),
     ("fp32", re.compile(r"ffma|simt|sgemm|f32f32_f32f32|implicit_convolve_sgemm|precomputed_convolve_sgemm", re.I)),
 ]
@@ -118,7 +118,7 @@ def needs_demangled(short: str) -> bool:
 
 
 # SQL LIKE hints that find every such name among the report's strings (case-insensitive for ASCII)
-DEMANGLE_HINTS = ("Kernel%", "void", "cutlass%", "%gemm%", "%gemv%", "%conv%", "%xmma%", "%nvjet%", "%cublas%",
+DEMANGLE_HINTS = ("Kernel%", "void", "device_kernel", "cutlass%", "%gemm%", "%gemv%", "%conv%", "%xmma%", "%nvjet%", "%cublas%",
                   "%matmul%", "%splitK%", "%fprop%", "%dgrad%", "%wgrad%", "%wgmma%", "%winograd%", "%1688%",
                   "%16816%", "%8816%", "%implicit%", "%precomputed%")
 

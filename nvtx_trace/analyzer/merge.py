@@ -97,7 +97,7 @@ class MergedTrace(Trace):
         pass  # every report's runtime rows were read with it
 
     def want_long_names(self, short_ids: list[int]) -> None:
-        pass  # demangled names are not kept when reports are merged: short names decide
+        pass  # each report brought its kernels' demangled names when it was read (decoded.DecodedReport.long_named)
 
 
 class _Ids:
@@ -150,7 +150,7 @@ def merge(reports: list[DecodedReport], clock: ClockPlan) -> MergedTrace:
     hosts = _hosts(reports, clock)
     pid_ids, dev_ids = _Ids(), _Ids()
     enums = _reference_enums(reports)
-    parts: dict[str, list] = {k: [] for k in ("gpu_ops", "ranges", "runtime", "kernel_times")}
+    parts: dict[str, list] = {k: [] for k in ("gpu_ops", "ranges", "runtime", "kernel_times", "long_named")}
     launches: dict[tuple[str, str], list[dict]] = {}
     names = {"gpu_names": {}, "thread_names": {}, "process_names": {}}
     api_names: dict[int, str] = {}
@@ -178,6 +178,11 @@ def merge(reports: list[DecodedReport], clock: ClockPlan) -> MergedTrace:
             gtid=_remap_gtid(r.runtime["gtid"], pids), pid=_remap(r.runtime["pid"], pids),
             name_id=_remap(r.runtime["name_id"], api)))
         parts["kernel_times"].append(r.kernel_times.assign(name_id=_remap(r.kernel_times["name_id"], kernel)))
+        if r.long_named is not None:
+            ln = r.long_named
+            parts["long_named"].append({"start_ns": ln["start_ns"] + off, "end_ns": ln["end_ns"] + off,
+                                        "device_id": _remap(ln["device_id"], devs),
+                                        "name_id": _remap(ln["name_id"], kernel), "long_id": _remap(ln["long_id"], kernel)})
         for key, cols in r.launch_rows.items():
             cols = dict(cols)
             cols["start_ns"], cols["end_ns"] = cols["start_ns"] + off, cols["end_ns"] + off
@@ -227,7 +232,9 @@ def _concat(parts: dict[str, list], api_names: dict[int, str]) -> dict:
     runtime["name"] = pd.Categorical(runtime["name_id"].map(api_names))
     kt = pd.concat(parts["kernel_times"], ignore_index=True)
     kt = kt.groupby("name_id", as_index=False).sum() if len(kt) else kt
-    return {"gpu_ops": ops, "ranges": ranges, "_runtime": runtime, "kernel_times": kt,
+    named = parts["long_named"]
+    long_named = {c: np.concatenate([p[c] for p in named]) for c in named[0]} if named else None
+    return {"gpu_ops": ops, "ranges": ranges, "_runtime": runtime, "kernel_times": kt, "_long_named": long_named,
             "has_gpu_activity": len(ops) > 0}
 
 

@@ -145,6 +145,15 @@ def _generic(a, f: Finding, idle_kinds: tuple[str, ...]) -> dict | None:
     return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}", "loader")
 
 
+def not_gpu_bound(a) -> str:
+    """Why a GPU-work fix has no prediction: the GPU is not what sets the step's pace yet."""
+    busy = (a.steps.summary() or {}).get("gpu_busy_fraction") if a.steps else None
+    if busy is None:
+        return ""
+    return (f". No prediction: the GPU is busy only {busy * 100:.0f} % of the step, so less GPU work shortens the "
+            "step only once what keeps it idle is fixed")
+
+
 def gpu_work_saved(a, per_step_ns: float, what: str, gpu_bound: bool = True) -> dict | None:
     """The steady step once ``per_step_ns`` of GPU work per step (per GPU) is gone, never below the loader's
     delivery pace; with ``gpu_bound``, only when the GPU is busy enough for its work to set the pace (GPU_BOUND).

@@ -232,7 +232,8 @@ def _findings(d: dict) -> str:
         return f"<p class='ok'>{esc(no_findings_line(d['warnings']))}</p>"
     items = []
     first = d.get("first_change")
-    lead = (f"<p class='first'><b>First change</b> ({esc(first['kind'])}): {esc(first['fix'])} Expected: step "
+    mean = "mean " if first and first["statistic"] == "mean" else ""
+    lead = (f"<p class='first'><b>First change</b> ({esc(first['kind'])}, finding 1): {esc(first['fix'])} Expected: {mean}step "
             f"{num(first['step_ns'], ms(first['step_ns']), 'first_change.step_ns')} -> about "
             f"{num(first['predicted_step_ns'], ms(first['predicted_step_ns']), 'first_change.predicted_step_ns')}.</p>"
             if first else "")

@@ -13,11 +13,13 @@ import pandas as pd
 
 from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.kernel_names import DEMANGLE_HINTS, LABELS, NeedsDemangled, category, shown_name
+from nvtx_trace.analyzer.model import GPU_OP_KINDS
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.questions.idle import gpu_missing
 
-TOP = 15  # kernels listed by name
-KIND_CATEGORY = {1: "memcpy", 2: "memset"}  # gpu_ops kind codes of copies and memsets (reader.GPU_OP_TABLES order)
+TOP = 15  # kernels (and the copy and memset rows) listed by name
+KIND_CATEGORY = {GPU_OP_KINDS.index(k): k for k in ("memcpy", "memset")}  # gpu_ops kind codes of copies and memsets
+NOT_COMPUTE = ("collective", "memcpy", "memset")  # busy, but not the computation the findings judge
 
 
 def _run(ctx: Context) -> None:
@@ -46,8 +48,9 @@ def _run(ctx: Context) -> None:
             continue
         short = names.get(i, "(unnamed kernel)")
         rows.append({"name": short, "category": category(short), "count": int(r["count"]), "time_ns": int(r["sum"])})
-    a.kernels = _summarize(pd.DataFrame(rows, columns=["name", "category", "count", "time_ns"]),
-                           len(a.steps.steady) if a.steps and a.window.get("source", "").startswith("steady") else 0)
+    steps = len(a.steps.steady) if a.steps and a.window.get("source", "").startswith("steady") else 0
+    a.kernels = KernelMix(pd.DataFrame(rows, columns=["name", "category", "count", "time_ns"]), steps,
+                          max(1, len(a.idle.devices) if a.idle else 1))
 
 
 def _announce(trace) -> None:
@@ -73,10 +76,11 @@ def _by_long_name(ctx: Context, window: tuple[int, int]) -> dict[int, list[dict]
 
 
 class KernelMix:
-    """The window's GPU work by category and by kernel; ``steps``: steady steps it spans (0: no steps)."""
+    """The window's GPU work by category and by kernel; ``steps``: steady steps it spans (0: no steps), over
+    ``gpus`` GPUs (per-step figures are per GPU)."""
 
-    def __init__(self, by_name: pd.DataFrame, steps: int):
-        self.steps = steps
+    def __init__(self, by_name: pd.DataFrame, steps: int, gpus: int = 1):
+        self.steps, self.gpus = steps, gpus
         self.time_ns = int(by_name["time_ns"].sum())
         total = max(self.time_ns, 1)
         by_name = by_name.groupby(["name", "category"], as_index=False)[["count", "time_ns"]].sum()
@@ -85,17 +89,22 @@ class KernelMix:
         cats = self.by_name.groupby("category", as_index=False)[["count", "time_ns"]].sum()
         cats = cats.sort_values(["time_ns", "category"], ascending=[False, True], ignore_index=True)
         cats.insert(1, "label", [LABELS[c] for c in cats["category"]])
-        cats["time_ns_per_step"] = cats["time_ns"] / steps if steps else np.nan
+        cats["time_ns_per_step"] = cats["time_ns"] / (steps * gpus) if steps else np.nan
         cats["share"] = cats["time_ns"] / total
         self.by_category = cats
+        self.compute_ns = self.time_ns - self.time(*NOT_COMPUTE)  # what the busy-GPU findings judge
+
+    def time(self, *categories: str) -> int:
+        c = self.by_category
+        return int(c.loc[c["category"].isin(categories), "time_ns"].sum())
 
     def share(self, *categories: str) -> float:
         c = self.by_category
         return float(c.loc[c["category"].isin(categories), "share"].sum())
 
-
-def _summarize(by_name: pd.DataFrame, steps: int) -> KernelMix:
-    return KernelMix(by_name, steps)
+    def per_step(self, ns: float) -> float | None:
+        """GPU time per steady step and GPU; None without steps."""
+        return ns / self.steps / self.gpus if self.steps else None
 
 
 def _json(a) -> dict:
@@ -104,8 +113,8 @@ def _json(a) -> dict:
         return {"kernels": None}
     cats = k.by_category.astype(object)
     cats["time_ns_per_step"] = [None if pd.isna(v) else int(v) for v in k.by_category["time_ns_per_step"]]
-    return {"kernels": {"time_ns": k.time_ns, "steps": k.steps, "categories": cats,
-                        "top": k.by_name.head(TOP)}}
+    return {"kernels": {"time_ns": k.time_ns, "compute_ns": k.compute_ns, "steps": k.steps, "gpus": k.gpus,
+                        "categories": cats, "top": k.by_name.head(TOP)}}
 
 
 def _text(a, view) -> None:
@@ -115,7 +124,7 @@ def _text(a, view) -> None:
     rows = [[r.label, f"{int(r.count):,}", ms(r.time_ns_per_step) if k.steps else "-", pct(r.share)]
             for r in k.by_category.head(10).itertuples()]
     view.table(f"What the GPU does in the window: {ms(k.time_ns)} of GPU work"
-               + (f", {ms(k.time_ns / k.steps)} a step" if k.steps else ""),
+               + (f", {ms(k.per_step(k.time_ns))} a step" + (" per GPU" if k.gpus > 1 else "") if k.steps else ""),
                [("kind of work", "left"), ("count", "right"), ("per step", "right"), ("share", "right")], rows)
 
 

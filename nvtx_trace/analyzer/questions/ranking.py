@@ -6,6 +6,8 @@ without gain."""
 
 from __future__ import annotations
 
+import re
+
 from nvtx_trace.analyzer import basis as basis_
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.collectives import ALONE_PREFIX
@@ -45,7 +47,8 @@ def first_change(a) -> dict | None:
     if top is None or not top.predicted or top.predicted["saving_ns"] <= 0:
         return None
     p = top.predicted
-    return {"kind": top.kind, "fix": top.fix.split(". Expected:")[0].rstrip(".") + ".",
+    first_sentence = re.split(r"\. (?=[A-Z])", top.fix, maxsplit=1)[0]
+    return {"kind": top.kind, "fix": first_sentence.rstrip(".") + ".",
             "step_ns": int(p["step_ns"] + p["saving_ns"]), "predicted_step_ns": int(p["step_ns"]),
             "statistic": p.get("statistic", "median")}
 
@@ -68,9 +71,10 @@ def _text(a, view) -> None:
         return
     first = first_change(a)
     if first:
-        view.print(f"[bold]First change[/bold] ({first['kind']}): {view.escape(first['fix'])} Expected: step "
-                   f"{ms(first['step_ns'])} -> about {ms(first['predicted_step_ns'])}.", highlight=False)
-    view.print("[bold]Findings[/bold] (largest expected saving first)")
+        mean = "mean " if first["statistic"] == "mean" else ""
+        view.print(f"[bold]First change[/bold] ({first['kind']}, finding 1): {view.escape(first['fix'])} Expected: "
+                   f"{mean}step {ms(first['step_ns'])} -> about {ms(first['predicted_step_ns'])}.", highlight=False)
+    view.print("[bold]Findings[/bold] (largest expected saving first; the figure is each one's measured cost)")
     for i, f in enumerate(a.findings, 1):
         view.print(f"{i}. [bold]{f.kind}[/bold] [red]{ms(f.impact_ns)}[/red]  {view.escape(f.title)}", highlight=False)
         view.print(f"   [green]fix:[/green] {view.escape(f.fix)}", highlight=False)
