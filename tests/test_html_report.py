@@ -34,6 +34,7 @@ from nvtx_trace.analyzer.gpu_idle import (
     IdleResult,
     summarize_causes,
 )
+from nvtx_trace.analyzer.questions.step_breakdown import breakdown
 from nvtx_trace.analyzer.steps import StepsResult
 from nvtx_trace.report import html as html_report
 from nvtx_trace.report import json as json_report
@@ -358,14 +359,18 @@ def synthetic_analysis(n_busy: int, n_ranges: int, evil: bool = False, n_steps: 
     w0, w1 = int(steps["start_ns"].iloc[1]), t_end
     a = Analysis(path=Path("synthetic.sqlite"), nsys_version="2025.3.2", schema_version="3.20.3",
                  min_gap_ns=1_000_000, trace_start_ns=0, trace_end_ns=t_end,
-                 idle=IdleResult(devices=[dev], gaps=gaps, causes=summarize_causes(gaps)),
-                 steps=StepsResult(table=steps, source="`step N` ranges", warmup_steps=1, pid=1),
-                 window={"start_ns": w0, "end_ns": w1, "source": f"steady-state steps 1-{n_steps - 1}"},
-                 window_causes=summarize_causes(gaps, (w0, w1)), window_utilization={0: 0.6},
-                 top_kernels=pd.DataFrame({"name": [EVIL if evil else "sgemm", "relu"], "count": [10, 5],
-                                           "time_ns": [1_000_000, 20_000]}),
                  findings=[Finding(kind="gpu_idle", title=f"idle around {name}", impact_ns=123_456_789,
                                    fix=f"rename {name}", evidence={"range": name, "idle_ns": 5})])
+    results = dict(  # what the questions would have set (analysis.<question name>)
+        idle=IdleResult(devices=[dev], gaps=gaps, causes=summarize_causes(gaps)),
+        steps=StepsResult(table=steps, source="`step N` ranges", warmup_steps=1, pid=1),
+        window={"start_ns": w0, "end_ns": w1, "source": f"steady-state steps 1-{n_steps - 1}"},
+        window_causes=summarize_causes(gaps, (w0, w1)), window_utilization={0: 0.6},
+        top_kernels=pd.DataFrame({"name": [EVIL if evil else "sgemm", "relu"], "count": [10, 5],
+                                  "time_ns": [1_000_000, 20_000]}))
+    for attr, value in results.items():
+        setattr(a, attr, value)
+    a.step_breakdown = breakdown(a)
     return a, rows, threads
 
 

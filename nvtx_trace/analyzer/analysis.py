@@ -42,6 +42,12 @@ class Analysis:
     cpu_cores: int | None = None  # of the profiled machine, as the report says: advice never exceeds it
     pid_hosts: dict[int, str] = field(default_factory=dict)  # several reports merged: each pid's named host
 
+    def __post_init__(self):
+        for q in REGISTRY:  # every result a renderer may read exists, set or not
+            for attr, unset in ((q.name, None), *q.results.items()):
+                if not hasattr(self, attr):
+                    setattr(self, attr, unset.copy() if isinstance(unset, dict) else unset)
+
     @property
     def tables(self) -> dict[str, pd.DataFrame]:
         """Every DataFrame behind the findings, by name (for notebooks); each question names its own."""

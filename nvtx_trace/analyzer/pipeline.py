@@ -54,10 +54,7 @@ def ordered(questions: list[Question]) -> list[Question]:
 
 
 def run(questions: list[Question], ctx: Context) -> None:
-    for q in questions:  # every result a renderer may read exists, set or not
-        for attr, unset in ((q.name, None), *q.results.items()):
-            if not hasattr(ctx.result, attr):
-                setattr(ctx.result, attr, unset.copy() if isinstance(unset, dict) else unset)
+    """Each question in turn (the Analysis already holds every result's unset value)."""
     for q in ordered(questions):
         if q.run is not None:
             q.run(ctx)

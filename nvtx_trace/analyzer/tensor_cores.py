@@ -2,12 +2,13 @@
 
 Measured on an H100 80GB HBM3 (torch 2.11, CUDA 13, cuBLAS/cuDNN as shipped) with
 programs/busy/matmul_bench.py: TFLOP/s of the GEMMs of a GPT-2-small step (8192x768 @ 768x3072 and its
-siblings) and of a ResNet 3x3 convolution (256 channels, 56x56, batch 128, channels_last), in fp32 with
-TF32 off, TF32, and bf16. The ratios below are the smallest seen over those shapes. Misaligned GEMMs
-(CUTLASS ``align1`` kernels, e.g. an LM head over a vocabulary of 50257) were not measured and may gain less. Elementwise kernels: ResNet-50 channels_last, nsys captures in fp32 and under
-bf16 autocast, 12.64 -> 8.83 ms a step (1.43x; half the bytes, but some stay fp32); batch norm did not
-change (13.18 -> 14.04 ms). H200 has the same tensor cores (sm90). Other GPUs are not measured yet: the
-H100 ratios are used and the prediction says so.
+siblings) and of a ResNet 3x3 convolution (256 channels, 56x56, batch 128, channels_last), in fp32 with TF32
+off, TF32, and bf16. The ratios below are the smallest seen over those shapes. Misaligned GEMMs (CUTLASS
+``align1`` kernels, e.g. an LM head over a vocabulary of 50257) were not measured and may gain less.
+Elementwise kernels: ResNet-50 channels_last, nsys captures in fp32 and under bf16 autocast, 12.64 -> 8.83 ms
+a step (1.43x; half the bytes, but some stay fp32); batch norm did not change (13.18 -> 14.04 ms). H200 has
+the same tensor cores (sm90). Other GPUs are not measured yet: the H100 ratios are used and the prediction
+says so.
 """
 
 from __future__ import annotations
