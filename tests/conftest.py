@@ -37,6 +37,24 @@ def installed_nsys():
         need("Nsight Systems (nsys)", False)
 
 
+_SAMPLE_ANALYSES: dict = {}
+
+
+def sample_analysis(path):
+    """``analyze`` of a shipped sample report with default options, run once per session (each takes ~0.5 s and
+    many tests read the same ones); every caller gets its own deep copy to change as it likes. Tests that
+    patch the analyzer call ``analyze`` themselves."""
+    import copy
+
+    from nvtx_trace.analyzer import analyze
+
+    path = Path(path).resolve()
+    assert path.parent == SAMPLES.resolve(), f"{path}: only shipped samples are shared"
+    if path not in _SAMPLE_ANALYSES:
+        _SAMPLE_ANALYSES[path] = analyze(path)
+    return copy.deepcopy(_SAMPLE_ANALYSES[path])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_history(tmp_path_factory):
     """No test touches the user's run history: every run (and its subprocesses) records into a temporary one."""

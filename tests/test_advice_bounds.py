@@ -7,7 +7,7 @@ import shutil
 import sqlite3
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, sample_analysis
 
 from nvtx_trace.analyzer import analyze
 
@@ -31,7 +31,7 @@ def advised_workers(a) -> tuple[int | None, int]:
 
 @pytest.mark.parametrize("name", ["cpu_slow_loader", "resnet_ddp_flawed"])
 def test_worker_advice_fits_the_cores_in_the_report(name):
-    a = analyze(SAMPLES / f"{name}.sqlite")
+    a = sample_analysis(SAMPLES / f"{name}.sqlite")
     (cores,) = sqlite3.connect(SAMPLES / f"{name}.sqlite").execute(
         "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'CpuCores'").fetchone()  # independent of the reader
     ranks = a.loader.waits["pid"].nunique()
@@ -55,7 +55,7 @@ def test_fewer_cores_bound_the_advice_and_more_cores_free_it(tmp_path):
 def test_loader_prediction_is_never_faster_than_the_measured_compute():
     """predicted.step_ns against an independent SQL computation of the compute time per step
     (step range minus the batch waits inside it, median over the steady steps)."""
-    a = analyze(SAMPLES / "resnet_flawed.sqlite")
+    a = sample_analysis(SAMPLES / "resnet_flawed.sqlite")
     stall = next(f for f in a.findings if f.kind == "dataloader_stall")
     with sqlite3.connect(SAMPLES / "resnet_flawed.sqlite") as db:
         rows = db.execute("""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import sample_analysis
 
 from nvtx_trace.analyzer import analyze
 
@@ -32,12 +33,12 @@ def sql(path, query, *params):
 
 @pytest.fixture(scope="module")
 def flawed():
-    return analyze(SAMPLES / FLAWED), SAMPLES / FLAWED
+    return sample_analysis(SAMPLES / FLAWED), SAMPLES / FLAWED
 
 
 @pytest.fixture(scope="module")
 def fixed():
-    return analyze(SAMPLES / FIXED), SAMPLES / FIXED
+    return sample_analysis(SAMPLES / FIXED), SAMPLES / FIXED
 
 
 def nsys_csv(nsys, tmp_path, report, *args) -> pd.DataFrame:
@@ -176,7 +177,7 @@ def test_flawed_run_gets_the_expected_findings_and_the_fixed_run_does_not(flawed
 def test_findings_add_up_and_the_top_one_is_a_cause_with_a_fix(name):
     """Idle time is counted by one finding at most: the idle-based impacts sum to no more than the window's
     idle in gaps (SQL-independent: the causes table), and the total is no finding of its own."""
-    a = analyze(SAMPLES / name)
+    a = sample_analysis(SAMPLES / name)
     idle_total = int(a.window_causes["idle_ns"].sum())
     long_gap = [f for f in a.findings if f.kind in ("dataloader_stall", "sync", "gpu_idle", "cuda_api")
                 or (f.kind == "cpu_overhead" and "cause" in f.evidence)]

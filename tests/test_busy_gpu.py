@@ -13,7 +13,7 @@ import lzma
 import shutil
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, sample_analysis
 from test_kernel_mix import _sql_by_category
 
 from nvtx_trace.analyzer import analyze
@@ -116,7 +116,7 @@ def test_merged_rank_reports_keep_the_demangled_names():
 
 def test_a_gpu_work_finding_without_a_prediction_says_why():
     """The DDP sample's fp32 GEMMs on a GPU busy 61 % of the step: TF32 would not shorten the step yet."""
-    a = analyze(SAMPLES / "ddp_balanced_h200x2.sqlite")
+    a = sample_analysis(SAMPLES / "ddp_balanced_h200x2.sqlite")
     f = next(f for f in a.findings if f.kind == "precision")
     assert f.predicted is None and "No prediction: the GPU is busy only" in f.fix
     assert a.findings[-1] is f  # ranked after the findings whose fix is predicted to save time

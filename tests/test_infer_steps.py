@@ -7,7 +7,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, sample_analysis
 
 from nvtx_trace.analyzer import analyze
 
@@ -34,7 +34,7 @@ def without_steps(name: str, tmp_path, every_range: bool = False):
 
 @pytest.mark.parametrize("name,every_range", [(n, False) for n in WITH_STEPS] + [(n, True) for n in GPU])
 def test_inferred_steps_match_the_step_ranges_they_replace(name, every_range, tmp_path):
-    original, inferred = analyze(SAMPLES / f"{name}.sqlite"), analyze(without_steps(name, tmp_path, every_range))
+    original, inferred = sample_analysis(SAMPLES / f"{name}.sqlite"), analyze(without_steps(name, tmp_path, every_range))
     want_source = "inferred:kernel-period" if every_range else WITH_STEPS[name]
     assert original.steps.source == "nvtx" and inferred.steps.source == want_source
     assert inferred.steps.confidence >= 0.8
@@ -98,7 +98,7 @@ GPT2_PRINTED_MS = [1942.2, 128.5, 131.5, 138.0, 127.1, 132.0, 159.7, 156.1, 128.
 
 def test_gpt2_under_plain_nsys_steps_match_the_programs_own_iteration_times():
     """A GPT-2-small trainer under plain `nsys profile` on an H100: no NVTX range at all."""
-    a = analyze(SAMPLES / "gpt2_plain_nsys_h100.sqlite")
+    a = sample_analysis(SAMPLES / "gpt2_plain_nsys_h100.sqlite")
     assert a.steps.source == "inferred:kernel-period" and a.steps.confidence >= 0.8
     assert abs(len(a.steps.table) - len(GPT2_PRINTED_MS)) <= 1
     printed = float(np.median(GPT2_PRINTED_MS[4:])) * 1e6  # the program leaves 4 warm-up iterations out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, sample_analysis
 
 from nvtx_trace.analyzer import analyze
 from nvtx_trace.analyzer.kernel_names import LABELS, category
@@ -42,7 +42,7 @@ def _sql_by_category(path, lo: int, hi: int) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.parametrize("report", GPU_SAMPLES, ids=[p.stem for p in GPU_SAMPLES])
 def test_each_category_equals_sql_and_the_shares_add_up(report):
-    a = analyze(report)
+    a = sample_analysis(report)
     k = a.kernels
     by_sql = _sql_by_category(report, a.window["start_ns"], a.window["end_ns"])
     mine = {r.category: (int(r.count), int(r.time_ns)) for r in k.by_category.itertuples()}
@@ -56,14 +56,14 @@ def test_each_category_equals_sql_and_the_shares_add_up(report):
 
 
 def _shares(stem: str) -> dict[str, float]:
-    k = analyze(SAMPLES / f"{stem}.sqlite").kernels
+    k = sample_analysis(SAMPLES / f"{stem}.sqlite").kernels
     return dict(zip(k.by_category["category"], k.by_category["share"]))
 
 
 def test_fp32_gemms_without_tensor_cores_are_named_so_short_names_hiding_the_math_included():
     """The DDP sample runs fp32 matmuls with TF32 off: cuBLAS's sm80_xmma_..._ffma kernels and CUTLASS's
     ``Kernel2`` (demangled: cutlass_80_simt_sgemm) are fp32 on CUDA cores; none is called a tensor-core GEMM."""
-    k = analyze(SAMPLES / "ddp_balanced_h200x2.sqlite").kernels
+    k = sample_analysis(SAMPLES / "ddp_balanced_h200x2.sqlite").kernels
     gemms = k.by_name[k.by_name["category"].str.startswith("gemm")]
     assert set(gemms["category"]) == {"gemm_fp32"}
     assert any(n.startswith("Kernel2<cutlass_80_simt_sgemm") for n in gemms["name"])

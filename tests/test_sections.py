@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, sample_analysis
 from rich.console import Console
 
-from nvtx_trace.analyzer import analyze
 from nvtx_trace.report import text
 
 SAMPLE_PATHS = sorted(SAMPLES.glob("*.sqlite"))
@@ -22,7 +21,7 @@ SNAPSHOTS = Path(__file__).parent / "golden_text"
 
 
 def text_of(report: Path) -> str:
-    a = analyze(report)
+    a = sample_analysis(report)
     a.path = report.name  # where the checkout lives is not text, nor where the header wraps
     out = io.StringIO()
     text.render(a, Console(file=out, width=120, color_system=None))
@@ -31,7 +30,7 @@ def text_of(report: Path) -> str:
 
 @pytest.mark.parametrize("report", SAMPLE_PATHS, ids=[p.stem for p in SAMPLE_PATHS])
 def test_the_window_is_stated_once(report):
-    a = analyze(report)
+    a = sample_analysis(report)
     out = io.StringIO()
     text.render(a, Console(file=out, width=200, color_system=None))
     lines = out.getvalue().splitlines()

@@ -32,7 +32,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timing import timed_loop
+from timing import add_common_args, device_of, timed_loop
 
 
 class CausalSelfAttention(nn.Module):
@@ -114,8 +114,6 @@ class GPT(nn.Module):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
-    p.add_argument("--tf32", action="store_true", help="set matmul and cudnn allow_tf32 = True")
-    p.add_argument("--compile", action="store_true", help="model = torch.compile(model)")
     p.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=1024)
@@ -123,17 +121,10 @@ def main(argv=None):
     p.add_argument("--dim", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--vocab", type=int, default=50304)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--profile-steps", type=int, default=0)
-    p.add_argument("--device", default="cuda", help="cuda (cpu only for smoke tests)")
+    add_common_args(p)
     args = p.parse_args(argv)
 
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    if args.tf32:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    dev, cuda = device_of(args)
     torch.manual_seed(0)
     model = GPT(args.vocab, args.seq, args.layers, args.dim, args.heads, args.attn).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)

@@ -27,33 +27,24 @@ import json
 import os
 
 import torch
-from timing import timed_loop
+from timing import add_common_args, device_of, timed_loop
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--tf32", action="store_true")
-    p.add_argument("--compile", action="store_true")
     p.add_argument("--optim", choices=["adamw_fused", "adamw"], default="adamw_fused")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--logging-steps", type=int, default=10)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--profile-steps", type=int, default=0)
-    p.add_argument("--device", default="cuda", help="cuda (cpu only for smoke tests)")
     p.add_argument("--tiny", action="store_true", help="smoke test: 2 layers, d 64")
+    add_common_args(p)
     args = p.parse_args(argv)
     os.environ.setdefault("WANDB_DISABLED", "true")
     from transformers import GPT2Config, GPT2LMHeadModel, get_linear_schedule_with_warmup
 
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    if args.tf32:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    dev, cuda = device_of(args)
     torch.manual_seed(0)
     extra = dict(n_embd=64, n_head=4) if args.tiny else {}
     cfg = GPT2Config(n_layer=2 if args.tiny else args.layers, n_positions=args.seq, **extra)

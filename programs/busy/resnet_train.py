@@ -30,7 +30,7 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from timing import timed_loop
+from timing import add_common_args, device_of, timed_loop
 
 
 class SyntheticImages(torch.utils.data.Dataset):
@@ -52,28 +52,19 @@ class SyntheticImages(torch.utils.data.Dataset):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--tf32", action="store_true")
     p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--compile", action="store_true")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--pool", type=int, default=64)
     p.add_argument("--image-size", type=int, default=320, help="side of the synthetic source images")
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--profile-steps", type=int, default=0)
     p.add_argument("--loader-only", action="store_true", help="time the input pipeline alone")
-    p.add_argument("--device", default="cuda", help="cuda (cpu only for smoke tests)")
     p.add_argument("--arch", default="resnet50")
+    add_common_args(p)
     args = p.parse_args(argv)
     import torchvision
     from torchvision import transforms as T
 
-    dev = torch.device(args.device)
-    cuda = dev.type == "cuda"
-    if args.tf32:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    dev, cuda = device_of(args)
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
     tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),

@@ -8,6 +8,25 @@ import time
 import torch
 
 
+def add_common_args(p) -> None:
+    """The options every program here takes: its steps, where it runs, and the TF32 and compile levers."""
+    p.add_argument("--tf32", action="store_true", help="set matmul and cudnn allow_tf32 = True")
+    p.add_argument("--compile", action="store_true", help="model = torch.compile(model)")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--profile-steps", type=int, default=0)
+    p.add_argument("--device", default="cuda", help="cuda (cpu only for smoke tests)")
+
+
+def device_of(args):
+    """The device, whether it is CUDA, and TF32 as asked (without --tf32: PyTorch's defaults)."""
+    dev = torch.device(args.device)
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return dev, dev.type == "cuda"
+
+
 def timed_loop(step, args, cuda):
     """Warm-up, then timed (or profiled) steps; returns the timing dict."""
     loss = None
