@@ -4,6 +4,7 @@
 # Phase A: versions, matmul/conv microbenchmark, GPT timing rounds, GPT nsys captures.
 # Phase B: loader check, HF-style and ResNet-50 timing rounds, their nsys captures.
 # Phase D: captures of ResNet-50 in bf16 and of the compiled HF-style model.
+# Phase E: HF-style bf16 with GPT-2's vocabulary (50257) against one padded to a multiple of 64 (50304).
 # Phase C: ResNet-50 channels_last fp32 against its two levers, torch.compile and bf16 autocast (14 workers,
 #          so the loader keeps up with bf16), and a capture of the compiled model (is the fusion advice right?).
 # Plain timing runs are interleaved (round 1 forward order, round 2 reversed, ...);
@@ -94,6 +95,12 @@ elif [[ $PHASE == D ]]; then  # captures only: what bf16 does to ResNet-50's ker
     capture rn50_cl_bf16 60 $R --channels-last --dtype bf16 --workers 14 --warmup 10 --profile-steps 8
     capture hf_bf16_compiled 150 $H --dtype bf16 --compile --warmup 10 --profile-steps 8
   }
+elif [[ $PHASE == E ]]; then  # HF-style bf16: GPT-2's vocabulary (align1 LM-head GEMMs) against one padded to 64
+  variants=(
+    "hf_bf16|25|$H --dtype bf16"
+    "hf_bf16_vocab50304|25|$H --dtype bf16 --vocab 50304"
+  )
+  caps() { :; }
 elif [[ $PHASE == C ]]; then
   run resnet_loader_only 0 30 $R --loader-only --workers 14
   variants=(
@@ -134,5 +141,5 @@ one_round() {  # round forward|reverse
 one_round 1 forward
 one_round 2 reverse
 caps
-[[ $PHASE == C || $PHASE == D ]] || one_round 3 forward
+[[ $PHASE == C || $PHASE == D || $PHASE == E ]] || one_round 3 forward
 echo "phase $PHASE done t=$SECONDS"

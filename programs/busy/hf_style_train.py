@@ -35,6 +35,7 @@ def main(argv=None):
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--optim", choices=["adamw_fused", "adamw"], default="adamw_fused")
     p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--vocab", type=int, default=50257, help="vocabulary size (GPT-2's 50257; 50304 pads it to 64)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--logging-steps", type=int, default=10)
@@ -47,7 +48,7 @@ def main(argv=None):
     dev, cuda = device_of(args)
     torch.manual_seed(0)
     extra = dict(n_embd=64, n_head=4) if args.tiny else {}
-    cfg = GPT2Config(n_layer=2 if args.tiny else args.layers, n_positions=args.seq, **extra)
+    cfg = GPT2Config(n_layer=2 if args.tiny else args.layers, n_positions=args.seq, vocab_size=args.vocab, **extra)
     model = GPT2LMHeadModel(cfg).to(dev)
     model.train()
 
