@@ -39,7 +39,7 @@ def test_contract_keys_and_types(name):
     for key in ("count", "bytes", "time_ns"):
         assert isinstance(out["pageable_h2d"][key], int)
     kinds = {"gpu_idle", "dataloader_stall", "layout_transpose", "pageable_h2d", "sync", "cpu_overhead", "cuda_api",
-             "straggler", "precision", "fusion"}
+             "straggler", "precision", "fusion", "alignment"}
     # ranked as documented: expected saving over the window (predicted saving x steady steps x GPUs), else the cost;
     # GPU-work findings without a prediction next, fixes the loader's pace leaves without gain last
     steps = out["steps"]["summary"]["steady_steps"] if out["steps"] else 0
@@ -50,7 +50,8 @@ def test_contract_keys_and_types(name):
         if p and p["saving_ns"] <= 0 and p.get("bound_by") == "loader":
             return 2, -f["impact_ns"]
         if not p or p["saving_ns"] <= 0 or not steps:
-            return (1 if steps and not p and f["kind"] in ("precision", "fusion", "layout_transpose") else 0), -f["impact_ns"]
+            gpu_work = f["kind"] in ("precision", "fusion", "layout_transpose", "alignment")
+            return (1 if steps and not p and gpu_work else 0), -f["impact_ns"]
         return 0, -p["saving_ns"] * steps * gpus
 
     ranks = [rank(f) for f in out["findings"]]

@@ -1,0 +1,62 @@
+"""Do GEMMs run as misaligned kernels because a dimension is not a multiple of 8 (a vocabulary of 50257)?
+
+cuBLAS picks CUTLASS kernels that read one element at a time (``align1`` in their names) when a leading
+dimension is not a multiple of the vector width; the usual culprit is an LM head over a vocabulary like
+GPT-2's 50257. Padding the dimension (to a multiple of 64) lets it use the fast kernels.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nvtx_trace.analyzer import predict
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.question import Question
+
+MISALIGNED = re.compile(r"align[ac]?1(?!\d)")
+# Measured on an H100 (programs/busy, bf16): the HF-style model's LM head over 50257 ran as three align1 GEMMs,
+# 15.46 ms a step; the GPT program's over 50304, same shapes otherwise, about 2.5 ms: 6x. Padding the HF-style
+# model's vocabulary to 50304 took its plain step from 46.6 to 34.0 ms (predicted 34.7 ms).
+ALIGNED_RATIO = 6.0
+TENSOR_CORE = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8")  # where that ratio was measured (bf16)
+
+
+def _findings(a, basis) -> list[Finding]:
+    k = a.kernels
+    if k is None or not k.compute_ns:
+        return []
+    names = k.by_name
+    bad = names[names["category"].str.startswith("gemm") & names["name"].str.contains(MISALIGNED)]
+    misaligned = int(bad["time_ns"].sum())
+    if misaligned < THRESHOLDS["misaligned_share"] * k.compute_ns or misaligned < THRESHOLDS["min_impact_ns"]:
+        return []
+    measured = int(bad.loc[bad["category"].isin(TENSOR_CORE), "time_ns"].sum())
+    fix = ("Pad the dimension that is not a multiple of 8, usually the vocabulary: vocab_size=50304 instead of 50257 "
+           "(Hugging Face: model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)); padded rows are "
+           "never predicted if the labels never use them")
+    predicted = None
+    if k.steps and measured:
+        saved = k.per_step(measured) * (1 - 1 / ALIGNED_RATIO)
+        what = (f"{ms(saved)} of misaligned tensor-core GEMM time per step goes (aligned kernels {ALIGNED_RATIO:.0f}x "
+                "faster on the same shapes, measured on an H100)")
+        predicted = predict.gpu_work_saved(a, saved, what)
+    return [Finding(
+        kind="alignment",
+        title=(f"Misaligned GEMMs: {ms(misaligned)} of GPU time ({pct(misaligned / k.compute_ns)} of the GPU's compute "
+               f"in the window) in kernels that read one element at a time ({', '.join(bad['name'].head(3))})"),
+        impact_ns=misaligned,
+        fix=predict.with_expected(fix, predicted) if predicted else fix + (predict.not_gpu_bound(a) if measured else
+                                                                            ". No prediction: measured for tensor-core "
+                                                                            "GEMMs only"),
+        recommend=None, predicted=predicted,
+        threshold=f">= {pct(THRESHOLDS['misaligned_share'])} of the GPU's compute in the window in align1 GEMM kernels",
+        evidence={"misaligned_ns": misaligned, "tensor_core_ns": measured, "compute_ns": k.compute_ns,
+                  "aligned_ratio": ALIGNED_RATIO, "kernels": bad.head(10)},
+    )]
+
+
+QUESTION = Question(
+    name="alignment", order=117, needs=("kernels", "steps"),
+    thresholds={"misaligned_share": 0.05},  # align1 GEMMs at 5 % of the GPU's compute in the window
+    findings=_findings, work_kinds=("alignment",),
+)
