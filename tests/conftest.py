@@ -17,6 +17,24 @@ SAMPLES = ROOT / "sample_reports"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+def unpack_samples(folder: Path = SAMPLES) -> None:
+    """The shipped samples are xz-compressed beside the two the README uses (the tree a device call carries stays
+    small): unpack each once, atomically, before any test module globs sample_reports/*.sqlite."""
+    import lzma
+
+    for packed in sorted(folder.glob("*.sqlite.xz")):
+        target = packed.with_suffix("")
+        if target.exists() and target.stat().st_mtime >= packed.stat().st_mtime:
+            continue
+        part = target.with_name(target.name + ".part")
+        with lzma.open(packed) as src, open(part, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        part.replace(target)
+
+
+unpack_samples()
+
+
 def need(what: str, present: bool) -> None:
     """Skip (or fail under CI=true) when a prerequisite is missing."""
     if present:
