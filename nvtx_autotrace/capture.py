@@ -91,12 +91,14 @@ def _stop(mode: str) -> None:
 
 def _repeat_instrumentation_record(step: int) -> None:
     """The budget's record (measured before the window opened) again, inside it: the analyzer needs it, and
-    the pace of the steps just before the window (no CUDA tracing yet) tells it what the profiler costs."""
-    from nvtx_autotrace import budget
+    the pace of the steps just before the window (no CUDA tracing yet) tells it what the profiler costs.
+    The settings record too, with its counters brought up to date."""
+    from nvtx_autotrace import budget, settings
 
     record = budget.record_at_capture(step)
     if record is not None:
         budget.emit(record)
+    settings.emit_if_read()
 
 
 def _on_boundary(step: int) -> None:

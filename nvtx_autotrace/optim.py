@@ -8,6 +8,7 @@ global step pre/post hooks run around every subclass's ``step`` instead.
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 from nvtx_autotrace import _backend, _registry, steps
 from nvtx_autotrace._compile import compiling
@@ -16,7 +17,7 @@ from nvtx_trace import names
 _tls = threading.local()
 
 
-def install(emit_ranges: bool) -> None:
+def install(emit_ranges: bool, note_zero_grad: Callable[[tuple, dict], None] | None = None) -> None:
     import torch.optim
     from torch.optim import optimizer as opt_mod
 
@@ -46,10 +47,14 @@ def install(emit_ranges: bool) -> None:
     _registry.on_undo(h1.remove)
     _registry.on_undo(h2.remove)
 
-    if emit_ranges:
+    if emit_ranges or note_zero_grad:
         def make_zero_grad(original):
             def zero_grad(self, *args, **kwargs):
                 if compiling():
+                    return original(self, *args, **kwargs)
+                if note_zero_grad:
+                    note_zero_grad(args, kwargs)
+                if not emit_ranges:
                     return original(self, *args, **kwargs)
                 _backend.push(names.zero_grad(type(self).__name__))
                 try:

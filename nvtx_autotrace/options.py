@@ -25,6 +25,7 @@ class Options:
     steps: bool = True  # NVTX_AUTOTRACE_STEPS: `step N` ranges
     copies: bool = True  # NVTX_AUTOTRACE_COPIES: host-to-device copies and pin_memory
     syncs: bool = True  # NVTX_AUTOTRACE_SYNCS: .item() / .cpu() / ... on CUDA tensors, cuda.synchronize
+    settings: bool = True  # NVTX_AUTOTRACE_SETTINGS: one record of the program's settings (precision, optimizer...)
 
     @classmethod
     def from_env(cls, environ=os.environ, **overrides) -> "Options":

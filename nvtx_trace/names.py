@@ -22,6 +22,7 @@ prefix, so the analyzer can tell it from a user's own ranges by name alone.
 | host sync                      | ``sync item``, ``sync cuda.synchronize``       | training thread             |
 | the instrumentation's own cost | ``nvtx_autotrace.instrumentation {json}``      | training thread (once)      |
 | its cost calibration           | ``nvtx_autotrace.calibration``                 | training thread (once)      |
+| the program's settings         | ``nvtx_autotrace.settings {json}``             | training thread (step 1, window start) |
 
 The loader label in brackets is the creation site (``file:line``) of the
 DataLoader, or the ``nvtx_name`` attribute a user set on it.
@@ -44,6 +45,7 @@ PIN_MEMORY_PREFIX = "pin_memory "
 SYNC_PREFIX = "sync "
 INSTRUMENTATION_PREFIX = "nvtx_autotrace.instrumentation "
 CALIBRATION = "nvtx_autotrace.calibration"
+SETTINGS_PREFIX = "nvtx_autotrace.settings "
 
 # The capture window (nvtx-trace run --warmup-steps N --steps M): the variable nvtx_autotrace.capture
 # reads, and the NVTX range it opens for nsys --capture-range=nvtx (domain "nvtx-trace").
@@ -140,6 +142,13 @@ def instrumentation(record: dict) -> str:
     return INSTRUMENTATION_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True)
 
 
+def settings(record: dict) -> str:
+    """One range whose name carries the program's settings (precision, optimizer, loaders...) as JSON."""
+    import json
+
+    return SETTINGS_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
+
+
 # ---- reading side ---------------------------------------------------------
 
 STEP_RE = re.compile(r"^(?:step|iteration|iter|train_step|batch)[ _#:]*(\d+)$", re.IGNORECASE)
@@ -163,5 +172,5 @@ def is_auto_range(name: str) -> bool:
         or name == BACKWARD
         or name.startswith((LOADER_WAIT_PREFIX, WORKER_FETCH_PREFIX, FORWARD_PREFIX, BACKWARD_PREFIX,
                             OPTIMIZER_STEP_PREFIX, ZERO_GRAD_PREFIX, H2D_COPY_PREFIX, PIN_MEMORY_PREFIX,
-                            SYNC_PREFIX, INSTRUMENTATION_PREFIX, CALIBRATION))
+                            SYNC_PREFIX, INSTRUMENTATION_PREFIX, CALIBRATION, SETTINGS_PREFIX))
     )

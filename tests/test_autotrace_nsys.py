@@ -174,3 +174,33 @@ def test_analyzer_cost_is_the_recorded_unit_costs_times_the_ranges_sql_counts(ru
     assert fwd and bwd
     assert inst["ranges_per_step"] == pytest.approx(len(own) / steady)
     assert inst["cost_ns_per_step"] == pytest.approx(expected)
+
+
+def test_settings_record_under_nsys_says_what_the_program_set(run):
+    """The settings record, read back with plain SQL, against what programs/cpu_train.py builds (checked
+    independently here: its model's parameters counted by torch, its loader and optimizer as written)."""
+    sys.path.insert(0, str(ROOT / "programs"))
+    from cpu_train import TinyNet
+
+    from nvtx_trace.analyzer import analyze
+    from nvtx_trace.report.json import to_dict
+
+    rows, _log = run
+    main = _main_pid(rows)
+    records = [json.loads(r[3][len(names.SETTINGS_PREFIX):]) for r in rows
+               if r[0] == main and r[3].startswith(names.SETTINGS_PREFIX)]
+    assert len(records) == 2  # step 1 (read), step 2 (zero_grad seen); no window: nothing more
+    assert not any(r[3].startswith(names.SETTINGS_PREFIX) for r in rows if r[0] != main)  # not in workers
+    first, last = records
+    assert first["zero_grad_set_to_none"] is None and last["zero_grad_set_to_none"] is True
+    params = sum(p.numel() for p in TinyNet().parameters())
+    assert last["parameter_dtypes"] == {"float32": params}
+    tensors = len(list(TinyNet().parameters()))
+    assert last["optimizers"] == [{"class": "SGD", "foreach": None, "fused": None, "params": tensors}]
+    assert last["dataloaders"] == [{"loader": LOADER, "batch_size": 8, "num_workers": 2, "pin_memory": False,
+                                    "persistent_workers": False, "prefetch_factor": 2}]
+    assert last["autocast"] == [] and last["wrappers"] == [] and last["compiled_modules"] == 0
+    assert last["device"] is None and last["conv_bias_before_bn"] == {"count": 0, "examples": []}
+    assert last["anomaly_detection"] is False and last["empty_cache_per_step"] == 0
+    assert last["torch"] == __import__("torch").__version__
+    assert to_dict(analyze(_DB["path"]))["settings"] == last

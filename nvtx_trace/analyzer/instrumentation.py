@@ -71,12 +71,15 @@ def depth_text(settings: dict) -> str:
     return f"module ranges to depth {fwd}, backward ranges " + ("none" if bwd == -1 else f"to depth {bwd}")
 
 
-def read_record(ranges: pd.DataFrame) -> dict | None:
-    """The last well-formed instrumentation record in the trace, or None."""
-    hit = name_mask(ranges["name"], lambda n: n.startswith(names.INSTRUMENTATION_PREFIX))
+def read_record(ranges: pd.DataFrame, prefix: str = names.INSTRUMENTATION_PREFIX, pid: int | None = None) -> dict | None:
+    """The last well-formed JSON record named ``prefix {json}`` in the trace (of process ``pid`` when it has
+    one there), or None."""
+    hit = name_mask(ranges["name"], lambda n: n.startswith(prefix))
+    if pid is not None and "pid" in ranges and (hit & (ranges["pid"] == pid)).any():
+        hit &= ranges["pid"] == pid
     for text in reversed(ranges["name"][hit].astype(str).tolist()):
         try:
-            record = json.loads(text[len(names.INSTRUMENTATION_PREFIX):])
+            record = json.loads(text[len(prefix):])
         except ValueError:
             continue
         if isinstance(record, dict):
@@ -95,7 +98,7 @@ def analyze_instrumentation(ranges: pd.DataFrame, window: tuple[int, int], pid: 
     if not len(ranges) or steady_steps <= 0:
         return None
     own = name_mask(ranges["name"], lambda n: names.is_auto_range(n) and not n.startswith(
-        (names.INSTRUMENTATION_PREFIX, names.CALIBRATION)))
+        (names.INSTRUMENTATION_PREFIX, names.CALIBRATION, names.SETTINGS_PREFIX)))
     start = ranges["start_ns"].to_numpy()
     inside = own & (start >= window[0]) & (start < window[1])
     if pid is not None:

@@ -1,0 +1,86 @@
+"""Which performance settings did the program run with (precision, optimizer, loaders, wrappers, debugging)?
+
+nvtx_autotrace reads them once in the training process and writes them into the trace
+(nvtx_autotrace/settings.py); this reads the last record back. A plain ``nsys profile`` capture has
+none: the busy-GPU findings then infer what they need from kernel names and say so (``facts``).
+"""
+
+from __future__ import annotations
+
+from nvtx_trace import names
+from nvtx_trace.analyzer.instrumentation import read_record
+from nvtx_trace.analyzer.question import Context, Question
+
+RECORDED = "recorded by nvtx_autotrace"
+INFERRED = "inferred from kernel names (the report carries no settings record: a plain nsys capture)"
+
+
+def _run(ctx: Context) -> None:
+    ranges = ctx.trace.ranges
+    if len(ranges):
+        pid = ctx.result.steps.pid if ctx.result.steps else None
+        ctx.result.settings = read_record(ranges, names.SETTINGS_PREFIX, pid)
+
+
+def facts(a) -> str:
+    """Where a finding's facts about the program come from, for its evidence."""
+    return RECORDED if a.settings else INFERRED
+
+
+def lines(s: dict) -> list[str]:
+    """The record in a few phrases, the ones a reader of a busy-GPU finding checks first."""
+    out = []
+    dev = s.get("device") or {}
+    if dev:
+        mem = dev.get("memory_total_bytes") or 0
+        peak = s.get("device_peak_allocated_bytes")
+        out.append(f"{dev.get('name')} (compute {dev.get('capability')}, {dev.get('sm_count')} SMs"
+                   + (f", peak {peak / 2**30:.1f} of {mem / 2**30:.0f} GiB allocated" if peak is not None and mem
+                      else "") + ")")
+    casts = ", ".join(f"{c.get('dtype')} on {c.get('device')}" for c in s.get("autocast") or [])
+    out.append(f"autocast {casts}" if casts else "no autocast")
+    out.append("TF32 matmuls " + ("on" if s.get("matmul_allow_tf32") or s.get("float32_matmul_precision") in
+                                  ("high", "medium") else "off")
+               + ", cuDNN TF32 " + ("on" if s.get("cudnn_allow_tf32") else "off")
+               + ", cudnn.benchmark " + ("on" if s.get("cudnn_benchmark") else "off"))
+    for o in s.get("optimizers") or []:
+        mode = "fused" if o.get("fused") else "foreach" if o.get("foreach") else \
+            "per-parameter (foreach=False)" if o.get("foreach") is False else "foreach by default"
+        out.append(f"{o.get('class')} {mode}")
+    if s.get("compiled_modules"):
+        out.append(f"{s['compiled_modules']} compiled module(s)")
+    if s.get("wrappers"):
+        out.append("wrapped in " + ", ".join(s["wrappers"]))
+    if s.get("anomaly_detection"):
+        out.append("anomaly detection ON")
+    if s.get("autograd_profiler"):
+        out.append(f"autograd profiler ON ({s['autograd_profiler']})")
+    return out
+
+
+def _text(a, view) -> None:
+    if a.settings:
+        view.print("Settings (recorded): " + "; ".join(lines(a.settings)), highlight=False)
+
+
+def _html(a, d, view) -> str:
+    if not a.settings:
+        return ""
+    import json
+
+    import pandas as pd
+
+    rows = pd.DataFrame({"setting": list(a.settings),
+                         "value": [v if isinstance(v, (str, int, float, bool)) or v is None
+                                   else json.dumps(v, separators=(", ", ": ")) for v in a.settings.values()]})
+    return view.table(rows.sort_values("setting"), "Settings, recorded by nvtx_autotrace",
+                      {"setting": "setting", "value": "value"},
+                      "read once in the training process after its first step; counters and peak memory as of the "
+                      "capture window's start")
+
+
+QUESTION = Question(
+    name="settings", order=95, run=_run, needs=("steps",),
+    json_keys=("settings",), json_at=118, to_json=lambda a: {"settings": a.settings},
+    text=_text, text_at=72, html=_html, html_at=70,
+)
