@@ -36,10 +36,15 @@ def install() -> None:
     global _record
     _record = None
 
+    autocast = _seen["autocast"]
+
     def make_enter(original):
         def __enter__(self):
-            if getattr(self, "_enabled", False):
-                _seen["autocast"].add((str(getattr(self, "device", "?")), str(getattr(self, "fast_dtype", "?"))))
+            try:
+                if self._enabled:
+                    autocast.add((self.device, self.fast_dtype))
+            except Exception:  # noqa: BLE001 - a note we can do without: never the program's problem
+                pass
             return original(self)
 
         return __enter__
@@ -51,8 +56,8 @@ def install() -> None:
 
         return empty_cache
 
-    _registry.patch(torch.autocast, "__enter__", make_enter)
-    _registry.patch(torch.cuda, "empty_cache", make_empty_cache)
+    _registry.patch(torch.autocast, "__enter__", make_enter, contain=False)
+    _registry.patch(torch.cuda, "empty_cache", make_empty_cache, contain=False)
     _registry.on_undo(steps.on_step_boundary_once(1, _guard.hook(emit)))
     _registry.on_undo(steps.on_step_boundary_once(2, emit_if_read))  # zero_grad, empty_cache: after step 1's step()
 
@@ -87,7 +92,8 @@ def read_dynamic() -> dict:
         device = {"peak_allocated_bytes": int(torch.cuda.max_memory_allocated())}
     return {
         "steps_seen": step,
-        "autocast": [{"device": d, "dtype": t.replace("torch.", "")} for d, t in sorted(_seen["autocast"])],
+        "autocast": sorted(({"device": str(d), "dtype": str(t).replace("torch.", "")} for d, t in _seen["autocast"]),
+                           key=lambda c: (c["device"], c["dtype"])),
         "zero_grad_set_to_none": (None if not _seen["set_to_none"] else
                                   _seen["set_to_none"].pop() if len(_seen["set_to_none"]) == 1 else "mixed"),
         "empty_cache_per_step": round(_seen["empty_cache"] / step, 3),
