@@ -7,6 +7,10 @@
 # Phase E: HF-style bf16 with GPT-2's vocabulary (50257) against one padded to a multiple of 64 (50304).
 # Phase C: ResNet-50 channels_last fp32 against its two levers, torch.compile and bf16 autocast (14 workers,
 #          so the loader keeps up with bf16), and a capture of the compiled model (is the fusion advice right?).
+# Phase F: the settings record on a GPU, and the evidence for the optimizer, allocator, debug-API and manual-attention
+#          findings: plain GPT-2-small bf16 SDPA with AdamW foreach (default) / loop / fused, with empty_cache() every
+#          step, with anomaly detection; a held-out manual-attention shape (seq 512, batch 16) against SDPA; then
+#          `nvtx-trace run` (the tool, default window) on three of them, reports brought back for analysis.
 # Plain timing runs are interleaved (round 1 forward order, round 2 reversed, ...);
 # captures come after round 2 so they happen even if round 3 is skipped at the deadline.
 # Writes under $OUT: results_<P>.jsonl, log_<P>.txt, versions_<P>.txt, bench.jsonl, <capture>.sqlite.xz
@@ -111,7 +115,7 @@ elif [[ $PHASE == C ]]; then
     run rn50_cl_fp32_compile 1 150 $R --channels-last --dtype fp32 --compile --workers 14
     capture rn50_cl_fp32_compiled 150 $R --channels-last --dtype fp32 --compile --workers 14 --warmup 10 --profile-steps 8
   }
-else
+elif [[ $PHASE == B ]]; then
   run resnet_loader_only 0 30 $R --loader-only --workers 8
   variants=(
     "hf_fp32|30|$H --dtype fp32"
@@ -128,6 +132,38 @@ else
   }
 fi
 
+trace() {  # label est_s cmd...: nvtx-trace run (default window), report.sqlite and summary.json brought back
+  local label=$1 est=$2
+  shift 2
+  if (($(left) < est)); then echo "SKIP trace $label at t=$SECONDS" | tee -a "$LOG"; return; fi
+  echo "=== trace $label t=$SECONDS: $*" >>"$LOG"
+  timeout $(($(left) - 5)) python3 -m nvtx_trace.cli run --nsys "$NSYS" --out "/tmp/run/$label" --force "$@" \
+    >"$O/trace_$label.txt" 2>&1
+  echo "trace $label rc=$? t=$SECONDS"
+  cp "/tmp/run/$label/summary.json" "$O/trace_$label.summary.json" 2>/dev/null
+  [[ -f /tmp/run/$label/report.sqlite ]] && python3 -c "
+import lzma, shutil, sys
+with open(sys.argv[1], 'rb') as f, lzma.open(sys.argv[2], 'wb', preset=6) as g:
+    shutil.copyfileobj(f, g)" "/tmp/run/$label/report.sqlite" "$O/trace_$label.sqlite.xz"
+}
+
+if [[ $PHASE == F ]]; then
+  variants=(
+    "gpt_bf16_sdpa|25|$G --dtype bf16 --attn sdpa"
+    "gpt_bf16_sdpa_loop|30|$G --dtype bf16 --attn sdpa --optim loop"
+    "gpt_bf16_sdpa_fused|25|$G --dtype bf16 --attn sdpa --optim fused"
+    "gpt_bf16_sdpa_empty_cache|25|$G --dtype bf16 --attn sdpa --empty-cache"
+    "gpt_bf16_sdpa_anomaly|40|$G --dtype bf16 --attn sdpa --anomaly"
+    "gpt512_bf16_manual|25|$G --dtype bf16 --seq 512 --batch 16"
+    "gpt512_bf16_sdpa|25|$G --dtype bf16 --seq 512 --batch 16 --attn sdpa"
+  )
+  caps() {
+    trace gpt_bf16_sdpa_loop 80 $B/gpt_train.py --dtype bf16 --attn sdpa --optim loop --steps 200
+    trace gpt512_bf16_manual 80 $B/gpt_train.py --dtype bf16 --seq 512 --batch 16 --steps 200
+    trace gpt_bf16_sdpa_empty_cache 80 $B/gpt_train.py --dtype bf16 --attn sdpa --empty-cache --steps 200
+  }
+fi
+
 one_round() {  # round forward|reverse
   local n=${#variants[@]} i idx
   for ((i = 0; i < n; i++)); do
@@ -141,5 +177,5 @@ one_round() {  # round forward|reverse
 one_round 1 forward
 one_round 2 reverse
 caps
-[[ $PHASE == C || $PHASE == D || $PHASE == E ]] || one_round 3 forward
+[[ $PHASE == C || $PHASE == D || $PHASE == E || $PHASE == F ]] || one_round 3 forward
 echo "phase $PHASE done t=$SECONDS"

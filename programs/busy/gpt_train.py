@@ -121,13 +121,21 @@ def main(argv=None):
     p.add_argument("--dim", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--vocab", type=int, default=50304)
+    p.add_argument("--optim", choices=["default", "loop", "foreach", "fused"], default="default",
+                   help="AdamW as PyTorch picks (default: foreach on CUDA), foreach=False (loop), or fused=True")
+    p.add_argument("--empty-cache", action="store_true", help="torch.cuda.empty_cache() after every step")
+    p.add_argument("--anomaly", action="store_true", help="torch.autograd.set_detect_anomaly(True)")
+    p.add_argument("--no-set-to-none", action="store_true", help="zero_grad(set_to_none=False)")
     add_common_args(p)
     args = p.parse_args(argv)
 
     dev, cuda = device_of(args)
     torch.manual_seed(0)
     model = GPT(args.vocab, args.seq, args.layers, args.dim, args.heads, args.attn).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    kind = {"default": {}, "loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, **kind[args.optim])
+    if args.anomaly:
+        torch.autograd.set_detect_anomaly(True)
     if args.compile:
         model = torch.compile(model)
     pool = torch.randint(0, args.vocab, (16, args.batch, args.seq + 1), device=dev)
@@ -141,7 +149,9 @@ def main(argv=None):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
         loss.backward()
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=not args.no_set_to_none)
+        if args.empty_cache:
+            torch.cuda.empty_cache()
         return loss
 
     res = timed_loop(step, args, cuda)

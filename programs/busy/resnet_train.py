@@ -59,13 +59,14 @@ def main(argv=None):
     p.add_argument("--image-size", type=int, default=320, help="side of the synthetic source images")
     p.add_argument("--loader-only", action="store_true", help="time the input pipeline alone")
     p.add_argument("--arch", default="resnet50")
+    p.add_argument("--no-cudnn-benchmark", action="store_true", help="leave torch.backends.cudnn.benchmark False")
     add_common_args(p)
     args = p.parse_args(argv)
     import torchvision
     from torchvision import transforms as T
 
     dev, cuda = device_of(args)
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = not args.no_cudnn_benchmark
     torch.manual_seed(0)
     tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                     T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])])
