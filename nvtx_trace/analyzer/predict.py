@@ -171,6 +171,24 @@ def gpu_work_saved(a, per_step_ns: float, what: str, gpu_bound: bool = True) -> 
     return _expected(now, step, stat, what)
 
 
+def host_time_saved(a, per_step_ns: float, what: str) -> dict | None:
+    """The steady step once ``per_step_ns`` of the training thread's time per step is gone (calls that block it,
+    launches it no longer makes), never below the GPU's own work per step nor the loader's delivery pace."""
+    now, stat = steady_step(a)
+    if not now or per_step_ns <= 0:
+        return None
+    floor = own_work_per_step(a, stat)
+    step = max(now - per_step_ns, floor, 0.0)
+    if step > now - per_step_ns:
+        what += f"; no shorter than the GPU's own work, {ms(floor)} a step"
+    feed = dataloader.pace(a)
+    if feed is not None and feed.interval_ns > step:
+        step = min(now, feed.interval_ns)
+        return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}",
+                         "loader")
+    return _expected(now, step, stat, what) if now - step > 0 else None
+
+
 def _expected(now: float, step: float, stat: str, basis: str, bound_by: str | None = None) -> dict:
     out = {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": basis}
     return out | ({"bound_by": bound_by} if bound_by else {})

@@ -12,6 +12,7 @@ import re
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.analyzer.questions.settings import facts
 
 MISALIGNED = re.compile(r"align[ac]?1(?!\d)")
 # Measured on an H100 (programs/busy, bf16): the HF-style model's LM head over 50257 ran as three align1 GEMMs,
@@ -50,13 +51,13 @@ def _findings(a, basis) -> list[Finding]:
                                                                             "GEMMs only"),
         recommend=None, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['misaligned_share'])} of the GPU's compute in the window in align1 GEMM kernels",
-        evidence={"misaligned_ns": misaligned, "tensor_core_ns": measured, "compute_ns": k.compute_ns,
+        evidence={"facts": facts(a), "misaligned_ns": misaligned, "tensor_core_ns": measured, "compute_ns": k.compute_ns,
                   "aligned_ratio": ALIGNED_RATIO, "kernels": bad.head(10)},
     )]
 
 
 QUESTION = Question(
-    name="alignment", order=117, needs=("kernels", "steps"),
+    name="alignment", order=117, needs=("kernels", "steps", "settings"),
     thresholds={"misaligned_share": 0.05},  # align1 GEMMs at 5 % of the GPU's compute in the window
     findings=_findings, work_kinds=("alignment",),
 )

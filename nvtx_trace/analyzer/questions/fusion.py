@@ -14,6 +14,7 @@ from __future__ import annotations
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.analyzer.questions.settings import facts
 
 FUSABLE = ("elementwise", "norm_softmax", "reduction")
 # Calibrated on an H100 (programs/busy/gpt_train.py, GPT-2-small class, bf16 autocast, nsys captures eager and
@@ -31,7 +32,7 @@ def _findings(a, basis) -> list[Finding]:
     if k is None or not k.compute_ns:
         return []
     fusable, triton = k.time(*FUSABLE), k.time("triton")
-    if triton >= THRESHOLDS["compiled_triton_share"] * k.compute_ns:
+    if triton >= THRESHOLDS["compiled_triton_share"] * k.compute_ns or (a.settings or {}).get("compiled_modules"):
         return []  # compiled already: what is left unfused is outside the compiled graph
     if fusable < THRESHOLDS["fusion_share"] * k.compute_ns or fusable < THRESHOLDS["min_impact_ns"]:
         return []
@@ -65,13 +66,13 @@ def _findings(a, basis) -> list[Finding]:
         recommend={"compile": True}, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['fusion_share'])} of the GPU's compute in the window in elementwise, "
                   f"normalization, softmax and reduction kernels, Triton < {pct(THRESHOLDS['compiled_triton_share'])}",
-        evidence={"fusable_ns": fusable, "triton_ns": triton, "compute_ns": k.compute_ns,
+        evidence={"facts": facts(a), "fusable_ns": fusable, "triton_ns": triton, "compute_ns": k.compute_ns,
                   "fusion_removed": FUSION_REMOVED, "kernels": names.head(10)},
     )]
 
 
 QUESTION = Question(
-    name="fusion", order=116, needs=("kernels", "steps"),
+    name="fusion", order=116, needs=("kernels", "steps", "settings"),
     thresholds={"fusion_share": 0.25,  # unfused memory-bound kernels at 25 % of the GPU's compute in the window
                 "compiled_triton_share": 0.05},  # Triton kernels at 5 %: the program is compiled
     findings=_findings, work_kinds=("fusion",),

@@ -13,6 +13,7 @@ from __future__ import annotations
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.analyzer.questions.settings import facts
 from nvtx_trace.analyzer.tensor_cores import ratios_for
 
 FP32 = ("gemm_fp32", "conv_fp32")
@@ -75,14 +76,14 @@ def _findings(a, basis) -> list[Finding]:
         recommend=recommend, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['precision_share'])} of the GPU's compute in the window in fp32 or TF32 matrix "
                   f"math, and bf16/fp16 < {pct(THRESHOLDS['precision_low_share'])} of the matrix math",
-        evidence={"fp32_ns": fp32, "tf32_ns": tf32, "bf16_fp16_fp8_ns": low, "compute_ns": k.compute_ns,
+        evidence={"facts": facts(a), "fp32_ns": fp32, "tf32_ns": tf32, "bf16_fp16_fp8_ns": low, "compute_ns": k.compute_ns,
                   "ratios": ratios.__dict__ | {"measured_on_this_gpu": measured},
                   "kernels": k.by_name[k.by_name["category"].isin(FP32 + TF32)].head(10)},
     )]
 
 
 QUESTION = Question(
-    name="precision", order=115, needs=("kernels", "steps"),
+    name="precision", order=115, needs=("kernels", "steps", "settings"),
     thresholds={"precision_share": 0.10,  # fp32/TF32 matrix math at 10 % of the GPU's compute in the window
                 "precision_low_share": 0.5},  # no finding once half the matrix math is bf16/fp16 already
     findings=_findings, work_kinds=("precision",),

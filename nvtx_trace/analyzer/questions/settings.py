@@ -12,7 +12,7 @@ from nvtx_trace.analyzer.instrumentation import read_record
 from nvtx_trace.analyzer.question import Context, Question
 
 RECORDED = "recorded by nvtx_autotrace"
-INFERRED = "inferred from kernel names (the report carries no settings record: a plain nsys capture)"
+INFERRED = "inferred from kernel names (the report carries no settings record)"
 
 
 def _run(ctx: Context) -> None:

@@ -24,15 +24,22 @@ def _json(a) -> dict:
 
 
 def _findings(a, basis) -> list[Finding]:
-    idle_ns = basis.cause_ns.get("sync", 0)
+    from nvtx_trace.analyzer.questions.allocator import FREE_RE, freed_ns
+
     if not a.sync or not a.sync.count:
         return []
+    freed = freed_ns(a, basis)  # cudaFree belongs to the allocator finding when it raises one
+    idle_ns = max(0, basis.cause_ns.get("sync", 0) - freed)
     if idle_ns < THRESHOLDS["min_impact_ns"] or idle_ns < THRESHOLDS["cause_fraction"] * basis.gpu_ns:
         return []
-    src = a.sync.by_source.head(3)
+    src = a.sync.by_source
+    if freed:
+        src = src[~src["api"].map(lambda n: bool(FREE_RE.match(n)))]
+    src = src.head(3)
     where = "; ".join(f"{api} in {r} (x{c})" for api, r, c in zip(src["api"], src["range"], src["count"]))
     return [Finding(
-        kind="sync", title=f"Host syncs let the GPU run dry: {ms(idle_ns)} idle after syncs; top: {where}",
+        kind="sync", title=f"Host syncs let the GPU run dry: {ms(idle_ns)} idle after syncs"
+                           + (" (cudaFree's left to the allocator finding)" if freed else "") + f"; top: {where}",
         impact_ns=int(idle_ns), fix=CAUSE_FIXES["sync"],
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
         evidence={"sources": a.sync.by_source.head(20), "count": a.sync.count, "blocked_ns": a.sync.blocked_ns},

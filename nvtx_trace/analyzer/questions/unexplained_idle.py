@@ -8,7 +8,8 @@ from nvtx_trace.analyzer.gpu_idle import gaps_in
 from nvtx_trace.analyzer.pageable import per_step as per_step_pageable
 from nvtx_trace.analyzer.question import Question
 
-COUNTED_BY = {"dataloader_stall": "dataloader", "sync": "sync", "pageable_h2d": "copy"}  # finding -> idle cause
+COUNTED_BY = {"dataloader_stall": ("dataloader",), "sync": ("sync",), "pageable_h2d": ("copy",),  # finding -> causes
+              "allocator": ("sync", "cuda_api"), "optimizer": ("optimizer",)}
 
 
 def _findings(a, basis) -> list[Finding]:
@@ -17,7 +18,7 @@ def _findings(a, basis) -> list[Finding]:
     if not a.idle:
         return []
     covered = {f.evidence.get("cause") for f in basis.found if isinstance(f.evidence, dict)}
-    covered |= {COUNTED_BY.get(f.kind) for f in basis.found}
+    covered |= {c for f in basis.found for c in COUNTED_BY.get(f.kind, ())}
     cause_ns = {c: int(ns * basis.keep) if c in CPU_CAUSES else ns for c, ns in basis.cause_ns.items()
                 if c not in covered}
     window_ns = basis.gpu_ns
