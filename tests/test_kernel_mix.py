@@ -125,3 +125,25 @@ def test_every_short_name_that_needs_its_demangled_form_is_found_by_the_hints():
             if needs_demangled(name) and not like(name):
                 missed.add(name)
     assert not missed
+
+
+@pytest.mark.parametrize("stem", ["resnet_flawed", "ddp_straggler_rank0_h200x2"])
+def test_kernels_under_one_wave_equal_sql(stem):
+    """Kernels with fewer thread blocks than their GPU's SMs (TARGET_INFO_GPU.smCount) in the window, by SQL over
+    the export's own grid sizes; NCCL's left out (few blocks by design), and GEMM/convolution/attention kernels
+    (persistent: one block per SM or fewer) counted apart."""
+    path = SAMPLES / f"{stem}.sqlite"
+    a = sample_analysis(path)
+    con = sqlite3.connect(path)
+    try:
+        rows = con.execute(
+            "SELECT s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
+            "JOIN TARGET_INFO_GPU g ON g.id = k.deviceId WHERE k.gridX * k.gridY * k.gridZ < g.smCount "
+            "AND k.start >= ? AND k.start < ?", (a.window["start_ns"], a.window["end_ns"])).fetchall()
+    finally:
+        con.close()
+    compute = [(n, t) for n, t in rows if category(n) != "collective"]
+    plain = [(n, t) for n, t in compute if not category(n).startswith(("gemm", "conv", "attention", "triton"))]
+    assert a.kernels.under_one_wave == {"count": len(compute), "time_ns": sum(t for _, t in compute),
+                                        "non_matrix_count": len(plain), "non_matrix_time_ns": sum(t for _, t in plain)}
+    assert len(plain) < len(compute) < len(rows) or stem == "resnet_flawed"

@@ -145,6 +145,14 @@ class Trace:
         if "long_id" in cols:
             named = cols["long_id"] >= 0
             self._long_named = {c: cols[c][named] for c in ("start_ns", "end_ns", "device_id", "name_id", "long_id")}
+        if "blocks" in cols and cols["blocks"].dtype.kind in "iu" and (sms := self.reader.sm_counts()):
+            lookup = np.zeros(max(sms) + 1, np.int64)
+            for d, n in sms.items():
+                lookup[d] = n
+            dev = cols["device_id"].astype(np.int64)
+            known = (dev >= 0) & (dev < len(lookup))
+            under = known & (cols["blocks"] < lookup[np.where(known, dev, 0)])
+            self._under_one_wave = {c: cols[c][under] for c in ("start_ns", "end_ns", "device_id", "name_id")}
         kept = {c: cols[c] for c in ("start_ns", "end_ns", "device_id", "gpid")}
         # kernel names as string ids (-1 for copies, memsets and unnamed kernels): the step inference reads them
         name_id = cols.get("name_id") if key == "kernel" else None
@@ -225,6 +233,12 @@ class Trace:
         if not self.reader.has(RUNTIME):
             return {}
         return {i: api_base_name(n) for i, n in self.reader.api_name_strings().items()}
+
+    def under_one_wave_kernels(self) -> dict[str, np.ndarray] | None:
+        """start_ns, end_ns, device_id, name_id of the kernels launched with fewer thread blocks than their GPU has SMs;
+        None where the export lacks grid sizes or SM counts."""
+        _ = self.gpu_ops
+        return getattr(self, "_under_one_wave", None)
 
     def want_long_names(self, short_ids: list[int]) -> None:
         """Announce that kernels with these short names should bring their demangled names (one kernel pass)."""

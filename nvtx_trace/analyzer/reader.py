@@ -126,6 +126,8 @@ class Reader:
         extra = {}
         if table_key == "kernel" and long_names_of and self.has(table, "shortName") and self.has(table, "demangledName"):
             extra["long_id"] = f"CASE WHEN shortName IN ({','.join(map(str, long_names_of))}) THEN demangledName END"
+        if table_key == "kernel" and all(self.has(table, c) for c in ("gridX", "gridY", "gridZ")):
+            extra["blocks"] = "gridX * gridY * gridZ"  # thread blocks of the launch (the kernel mix's waves)
         wanted = {"start_ns": "start", "end_ns": "end", "device_id": "deviceId", "gpid": "globalPid", **{
             "kernel": {"name_id": self.kernel_name_column or "NULL", "corr": "correlationId"},
             "memcpy": {"corr": "correlationId", "bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind",
@@ -304,6 +306,14 @@ class Reader:
             return {int(i): str(n) for i, n in self.conn.execute(f"SELECT {key}, name FROM TARGET_INFO_GPU")}
         if self.has("TARGET_INFO_CUDA_GPU", "name"):
             return {int(i): str(n) for i, n in self.conn.execute("SELECT deviceId, name FROM TARGET_INFO_CUDA_GPU")}
+        return {}
+
+    def sm_counts(self) -> dict[int, int]:
+        """Streaming multiprocessors per listed GPU ({} where the export does not say)."""
+        if self.has("TARGET_INFO_GPU", "smCount"):
+            key = "id" if self.has("TARGET_INFO_GPU", "id") else "deviceId"
+            return {int(i): int(n) for i, n in self.conn.execute(f"SELECT {key}, smCount FROM TARGET_INFO_GPU")
+                    if isinstance(i, int) and isinstance(n, int) and n > 0}
         return {}
 
     def thread_names(self) -> dict[int, str]:

@@ -20,6 +20,7 @@ from nvtx_trace.analyzer.questions.idle import gpu_missing
 TOP = 15  # kernels (and the copy and memset rows) listed by name
 KIND_CATEGORY = {GPU_OP_KINDS.index(k): k for k in ("memcpy", "memset")}  # gpu_ops kind codes of copies and memsets
 NOT_COMPUTE = ("collective", "memcpy", "memset")  # busy, but not the computation the findings judge
+PERSISTENT = ("gemm", "conv", "attention", "triton")  # categories whose kernels may be persistent (few blocks by design)
 
 
 def _run(ctx: Context) -> None:
@@ -51,6 +52,17 @@ def _run(ctx: Context) -> None:
     steps = len(a.steps.steady) if a.steps and a.window.get("source", "").startswith("steady") else 0
     a.kernels = KernelMix(pd.DataFrame(rows, columns=["name", "category", "count", "time_ns"]), steps,
                           max(1, len(a.idle.devices) if a.idle else 1))
+    small = ctx.trace.under_one_wave_kernels()
+    if small is not None:
+        collective = [i for i, n in names.items() if category(n) in NOT_COMPUTE]  # NCCL runs few blocks by design
+        inside = (small["start_ns"] >= w0) & (small["start_ns"] < w1) & ~np.isin(small["name_id"], collective)
+        # GEMM, convolution and attention libraries launch persistent kernels (one block per SM or fewer, each
+        # looping over tiles): few blocks there is no sign of a small problem
+        matrix = [i for i, n in names.items() if category(n).startswith(PERSISTENT)]
+        plain = inside & ~np.isin(small["name_id"], matrix)
+        span = small["end_ns"] - small["start_ns"]
+        a.kernels.under_one_wave = {"count": int(inside.sum()), "time_ns": int(span[inside].sum()),
+                                    "non_matrix_count": int(plain.sum()), "non_matrix_time_ns": int(span[plain].sum())}
 
 
 def _announce(trace) -> None:
@@ -81,6 +93,7 @@ class KernelMix:
 
     def __init__(self, by_name: pd.DataFrame, steps: int, gpus: int = 1):
         self.steps, self.gpus = steps, gpus
+        self.under_one_wave: dict | None = None  # kernels with fewer thread blocks than SMs (None: no grid sizes)
         self.time_ns = int(by_name["time_ns"].sum())
         total = max(self.time_ns, 1)
         by_name = by_name.groupby(["name", "category"], as_index=False)[["count", "time_ns"]].sum()
@@ -114,7 +127,7 @@ def _json(a) -> dict:
     cats = k.by_category.astype(object)
     cats["time_ns_per_step"] = [None if pd.isna(v) else int(v) for v in k.by_category["time_ns_per_step"]]
     return {"kernels": {"time_ns": k.time_ns, "compute_ns": k.compute_ns, "steps": k.steps, "gpus": k.gpus,
-                        "categories": cats, "top": k.by_name.head(TOP)}}
+                        "categories": cats, "top": k.by_name.head(TOP), "under_one_wave": k.under_one_wave}}
 
 
 def _text(a, view) -> None:
@@ -126,6 +139,10 @@ def _text(a, view) -> None:
     view.table(f"What the GPU does in the window: {ms(k.time_ns)} of GPU work"
                + (f", {ms(k.per_step(k.time_ns))} a step" + (" per GPU" if k.gpus > 1 else "") if k.steps else ""),
                [("kind of work", "left"), ("count", "right"), ("per step", "right"), ("share", "right")], rows)
+    if k.under_one_wave and k.under_one_wave["count"]:
+        w = k.under_one_wave
+        view.print(f"Under one wave: {w['count']:,} kernels ({pct(w['time_ns'] / k.time_ns)} of the GPU work) ran "
+                   "fewer thread blocks than the GPU has SMs", highlight=False)
 
 
 def _html(a, d: dict, view) -> str:
