@@ -11,6 +11,9 @@
 #          findings: plain GPT-2-small bf16 SDPA with AdamW foreach (default) / loop / fused, with empty_cache() every
 #          step, with anomaly detection; a held-out manual-attention shape (seq 512, batch 16) against SDPA; then
 #          `nvtx-trace run` (the tool, default window) on three of them, reports brought back for analysis.
+# Phase G: through the tool itself: the GPT of the lever table (hand-written attention), the HF-style model with
+#          foreach AdamW (its plain default is fused), the GPT with anomaly detection, ResNet-50 with
+#          cudnn.benchmark off (plain: off against on), a GPT at batch 1, seq 128 (small kernels).
 # Plain timing runs are interleaved (round 1 forward order, round 2 reversed, ...);
 # captures come after round 2 so they happen even if round 3 is skipped at the deadline.
 # Writes under $OUT: results_<P>.jsonl, log_<P>.txt, versions_<P>.txt, bench.jsonl, <capture>.sqlite.xz
@@ -18,7 +21,7 @@ set -u
 PHASE=${1:?phase A or B}
 DEADLINE=${2:-540}
 O=${OUT:-/tmp/out}
-mkdir -p "$O" /tmp/cap
+mkdir -p "$O" /tmp/cap /tmp/run
 LOG=$O/log_$PHASE.txt
 RES=$O/results_$PHASE.jsonl
 export PYTHONUNBUFFERED=1
@@ -138,9 +141,10 @@ trace() {  # label est_s cmd...: nvtx-trace run (default window), report.sqlite 
   if (($(left) < est)); then echo "SKIP trace $label at t=$SECONDS" | tee -a "$LOG"; return; fi
   echo "=== trace $label t=$SECONDS: $*" >>"$LOG"
   timeout $(($(left) - 5)) python3 -m nvtx_trace.cli run --nsys "$NSYS" --out "/tmp/run/$label" --force "$@" \
-    >"$O/trace_$label.txt" 2>&1
+    >"/tmp/run/trace_$label.txt" 2>&1
   echo "trace $label rc=$? t=$SECONDS"
-  cp "/tmp/run/$label/summary.json" "$O/trace_$label.summary.json" 2>/dev/null
+  { echo "=== trace $label"; cat "/tmp/run/trace_$label.txt"; } >>"$LOG"
+  [[ $PHASE == F ]] && cp "/tmp/run/$label/summary.json" "$O/trace_$label.summary.json" 2>/dev/null
   [[ -f /tmp/run/$label/report.sqlite ]] && python3 -c "
 import lzma, shutil, sys
 with open(sys.argv[1], 'rb') as f, lzma.open(sys.argv[2], 'wb', preset=6) as g:
@@ -164,6 +168,22 @@ if [[ $PHASE == F ]]; then
   }
 fi
 
+if [[ $PHASE == G ]]; then  # held-out checks through the tool itself (nvtx-trace run), and their plain levers
+  variants=(
+    "hf_bf16_foreach|25|$H --dtype bf16 --optim adamw"
+    "hf_bf16_fused|25|$H --dtype bf16"
+    "rn50_cl_bf16_nobench|35|$R --channels-last --dtype bf16 --workers 14 --no-cudnn-benchmark"
+    "rn50_cl_bf16_bench|35|$R --channels-last --dtype bf16 --workers 14"
+  )
+  caps() {
+    trace gpt_bf16_manual 60 $B/gpt_train.py --dtype bf16 --steps 200
+    trace hf_bf16_foreach 60 $B/hf_style_train.py --dtype bf16 --optim adamw --steps 200
+    trace gpt_bf16_sdpa_anomaly 60 $B/gpt_train.py --dtype bf16 --attn sdpa --anomaly --steps 200
+    trace rn50_cl_bf16_nobench 60 $B/resnet_train.py --channels-last --dtype bf16 --workers 14 --no-cudnn-benchmark --steps 200
+    trace gpt128_b1 50 $B/gpt_train.py --dtype bf16 --attn sdpa --batch 1 --seq 128 --steps 400
+  }
+fi
+
 one_round() {  # round forward|reverse
   local n=${#variants[@]} i idx
   for ((i = 0; i < n; i++)); do
@@ -177,5 +197,9 @@ one_round() {  # round forward|reverse
 one_round 1 forward
 one_round 2 reverse
 caps
-[[ $PHASE == C || $PHASE == D || $PHASE == E || $PHASE == F ]] || one_round 3 forward
+[[ $PHASE == C || $PHASE == D || $PHASE == E || $PHASE == F || $PHASE == G ]] || one_round 3 forward
+if [[ $PHASE == G ]] && (($(left) > 40)); then
+  timeout 60 python3 benchmarks/bench_settings.py --device cuda >>"$LOG" 2>&1
+  echo "bench_settings done t=$SECONDS"
+fi
 echo "phase $PHASE done t=$SECONDS"
