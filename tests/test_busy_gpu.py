@@ -19,7 +19,7 @@ from test_kernel_mix import _sql_by_category
 from nvtx_trace.analyzer import analyze
 
 BUSY = SAMPLES / "busy"
-LEVER_CAPTURES = ("gpt512_", "gpt_bf16_sdpa_")
+LEVER_CAPTURES = ("gpt512_", "gpt_bf16_sdpa_", "hf_bf16_adamw_loop")
 # capture: (the lever's finding, plain step before, plain step after applying its fix), ms
 MEASURED = {
     "gpt_fp32": ("precision", 205.09, 89.34),  # TF32 on

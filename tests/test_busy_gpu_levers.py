@@ -25,12 +25,15 @@ BUSY = SAMPLES / "busy"
 MANUAL_512 = (52.54, 28.89)  # seq 512, batch 16: hand-written attention -> SDPA
 LOOP = (37.01, 26.70)  # AdamW foreach=False -> fused=True (rounds 34.24 and 39.78; fused 26.78, 26.63)
 EMPTY_CACHE = (36.70, 29.20)  # empty_cache() every step -> none (the SDPA baseline, foreach AdamW)
+HF_LOOP = (52.10, 48.39)  # HF-style bf16, AdamW(fused=False) (a loop) -> fused=True (phase G; rounds 51.22, 52.99)
+ANOMALY = (139.48, 29.20)  # anomaly detection on -> off (rounds 123.54 and 155.42: it varies; phase F)
 
 
 @pytest.fixture(scope="module")
 def captures(tmp_path_factory):
     out = tmp_path_factory.mktemp("levers")
-    for name in ("gpt512_bf16_manual", "gpt_bf16_sdpa_loop", "gpt_bf16_sdpa_empty_cache"):
+    for name in ("gpt512_bf16_manual", "gpt_bf16_sdpa_loop", "gpt_bf16_sdpa_empty_cache", "hf_bf16_adamw_loop",
+                 "gpt_bf16_sdpa_anomaly"):
         with lzma.open(BUSY / f"{name}.sqlite.xz") as src, open(out / f"{name}.sqlite", "wb") as dst:
             shutil.copyfileobj(src, dst)
     return out
@@ -71,7 +74,8 @@ def test_a_per_parameter_optimizer_is_named_from_the_record_and_its_prediction_h
     db = captures / "gpt_bf16_sdpa_loop.sqlite"
     a = analyze(db)
     assert a.settings["optimizers"] == [{"class": "AdamW", "foreach": False, "fused": None, "params": 148}]
-    f = next(f for f in a.findings if f.kind == "optimizer")
+    f = a.findings[0]  # the cause, ranked above the launch-bound idle it explains (which cpu_overhead leaves out)
+    assert f.kind == "optimizer" and "cpu_overhead" not in {g.kind for g in a.findings}
     assert f.evidence["optimizer"] == "loop" and f.evidence["facts"].startswith("recorded")
     assert f.recommend == {"fused_optimizer": True} and "fused=True" in f.fix
     assert abs(_ratio(f, LOOP[0]) - LOOP[1]) <= 0.25 * LOOP[1]
@@ -110,3 +114,24 @@ def test_the_settings_record_of_a_gpu_run(captures):
     assert s["matmul_allow_tf32"] is False and s["compiled_modules"] == 0 and s["zero_grad_set_to_none"] is True
     assert s["parameter_dtypes"] == {"float32": 124_082_688}  # GPT(50304, 512, 12, 768, 12) counted by torch, tied once
     assert 0 < s["device_peak_allocated_bytes"] < mem
+
+
+def test_an_optimizer_loop_in_a_gpu_bound_program_costs_only_the_gpu_s_idle_in_it(captures):
+    """Held out: the HF-style model's AdamW(fused=False) leaves foreach unset, which PyTorch runs as a loop (558
+    kernels a step). Its training thread spends 13.5 ms a step in optimizer.step, but the GPU is still busy with
+    the backward for most of it: the prediction counts the GPU's idle there, and lands within 5 % of fused."""
+    a = analyze(captures / "hf_bf16_adamw_loop.sqlite")
+    assert a.settings["optimizers"][0] | {"params": None} == {"class": "AdamW", "foreach": None, "fused": False,
+                                                             "params": None}
+    f = next(f for f in a.findings if f.kind == "optimizer")
+    assert f.evidence["optimizer"] == "loop"
+    assert f.evidence["step_range_ns_per_step"] > 3 * f.predicted["saving_ns"]  # not the thread's time
+    assert abs(_ratio(f, HF_LOOP[0]) - HF_LOOP[1]) <= 0.05 * HF_LOOP[1]
+
+
+def test_anomaly_detection_is_named_and_bounded_by_the_gpu_s_own_work(captures):
+    a = analyze(captures / "gpt_bf16_sdpa_anomaly.sqlite")
+    f = a.findings[0]
+    assert f.kind == "debug_apis" and f.evidence["on"] == ["anomaly detection"]
+    assert f.evidence["facts"].startswith("recorded")
+    assert abs(_ratio(f, ANOMALY[0]) - ANOMALY[1]) <= 0.25 * ANOMALY[1]

@@ -11,9 +11,21 @@ def _findings(a, basis) -> list[Finding]:
     return _cpu_overhead(a, basis) + _launch_bound(a, basis)
 
 
+def _optimizer_loop_idle(a, basis) -> int:
+    """The GPU idle in short gaps while a per-parameter optimizer launches its kernels, when the optimizer finding
+    counts it (0 otherwise): impacts stay disjoint, and the specific cause outranks "launches cannot keep up"."""
+    if not any(f.kind == "optimizer" and f.evidence.get("optimizer") == "loop" for f in basis.found):
+        return 0
+    inside = a.optimizer["gpu_idle_ns_per_step"] * len(a.steps.steady)
+    return int(max(0.0, inside - basis.cause_ns.get("optimizer", 0)))
+
+
 def _cpu_overhead(a, basis) -> list[Finding]:
     out = []
+    loop = _optimizer_loop_idle(a, basis)
     for cause in CPU_CAUSES:
+        if cause == "optimizer" and loop:
+            continue  # the optimizer finding counts it
         raw = basis.cause_ns.get(cause, 0)
         ns = int(raw * basis.keep)
         if ns < THRESHOLDS["min_impact_ns"] or ns < THRESHOLDS["cause_fraction"] * basis.gpu_ns:
@@ -36,9 +48,12 @@ def _launch_bound(a, basis) -> list[Finding]:
         return []
     out = []
     window_ns = basis.window_ns
+    loop = _optimizer_loop_idle(a, basis)
     for dev in a.idle.devices:
         busy = int(round(a.window_utilization.get(dev.device_id, 0.0) * window_ns))
         raw, n_short, median = basis.short[dev.device_id]
+        if loop and a.steps and a.steps.pid in (dev.pids or ()):
+            raw = max(0, raw - loop)
         short_idle = int(raw * basis.keep)
         if short_idle < THRESHOLDS["min_impact_ns"] or short_idle < THRESHOLDS["launch_bound_fraction"] * window_ns:
             continue
@@ -57,7 +72,7 @@ def _launch_bound(a, basis) -> list[Finding]:
 
 
 QUESTION = Question(
-    name="cpu_bound", order=114, needs=("window_figures", "instrumentation"),
+    name="cpu_bound", order=114, needs=("window_figures", "instrumentation", "optimizer"),
     thresholds={"launch_bound_fraction": 0.20},  # idle in gaps shorter than --min-gap-ms covering 20 % of the window
     findings=_findings, idle_kinds=("cpu_overhead", "cuda_api"),
 )
