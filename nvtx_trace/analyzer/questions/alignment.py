@@ -22,22 +22,31 @@ ALIGNED_RATIO = 6.0
 TENSOR_CORE = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8")  # where that ratio was measured (bf16)
 
 
+def misaligned_kernels(k):
+    """(the align1 GEMM kernels by name, their time, the tensor-core ones' time) in the window."""
+    names = k.by_name
+    bad = names[names["category"].str.startswith("gemm") & names["name"].str.contains(MISALIGNED)]
+    return bad, int(bad["time_ns"].sum()), int(bad.loc[bad["category"].isin(TENSOR_CORE), "time_ns"].sum())
+
+
+def saved_per_step(k, tensor_core_ns: int) -> float:
+    """What aligned kernels would save per step of those misaligned tensor-core GEMMs."""
+    return k.per_step(tensor_core_ns) * (1 - 1 / ALIGNED_RATIO)
+
+
 def _findings(a, basis) -> list[Finding]:
     k = a.kernels
     if k is None or not k.compute_ns:
         return []
-    names = k.by_name
-    bad = names[names["category"].str.startswith("gemm") & names["name"].str.contains(MISALIGNED)]
-    misaligned = int(bad["time_ns"].sum())
+    bad, misaligned, measured = misaligned_kernels(k)
     if misaligned < THRESHOLDS["misaligned_share"] * k.compute_ns or misaligned < THRESHOLDS["min_impact_ns"]:
         return []
-    measured = int(bad.loc[bad["category"].isin(TENSOR_CORE), "time_ns"].sum())
     fix = ("Pad the dimension that is not a multiple of 8, usually the vocabulary: vocab_size=50304 instead of 50257 "
            "(Hugging Face: model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)); padded rows are "
            "never predicted if the labels never use them")
     predicted = None
     if k.steps and measured:
-        saved = k.per_step(measured) * (1 - 1 / ALIGNED_RATIO)
+        saved = saved_per_step(k, measured)
         what = (f"{ms(saved)} of misaligned tensor-core GEMM time per step goes (aligned kernels {ALIGNED_RATIO:.0f}x "
                 "faster on the same shapes, measured on an H100)")
         predicted = predict.gpu_work_saved(a, saved, what)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.analyzer.questions import alignment
 from nvtx_trace.analyzer.questions.settings import facts
 
 FUSABLE = ("elementwise", "norm_softmax", "reduction")
@@ -54,7 +55,12 @@ def _findings(a, basis) -> list[Finding]:
         what = (f"{pct(FUSION_REMOVED)} of the {ms(per_step)} per step of elementwise, normalization, softmax and "
                 "reduction kernels goes (calibrated on a GPT-2-class model on an H100; GEMMs and batch norm "
                 "unchanged)")
-        predicted = predict.gpu_work_saved(a, per_step * FUSION_REMOVED, what, gpu_bound=False)
+        _, _, misaligned_tc = alignment.misaligned_kernels(k)
+        padded = alignment.saved_per_step(k, misaligned_tc) if misaligned_tc else 0.0
+        if padded:  # Inductor pads GEMM shapes that are not multiples of the vector width (HF-style bf16, measured)
+            what += (f"; and {ms(padded)} of misaligned (align1) tensor-core GEMM time, as Inductor's pad_mm pass pads "
+                     "their shapes (torch._inductor.config.shape_padding, on by default)")
+        predicted = predict.gpu_work_saved(a, per_step * FUSION_REMOVED + padded, what, gpu_bound=False)
     compiled = f"Triton kernels {pct(triton / k.compute_ns)} of it" if triton else "no Triton kernels"
     return [Finding(
         kind="fusion",
