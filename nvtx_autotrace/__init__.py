@@ -151,6 +151,14 @@ try:
 except ValueError as exc:  # a malformed NVTX_AUTOTRACE_* value must not kill the training run
     _registry.warn_once("env", f"not installed: {exc}")
 
+if os.environ.get(names.TRY_ENV):  # nvtx-trace try: the knobs that apply a fix without editing the script
+    from nvtx_autotrace import knobs as _knobs
+
+    try:
+        _knobs.install(names.parse_knobs(os.environ[names.TRY_ENV]))
+    except ValueError as exc:
+        _registry.warn_once("try", f"no knob applied: {names.TRY_ENV}: {exc}")
+
 if os.environ.get(names.CAPTURE_ENV):  # capture window (nvtx-trace run --warmup-steps/--steps)
     from nvtx_autotrace import capture as _capture
 

@@ -117,10 +117,13 @@ def _on_boundary(n: int) -> None:
     if _window_full(k, elapsed):
         capture._safely("stop", capture._stop, mode)
         _state["phase"] = "done"
-        _note("closed", step=n, steps=k, seconds=round(elapsed, 3), stopping=_state["exit"])
+        first, times = _state["first"], _state["times"]
+        _note("closed", step=n, steps=k, seconds=round(elapsed, 3), stopping=_state["exit"],
+              step_ms=[round((b - a) * 1000, 3) for a, b in zip(times[first:n], times[first + 1:n + 1])])
         if _state["exit"]:
-            print(f"nvtx-trace: the program was stopped after step {n - 1}: its capture window "
-                  f"(steps {_state['first']}-{n - 1}) is recorded (nvtx-trace run --keep-running lets it finish)",
+            what = "timed" if mode == "time" else "recorded"
+            print(f"nvtx-trace: the program was stopped after step {n - 1}: its {'timing' if mode == 'time' else 'capture'}"
+                  f" window (steps {_state['first']}-{n - 1}) is {what} (--keep-running lets it finish)",
                   file=sys.stderr, flush=True)
             raise SystemExit(0)
 
@@ -153,6 +156,17 @@ def _raise_in_main_thread() -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(SystemExit))
 
 
+def _ended() -> None:
+    """At exit: how far the program got; a window still open gives the step times it holds (try's timing)."""
+    if os.getpid() != _state.get("pid"):
+        return
+    times, extra = _state["times"], {}
+    if _state["phase"] == "window" and len(times) > _state["first"] + 1:
+        extra["step_ms"] = [round((b - a) * 1000, 3) for a, b in zip(times[_state["first"]:], times[_state["first"] + 1:])]
+    _note("ended", steps=len(times) - 1, phase=_state["phase"],
+          at_s=round(time.perf_counter() - _state["installed"], 3), **extra)
+
+
 def _launcher() -> bool:
     """torchrun's (or torch.distributed.launch's) own process imports torch but never trains: a window there
     would be a time window, and stopping it would stop the ranks it supervises."""
@@ -169,16 +183,14 @@ def install(spec: str | None = None) -> bool:
     parts = spec.strip().split(":")
     mode = parts[0] or "nvtx"
     if mode not in capture.MODES or parts[1:] not in ([], ["exit"]):
-        raise ValueError(f"{ENV}={spec!r}: expected nvtx, cuda, nvtx:exit or cuda:exit")
+        raise ValueError(f"{ENV}={spec!r}: expected nvtx, cuda, time, or one of them with :exit")
     now = time.perf_counter()
     _state.update(pid=os.getpid(), mode=mode, exit=parts[1:] == ["exit"], phase="warmup", times=[now],
                   installed=now, distributed=_distributed())
     _registry.on_undo(steps.on_step_boundary(_on_boundary))
     import atexit
 
-    atexit.register(lambda: os.getpid() == _state.get("pid") and _note(
-        "ended", steps=len(_state["times"]) - 1, phase=_state["phase"],
-        at_s=round(time.perf_counter() - _state["installed"], 3)))
+    atexit.register(_ended)
     timer = threading.Timer(NO_STEP_S, _no_steps)
     timer.daemon = True
     timer.start()

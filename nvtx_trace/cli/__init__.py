@@ -76,7 +76,12 @@ def _register() -> None:
     from nvtx_trace.cli import analyze
 
     app.command("analyze")(analyze.analyze)
-    for verb in ("run", "diff", "history", "redact", "doctor"):
+    for verb in ("run", "try", "diff", "history", "redact", "doctor"):
+        if verb == "try":  # a keyword: its module is whatif.py, its function try_
+            from nvtx_trace.cli import whatif
+
+            app.command("try", context_settings=whatif.CONTEXT_SETTINGS)(whatif.try_)
+            continue
         try:
             module = __import__(f"nvtx_trace.cli.{verb}", fromlist=[verb])
         except ModuleNotFoundError as exc:

@@ -1,0 +1,205 @@
+"""What-if knobs: apply a finding's fix at import time, without editing the script (``nvtx-trace try``).
+
+``NVTX_AUTOTRACE_TRY="amp=bf16,num_workers=8"`` arms them. Settings the script makes before it builds
+anything (DataLoader and optimizer arguments, backend flags) are overridden where they are made; what needs
+the model (autocast, compile, channels_last) is applied when step 1 begins, to the top-level modules the
+optimizer trains (one scan of the garbage collector's objects, as the module-range budget does). Each knob
+prints one line saying what it changed and where, or why it could not apply, prefixed ``nvtx-trace try:``.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from nvtx_autotrace import _registry, steps
+from nvtx_trace.names import LOADER_KNOBS  # noqa: E402  (the knob contract lives beside the range names)
+
+FLAG_KNOBS = ("tf32", "cudnn_benchmark")
+MODEL_KNOBS = ("amp", "compile", "channels_last")
+
+
+def say(text: str) -> None:
+    print(f"nvtx-trace try: {text}", file=sys.stderr, flush=True)
+
+
+def _wrap(owner, attr: str, make) -> None:
+    """Replace ``owner.attr`` by ``make(original)``, undone with the rest. Not marked as nvtx_autotrace's
+    patch, so the range wrappers installed after it wrap it in turn (the registry never stacks its own)."""
+    original = getattr(owner, attr)
+    own = vars(owner).get(attr, None) if isinstance(owner, type) else original
+    setattr(owner, attr, functools.wraps(original)(make(original)))
+
+    def undo() -> None:
+        if own is None:
+            try:
+                delattr(owner, attr)
+            except AttributeError:
+                pass
+        else:
+            setattr(owner, attr, own)
+
+    _registry.on_undo(undo)
+
+
+def install(knobs: dict) -> None:
+    import torch
+
+    loader = {k: v for k, v in knobs.items() if k in LOADER_KNOBS}
+    if loader:
+        _loaders(loader)
+    flags = {k: v for k, v in knobs.items() if k in FLAG_KNOBS}
+    if flags:
+        _flags(flags, "at start-up")
+        _registry.on_undo(steps.on_step_boundary_once(1, lambda: _flags(flags, "again when step 1 began", quiet=True)))
+    if knobs.get("fused_optimizer") or knobs.get("foreach_optimizer"):
+        _optimizers("fused" if knobs.get("fused_optimizer") else "foreach")
+    if knobs.get("set_to_none"):
+        def make_zero_grad(original):
+            def zero_grad(self, *args, **kwargs):
+                kwargs.pop("set_to_none", None)
+                return original(self, *args[1:], set_to_none=True, **kwargs)
+
+            return zero_grad
+
+        _wrap(torch.optim.Optimizer, "zero_grad", make_zero_grad)
+        say("set_to_none=1: every optimizer.zero_grad() frees the gradients (set_to_none=True)")
+    if knobs.get("no_empty_cache"):
+        calls = [0]
+
+        def make_empty_cache(original):
+            def empty_cache():
+                calls[0] += 1
+                if calls[0] == 1:
+                    say("no_empty_cache=1: torch.cuda.empty_cache() called; skipped (and every later call)")
+
+            return empty_cache
+
+        _wrap(torch.cuda, "empty_cache", make_empty_cache)
+    model = {k: v for k, v in knobs.items() if k in MODEL_KNOBS}
+    if model:
+        _registry.on_undo(steps.on_step_boundary_once(1, lambda: _models(model)))
+
+
+def _loaders(loader: dict) -> None:
+    from torch.utils.data import dataloader as dl
+
+    seen: set[str] = set()
+
+    def make_init(original):
+        def __init__(self, *args, **kwargs):
+            applied = dict(loader)
+            if applied.get("num_workers", kwargs.get("num_workers", 0)) == 0:
+                for k in ("persistent_workers", "prefetch_factor"):  # need workers: DataLoader refuses them
+                    applied.pop(k, None)
+            kwargs.update(applied)
+            original(self, *args, **kwargs)
+            try:
+                from nvtx_autotrace.dataloader import creation_site
+
+                site = creation_site(self)
+            except Exception:  # noqa: BLE001 - only the message needs it
+                site = "?"
+            if site not in seen:
+                seen.add(site)
+                say(f"{', '.join(f'{k}={v}' for k, v in applied.items())}: DataLoader created at {site}")
+
+        return __init__
+
+    _wrap(dl.DataLoader, "__init__", make_init)
+
+
+def _flags(flags: dict, when: str, quiet: bool = False) -> None:
+    import torch
+
+    if "tf32" in flags:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(flags["tf32"])
+    if "cudnn_benchmark" in flags:
+        torch.backends.cudnn.benchmark = bool(flags["cudnn_benchmark"])
+    if not quiet:
+        say(", ".join(f"{k}={int(v)}" for k, v in flags.items()) + f": set {when} (matmul and cuDNN allow_tf32, "
+            "cudnn.benchmark as asked), and again when step 1 begins")
+
+
+def _optimizers(mode: str) -> None:
+    """``fused=True`` (or ``foreach=True``) for every optimizer class that takes it, as it is built."""
+    import inspect
+
+    import torch
+
+    for cls in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad, torch.optim.RMSprop):
+        if mode not in inspect.signature(cls.__init__).parameters:
+            continue
+
+        def make_init(original, cls=cls):
+            def __init__(self, *args, **kwargs):
+                other = "foreach" if mode == "fused" else "fused"
+                kwargs[mode], kwargs[other] = True, None
+                if type(self) is cls:
+                    say(f"{mode}_optimizer=1: {cls.__name__} built with {mode}=True")
+                return original(self, *args, **kwargs)
+
+            return __init__
+
+        _wrap(cls, "__init__", make_init)
+
+
+def _models(model: dict) -> None:
+    """At step 1: autocast, compile, channels_last on the models the optimizer trains."""
+    from nvtx_autotrace import budget
+
+    roots = budget.find_roots()
+    if not roots:
+        say(f"{', '.join(model)}: not applied: no model found (no module holds parameters that require grad)")
+        return
+    for root in roots:
+        where = type(root).__name__
+        if "channels_last" in model and model["channels_last"]:
+            _channels_last(root, where)
+        if "amp" in model:
+            _autocast(root, where, model["amp"])
+        if model.get("compile"):
+            root.compile()
+            say(f"compile=1: {where}.compile() (in place): its forward is compiled at its next call; the first "
+                "steps after are slow while it compiles")
+
+
+def _autocast(root, where: str, dtype: str) -> None:
+    import torch
+
+    if dtype == "fp16":
+        say("amp=fp16: not applied: fp16 needs a GradScaler around backward and the optimizer step; use amp=bf16")
+        return
+    forward = root.forward
+
+    @functools.wraps(forward)
+    def autocast_forward(*args, **kwargs):
+        with torch.autocast(device_type=_device_type(root), dtype=torch.bfloat16):
+            return forward(*args, **kwargs)
+
+    root.forward = autocast_forward
+    say(f"amp=bf16: {where}.forward runs under torch.autocast(dtype=torch.bfloat16) from step 1 on (a loss "
+        "computed outside it gets bf16 outputs)")
+
+
+def _channels_last(root, where: str) -> None:
+    import torch
+
+    root.to(memory_format=torch.channels_last)
+    forward = root.forward
+
+    @functools.wraps(forward)
+    def channels_last_forward(*args, **kwargs):
+        args = tuple(a.contiguous(memory_format=torch.channels_last) if torch.is_tensor(a) and a.dim() == 4 else a
+                     for a in args)
+        return forward(*args, **kwargs)
+
+    root.forward = channels_last_forward
+    say(f"channels_last=1: {where} and its 4-D inputs in channels_last from step 1 on")
+
+
+def _device_type(root) -> str:
+    for p in root.parameters():
+        return p.device.type
+    return "cuda"
+
