@@ -184,6 +184,38 @@ if [[ $PHASE == G ]]; then  # held-out checks through the tool itself (nvtx-trac
   }
 fi
 
+trytool() {  # label est_s args...: nvtx-trace try (baseline and variant, 2 rounds, plain), JSON kept
+  local label=$1 est=$2
+  shift 2
+  if (($(left) < est)); then echo "SKIP try $label at t=$SECONDS" | tee -a "$LOG"; return; fi
+  echo "=== try $label t=$SECONDS: $*" >>"$LOG"
+  timeout $(($(left) - 5)) python3 -m nvtx_trace.cli try --json "/tmp/run/try_$label.json" "$@" >>"$LOG" 2>&1
+  echo "try $label rc=$? t=$SECONDS"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({'label': sys.argv[2], **d}))" \
+    "/tmp/run/try_$label.json" "$label" >>"$O/try_$PHASE.jsonl" 2>>"$LOG"
+}
+
+if [[ $PHASE == H ]]; then  # nvtx-trace try against the same change made by hand (one plain run each, same machine)
+  variants=()
+  caps() {
+    trytool hf_fp32_tf32 200 tf32=1 $B/hf_style_train.py --dtype fp32 --steps 400
+    run hf_fp32_tf32_by_hand 1 30 $H --dtype fp32 --tf32
+    trytool rn50_cl_amp 200 amp=bf16 $B/resnet_train.py --channels-last --dtype fp32 --workers 14 --steps 400
+    run rn50_cl_bf16_by_hand 1 40 $R --channels-last --dtype bf16 --workers 14
+    trytool gpt_loop_fused 150 fused_optimizer=1 $B/gpt_train.py --dtype bf16 --attn sdpa --optim loop --steps 400
+    run gpt_sdpa_fused_by_hand 1 25 $G --dtype bf16 --attn sdpa --optim fused
+  }
+fi
+if [[ $PHASE == I ]]; then
+  variants=()
+  caps() {
+    trace rn50_w2 70 $B/resnet_train.py --workers 2 --steps 300
+    trytool rn50_w2_workers 240 --from /tmp/run/rn50_w2 num_workers=14 $B/resnet_train.py --workers 2 --steps 300
+    run rn50_w14_by_hand 1 40 $R --workers 14
+    trytool gpt_compile 240 compile=1 $B/gpt_train.py --dtype bf16 --steps 400
+  }
+fi
+
 one_round() {  # round forward|reverse
   local n=${#variants[@]} i idx
   for ((i = 0; i < n; i++)); do
@@ -197,7 +229,7 @@ one_round() {  # round forward|reverse
 one_round 1 forward
 one_round 2 reverse
 caps
-[[ $PHASE == C || $PHASE == D || $PHASE == E || $PHASE == F || $PHASE == G ]] || one_round 3 forward
+[[ $PHASE =~ ^[CDEFGHI]$ ]] || one_round 3 forward
 if [[ $PHASE == G ]] && (($(left) > 40)); then
   timeout 60 python3 benchmarks/bench_settings.py --device cuda >>"$LOG" 2>&1
   echo "bench_settings done t=$SECONDS"
