@@ -209,10 +209,11 @@ fi
 if [[ $PHASE == I ]]; then
   variants=()
   caps() {
+    run rn50_cl_bf16_long 1 70 $R --channels-last --dtype bf16 --workers 14 --warmup 100 --steps 100
     trace rn50_w2 70 $B/resnet_train.py --workers 2 --steps 300
     trytool rn50_w2_workers 240 --from /tmp/run/rn50_w2 num_workers=14 $B/resnet_train.py --workers 2 --steps 300
     run rn50_w14_by_hand 1 40 $R --workers 14
-    trytool gpt_compile 240 compile=1 $B/gpt_train.py --dtype bf16 --steps 400
+    trytool gpt_compile 200 compile=1 $B/gpt_train.py --dtype bf16 --steps 400
   }
 fi
 
