@@ -17,6 +17,7 @@ Per step it costs only three notes (``torch.autocast`` entries, ``zero_grad``'s
 from __future__ import annotations
 
 import gc
+import time
 
 import torch
 
@@ -72,7 +73,10 @@ def emit() -> None:
     """Write the record (read now if not read yet) as one range on the calling thread."""
     global _record
     if _record is None:
+        _seen["empty_cache_at_1"] = _seen["empty_cache"]
+        t0 = time.perf_counter_ns()
         _record = read_static()
+        _record["scan_ns"] = time.perf_counter_ns() - t0
     record = {**_record, **read_dynamic()}
     _backend.push(names.settings(record))
     _backend.pop()
@@ -95,8 +99,10 @@ def read_dynamic() -> dict:
         "autocast": sorted(({"device": str(d), "dtype": str(t).replace("torch.", "")} for d, t in _seen["autocast"]),
                            key=lambda c: (c["device"], c["dtype"])),
         "zero_grad_set_to_none": (None if not _seen["set_to_none"] else
-                                  _seen["set_to_none"].pop() if len(_seen["set_to_none"]) == 1 else "mixed"),
-        "empty_cache_per_step": round(_seen["empty_cache"] / step, 3),
+                                  next(iter(_seen["set_to_none"])) if len(_seen["set_to_none"]) == 1 else "mixed"),
+        # counted from step 1 on: a call before the loop (or in warm-up) is not a call per step
+        "empty_cache_per_step": (round((_seen["empty_cache"] - _seen["empty_cache_at_1"]) / (step - 1), 3)
+                                 if step > 1 and "empty_cache_at_1" in _seen else None),
         "anomaly_detection": bool(torch.is_anomaly_enabled()),
         "autograd_profiler": _profiler_type(),
         **({"device_peak_allocated_bytes": device["peak_allocated_bytes"]} if device else {}),
@@ -212,8 +218,11 @@ def _parameter_dtypes(roots: list) -> dict:
 
 def _optimizer(o) -> dict:
     d = getattr(o, "defaults", {}) or {}
-    n = sum(len(g.get("params", [])) for g in getattr(o, "param_groups", []))
-    return {"class": type(o).__name__, "foreach": d.get("foreach"), "fused": d.get("fused"), "params": n}
+    groups = getattr(o, "param_groups", [])
+    n = sum(len(g.get("params", [])) for g in groups)
+    trained = sum(p.numel() for g in groups for p in g.get("params", []) if getattr(p, "requires_grad", False))
+    return {"class": type(o).__name__, "module": type(o).__module__, "foreach": d.get("foreach"),
+            "fused": d.get("fused"), "params": n, "trained_elements": int(trained)}
 
 
 def _loader(d) -> dict:

@@ -196,11 +196,14 @@ def test_settings_record_under_nsys_says_what_the_program_set(run):
     params = sum(p.numel() for p in TinyNet().parameters())
     assert last["parameter_dtypes"] == {"float32": params}
     tensors = len(list(TinyNet().parameters()))
-    assert last["optimizers"] == [{"class": "SGD", "foreach": None, "fused": None, "params": tensors}]
+    assert last["optimizers"] == [{"class": "SGD", "module": "torch.optim.sgd", "foreach": None, "fused": None,
+                                   "params": tensors, "trained_elements": params}]
+    assert last["empty_cache_per_step"] == 0 and first["empty_cache_per_step"] is None  # counted from step 1
+    assert isinstance(first["scan_ns"], int) and first["scan_ns"] > 0
     assert last["dataloaders"] == [{"loader": LOADER, "batch_size": 8, "num_workers": 2, "pin_memory": False,
                                     "persistent_workers": False, "prefetch_factor": 2}]
     assert last["autocast"] == [] and last["wrappers"] == [] and last["compiled_modules"] == 0
     assert last["device"] is None and last["conv_bias_before_bn"] == {"count": 0, "examples": []}
-    assert last["anomaly_detection"] is False and last["empty_cache_per_step"] == 0
+    assert last["anomaly_detection"] is False
     assert last["torch"] == __import__("torch").__version__
     assert to_dict(analyze(_DB["path"]))["settings"] == last

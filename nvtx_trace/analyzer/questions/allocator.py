@@ -67,9 +67,10 @@ def _findings(a, basis) -> list[Finding]:
                                                      "cudaFree/cudaMalloc goes")
     return [Finding(
         kind="allocator",
-        title=(f"GPU memory is freed and allocated again every step: {al['frees']} cudaFree and {al['mallocs']} slow "
-               f"cudaMalloc calls in the window, {ms(t)} ({ms(per_step)} a step) with the training thread blocked; "
-               f"likely cause: {cause}"),
+        title=((f"GPU memory is freed and allocated again every step: {al['frees']} cudaFree and " if al["frees"] else
+                "GPU memory is allocated anew in the steady state (no cudaFree: growing shapes, or a cache near the "
+                "GPU's capacity): ") + f"{al['mallocs']} slow cudaMalloc calls in the window, {ms(t)} ({ms(per_step)} "
+               f"a step) with the training thread blocked; likely cause: {cause}"),
         impact_ns=int(t), fix=predict.with_expected(fix, predicted) if predicted else fix + ".",
         recommend={"no_empty_cache": True}, predicted=predicted,
         threshold=f"cudaFree/cudaMalloc calls in the steady window at least every other step, >= "

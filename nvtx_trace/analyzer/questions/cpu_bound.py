@@ -11,22 +11,33 @@ def _findings(a, basis) -> list[Finding]:
     return _cpu_overhead(a, basis) + _launch_bound(a, basis)
 
 
+def _optimizer_loop(basis) -> bool:
+    return any(f.kind == "optimizer" and f.evidence.get("optimizer") == "loop" for f in basis.found)
+
+
 def _optimizer_loop_idle(a, basis) -> int:
     """The GPU idle in short gaps while a per-parameter optimizer launches its kernels, when the optimizer finding
     counts it (0 otherwise): impacts stay disjoint, and the specific cause outranks "launches cannot keep up"."""
-    if not any(f.kind == "optimizer" and f.evidence.get("optimizer") == "loop" for f in basis.found):
+    if not _optimizer_loop(basis):
         return 0
     inside = a.optimizer["gpu_idle_ns_per_step"] * len(a.steps.steady)
     return int(max(0.0, inside - basis.cause_ns.get("optimizer", 0)))
 
 
+def _allocator_malloc_ns(basis) -> int:
+    """Slow cudaMalloc time an allocator finding counts (its calls are also slow CUDA API calls)."""
+    return sum(f.evidence.get("malloc_ns", 0) for f in basis.found if f.kind == "allocator")
+
+
 def _cpu_overhead(a, basis) -> list[Finding]:
     out = []
-    loop = _optimizer_loop_idle(a, basis)
+    loop = _optimizer_loop(basis)
     for cause in CPU_CAUSES:
         if cause == "optimizer" and loop:
             continue  # the optimizer finding counts it
         raw = basis.cause_ns.get(cause, 0)
+        if cause == "cuda_api":
+            raw = max(0, raw - _allocator_malloc_ns(basis))
         ns = int(raw * basis.keep)
         if ns < THRESHOLDS["min_impact_ns"] or ns < THRESHOLDS["cause_fraction"] * basis.gpu_ns:
             continue

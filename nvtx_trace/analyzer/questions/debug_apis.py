@@ -42,7 +42,7 @@ def _findings(a, basis) -> list[Finding]:
         on.append(("torch.autograd.profiler.emit_nvtx (aten:: ranges, "
                    f"{a.debug_apis['operator_ranges_per_step']:.0f} a step)",
                    "remove torch.autograd.profiler.emit_nvtx(); nvtx_autotrace's module ranges cost far less",
-                   "inferred from its ranges"))
+                   "inferred from its ranges (nsys --pytorch=autograd-nvtx writes the same ranges)"))
     if not on:
         return []
     now, stat = predict.steady_step(a)
@@ -53,12 +53,13 @@ def _findings(a, basis) -> list[Finding]:
     fix = "Turn debugging off for training runs: " + "; ".join(f for _, f, _ in on)
     return [Finding(
         kind="debug_apis", title=f"Debugging API on during training: {what}; it slows every step",
-        impact_ns=int((now - own) * len(a.steps.steady)) if predicted else 0,
+        impact_ns=0,  # its cost is the idle other findings already count (sync, cpu_overhead...): ranked by its prediction
         fix=predict.with_expected(fix, predicted) if predicted else fix + ".",
         recommend={"debug_apis": False}, predicted=predicted,
         threshold="anomaly detection or the autograd profiler on (settings record), or >= "
                   f"{MIN_OPERATOR_RANGES} aten:: ranges a step",
-        evidence={"on": [w for w, _, _ in on], "facts": "; ".join(sorted({f for _, _, f in on}))},
+        evidence={"on": [w for w, _, _ in on], "facts": "; ".join(sorted({f for _, _, f in on})),
+                  "beyond_gpu_work_ns_per_step": int(now - own) if own else None},
     )]
 
 

@@ -24,17 +24,28 @@ LOW_PRECISION = ("gemm_bf16", "gemm_fp16", "gemm_fp8")
 FIX = ("Replace the hand-written attention (softmax(q @ k.transpose(-2, -1) * scale + mask) @ v) by "
        "torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=p, is_causal=True) "
        "(Hugging Face: attn_implementation='sdpa' or 'flash_attention_2'); it runs as one fused flash kernel "
-       "and never stores the t x t score matrix")
+       "and never stores the t x t score matrix; with nn.MultiheadAttention, call it with need_weights=False")
+
+
+MIN_PER_STEP = 2  # per name, step and GPU: a loss's log-softmax runs once (per micro-batch and loss)
+MIN_TOTAL_PER_STEP = 4  # forward and backward of at least two layers
 
 
 def _softmax_kernels(k):
     names = k.by_name[(k.by_name["category"] == "norm_softmax") & k.by_name["name"].str.contains("softmax", case=False)]
-    return names[names["count"] >= 2 * max(k.steps, 1)]  # per step, per name: the loss's log-softmax runs once
+    per_step = names["count"] / (max(k.steps, 1) * k.gpus)
+    names = names[per_step >= MIN_PER_STEP]
+    return names if names["count"].sum() / (max(k.steps, 1) * k.gpus) >= MIN_TOTAL_PER_STEP else names.iloc[:0]
+
+
+def _fused_attention_elsewhere(k) -> bool:
+    """Hand-written Triton flash kernels (`_attn_fwd`, FlexAttention's templates) carry no attention category name."""
+    return bool(k.by_name["name"].str.contains(r"attn|_fwd_kernel|flex_attention|triton_tem", case=False).any())
 
 
 def _findings(a, basis) -> list[Finding]:
     k = a.kernels
-    if k is None or not k.compute_ns or k.time("attention"):
+    if k is None or not k.compute_ns or not k.steps or k.time("attention") or _fused_attention_elsewhere(k):
         return []
     soft = _softmax_kernels(k)
     soft_ns = int(soft["time_ns"].sum())
@@ -42,7 +53,7 @@ def _findings(a, basis) -> list[Finding]:
             or soft_ns < THRESHOLDS["min_impact_ns"] or not k.time(*LOW_PRECISION, "gemm", "gemm_tf32", "gemm_fp32"):
         return []
     low = k.time(*LOW_PRECISION) >= 0.5 * k.time(*LOW_PRECISION, "gemm", "gemm_tf32", "gemm_fp32")
-    per_launch = int(soft["count"].sum()) / k.steps if k.steps else None
+    per_launch = int(soft["count"].sum()) / k.steps / k.gpus
     title = (f"Attention written by hand, it seems: {ms(soft_ns)} of GPU time in softmax kernels "
              f"({pct(soft_ns / k.compute_ns)} of the GPU's compute in the window"
              + (f", {per_launch:.0f} a step" if per_launch else "") + ") between matrix multiplications, "

@@ -16,8 +16,6 @@ on an H100 with a GPT-2 small (AdamW, 148 tensors, 124 M parameters, programs/bu
 
 from __future__ import annotations
 
-import numpy as np
-
 from nvtx_trace import names
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer import predict
@@ -29,7 +27,7 @@ from nvtx_trace.analyzer.questions.settings import RECORDED, facts
 FUSED_REMOVES = 0.68  # of a foreach optimizer's kernel time
 FUSED_NS_PER_PARAMETER = 0.0096  # the fused AdamW kernel's time per parameter (H100)
 LOOP_KERNELS_PER_FUSED = 3.7  # a per-parameter AdamW's kernels take 3.7x the fused kernel's time (H100)
-MIN_FOREACH_KERNELS = 20  # multi-tensor kernels per step from which the optimizer is taken as foreach, not fused
+FUSED_CLASSES = ("Adam", "AdamW", "SGD", "Adagrad")  # torch.optim classes that take fused=True on CUDA
 FIX = ("Build the optimizer with fused=True, e.g. torch.optim.AdamW(params, lr=..., fused=True) (Adam, AdamW, SGD "
        "and Adagrad have it on CUDA; Hugging Face Trainer: optim='adamw_torch_fused'); it updates every parameter "
        "of a group in one kernel")
@@ -46,32 +44,38 @@ def _run(ctx: Context) -> None:
     hit &= (start >= w0) & (start < w1) & (ranges["pid"].to_numpy() == a.steps.pid)
     if hit.any():
         steps = len(a.steps.steady)
-        spans = (ranges["end_ns"].to_numpy() - start)[hit]
-        inside = iv.union(start[hit], ranges["end_ns"].to_numpy()[hit])
+        inside = iv.union(start[hit], ranges["end_ns"].to_numpy()[hit])  # nested wrappers' ranges counted once
         gpus = [d for d in (a.idle.devices if a.idle else []) if a.steps.pid in (d.pids or ())]
         idle = None
         if gpus:  # the training process's GPU(s) idle while optimizer.step runs: what launching costs the GPU
             idle = sum(iv.total(inside) - iv.total(iv.intersect(inside, d.busy)) for d in gpus) / len(gpus) / steps
-        a.optimizer = {"step_ns_per_step": float(np.sum(spans)) / steps, "ranges": int(hit.sum()),
+        a.optimizer = {"step_ns_per_step": iv.total(inside) / steps, "ranges": int(hit.sum()),
                        "gpu_idle_ns_per_step": idle}
 
 
 def _kind(a, kernels_per_step: float | None) -> tuple[str | None, str]:
-    """(loop | foreach | fused | None, where that comes from)."""
-    opts = (a.settings or {}).get("optimizers") or []
+    """(loop | foreach | fused | None, where that comes from). Without the record only a loop is told apart:
+    a fused optimizer's kernels share the foreach one's short name (multi_tensor_apply_kernel)."""
+    opts = [o for o in (a.settings or {}).get("optimizers") or []
+            if o.get("class") in FUSED_CLASSES and str(o.get("module", "torch.optim")).startswith("torch.optim")]
     if opts:  # PyTorch's rule: both unset -> foreach on CUDA; one set False and the other unset -> the loop
         kinds = {"fused" if o.get("fused") else "foreach" if o.get("foreach") or (
             o.get("foreach") is None and o.get("fused") is None) else "loop" for o in opts}
         return next(k for k in ("loop", "foreach", "fused") if k in kinds), RECORDED
-    if kernels_per_step is None:
-        return None, facts(a)
-    if kernels_per_step == 0:
-        return ("loop", facts(a)) if a.optimizer else (None, facts(a))
-    return ("foreach" if kernels_per_step >= MIN_FOREACH_KERNELS else "fused"), facts(a)
+    if (a.settings or {}).get("optimizers"):
+        return None, RECORDED  # not one of PyTorch's optimizers that take fused=True
+    if kernels_per_step == 0 and a.optimizer:
+        return "loop", facts(a)
+    return None, facts(a)
 
 
 def _parameters(a) -> int | None:
-    dtypes = (a.settings or {}).get("parameter_dtypes") or {}
+    """Elements the optimizers train (frozen parameters left out), from the settings record."""
+    opts = (a.settings or {}).get("optimizers") or []
+    trained = [o.get("trained_elements") for o in opts]
+    if opts and all(isinstance(t, int) for t in trained):
+        return int(sum(trained))
+    dtypes = (a.settings or {}).get("parameter_dtypes") or {}  # records written before trained_elements existed
     return int(sum(dtypes.values())) if dtypes else None
 
 
