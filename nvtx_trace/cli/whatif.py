@@ -35,7 +35,10 @@ def try_(
     python: Optional[str] = typer.Option(None, "--python", help="Python that runs the script (default: this one)."),
 ) -> None:
     """Run the script as it is and with the knobs applied (no profiler attached), time the steady steps of
-    each, alternating, and say what each knob saved; with --from, whether the prediction held."""
+    each, alternating, and say what each knob saved; with --from, whether the prediction held.
+
+    Example: nvtx-trace try --from nvtx-trace-out/train-1 amp=bf16 tf32=1 train.py --epochs 1
+    """
     from nvtx_trace.runner import whatif
 
     knobs, program = _split(target or [])

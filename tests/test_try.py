@@ -1,0 +1,85 @@
+"""`nvtx-trace try`: knobs applied by nvtx_autotrace without editing the script, timed without a profiler.
+
+Real runs of programs/cpu_train.py (two DataLoader workers whose samples each sleep 1 ms): taking the workers
+away (num_workers=0) must slow the step to at least the main process fetching a batch itself (8 samples x 1 ms),
+a bound that comes from the program, not from the tool's timing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from nvtx_trace import names
+
+
+def cli(*args: str, cwd=ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "try", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["programs/cpu_train.py"], "no knob given"),
+    (["num_workers=2"], "no script after the knobs"),
+    (["amp=fp8", "programs/cpu_train.py"], "amp='fp8': expected bf16 or fp16"),
+    (["num_workers=-1", "programs/cpu_train.py"], "num_workers='-1': too small"),
+    (["tf32=maybe", "programs/cpu_train.py"], "tf32='maybe': expected 1 or 0"),
+    (["num_workers=2", "missing.py"], "missing.py: no such file"),
+    (["--rounds", "0", "num_workers=2", "programs/cpu_train.py"], "--rounds must be at least 1"),
+])
+def test_bad_knobs_get_one_line_and_a_nonzero_exit(args, says):
+    proc = cli(*args, timeout=60)
+    assert proc.returncode != 0 and says in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_knob_text_round_trips():
+    knobs = names.parse_knobs("num_workers=8, amp=bfloat16,tf32=on,compile=0")
+    assert knobs == {"num_workers": 8, "amp": "bf16", "tf32": True, "compile": False}
+    assert names.parse_knobs(names.knobs_text(knobs)) == knobs
+    with pytest.raises(ValueError, match="unknown knob 'workers'"):
+        names.parse_knobs("workers=2")
+
+
+@pytest.mark.torch
+def test_knobs_change_what_the_program_builds_and_uninstall_restores_it(monkeypatch):
+    """In-process: the optimizer gets fused=True, zero_grad frees gradients, empty_cache is skipped."""
+    import torch
+
+    import nvtx_autotrace
+    from nvtx_autotrace import knobs
+
+    original = (torch.optim.AdamW.__init__, torch.optim.Optimizer.zero_grad, torch.cuda.empty_cache)
+    nvtx_autotrace.install(enabled="0")
+    try:
+        knobs.install({"fused_optimizer": True, "set_to_none": True, "no_empty_cache": True})
+        p = torch.nn.Parameter(torch.ones(3))
+        opt = torch.optim.AdamW([p], foreach=False)
+        assert opt.defaults["fused"] is True and opt.defaults["foreach"] is None
+        p.grad = torch.ones(3)
+        opt.zero_grad(set_to_none=False)
+        assert p.grad is None
+        torch.cuda.empty_cache()  # skipped (a no-op without CUDA either way: the wrapper must not raise)
+    finally:
+        nvtx_autotrace.uninstall()
+    assert (torch.optim.AdamW.__init__, torch.optim.Optimizer.zero_grad, torch.cuda.empty_cache) == original
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_taking_the_workers_away_is_measured_slower(tmp_path):
+    out = tmp_path / "try.json"
+    proc = cli("--json", str(out), "num_workers=0", "programs/cpu_train.py", "--steps", "400", "--sample-ms", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    d = json.loads(out.read_text())
+    base, variant = d["variants"]
+    assert base["label"] == "baseline" and variant["knobs"] == {"num_workers": 0}
+    assert len(base["rounds_ms"]) == len(variant["rounds_ms"]) == 2 and None not in variant["rounds_ms"]
+    assert variant["measured_step_ms"] >= 8.0 > base["measured_step_ms"]  # 8 samples x 1 ms, now in the main process
+    assert variant["speedup"] == pytest.approx(base["measured_step_ms"] / variant["measured_step_ms"])
+    assert variant["changed"] == ["num_workers=0: DataLoader created at cpu_train.py:68"]
+    assert "num_workers=0: DataLoader created at cpu_train.py:68" in proc.stdout
