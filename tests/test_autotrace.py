@@ -96,8 +96,11 @@ def test_training_loop_emits_the_contract_names_balanced(at, torch):
     assert all(names.MODULE_RE.match(n) for n in got if n.startswith(("forward", "backward ")))
     # step N ends when optimizer step N does, and step N+1 starts right then
     seq = [(k, w if k == "push" else w[1] if k in ("start", "end") else None) for k, w, _ in rec.events]
-    j = next(j for j, e in enumerate(seq) if e[0] == "push" and e[1].startswith(names.INSTRUMENTATION_PREFIX))
-    del seq[j:j + 2]  # the one record of what the instrumentation costs, pushed and popped between two steps
+    for prefix in (names.INSTRUMENTATION_PREFIX, names.SETTINGS_PREFIX, names.SETTINGS_PREFIX):
+        # the records of what the instrumentation costs and of the program's settings (steps 1 and 2), each pushed
+        # and popped between two steps
+        j = next(j for j, e in enumerate(seq) if e[0] == "push" and e[1].startswith(prefix))
+        del seq[j:j + 2]
     i = seq.index(("end", "step 0"))
     assert seq[i + 1] == ("start", "step 1")
     assert seq[i - 1] == ("pop", None) and ("push", "optimizer.step (SGD)") in seq[i - 3:i]

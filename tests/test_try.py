@@ -83,3 +83,27 @@ def test_taking_the_workers_away_is_measured_slower(tmp_path):
     assert variant["speedup"] == pytest.approx(base["measured_step_ms"] / variant["measured_step_ms"])
     assert variant["changed"] == ["num_workers=0: DataLoader created at cpu_train.py:68"]
     assert "num_workers=0: DataLoader created at cpu_train.py:68" in proc.stdout
+
+
+@pytest.mark.torch
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_advice_profiles_first_and_says_when_no_finding_has_a_knob(tmp_path):
+    """--advice runs nvtx-trace run (the real nsys here), then tries the top findings' knobs. A CPU loop whose
+    findings no knob fixes (its loader advice is bounded by this machine's cores) gets one clear line."""
+    from conftest import installed_nsys
+
+    installed_nsys()
+    proc = cli("--advice", "programs/slow_loader_train.py", "--steps", "60", timeout=600)
+    assert proc.returncode != 0 and "no finding has a fix that a knob applies" in proc.stderr, proc.stderr[-2000:]
+    assert "profiling programs/slow_loader_train.py first" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_knob_of_a_precision_finding_is_the_step_it_predicted():
+    from nvtx_trace.cli.whatif import _advised, _knobs_of
+
+    fp32 = {"kind": "precision", "recommend": {"tf32": True, "amp": "bf16"}}
+    assert _knobs_of(fp32) == {"tf32": True}  # its prediction is TF32's; bf16 is the step after
+    assert _knobs_of({"kind": "layout_transpose", "recommend": None}) == {"channels_last": True}
+    assert _advised([fp32, {"kind": "fusion", "recommend": {"compile": True}}, {"kind": "sync"}]) == \
+        [{"tf32": True}, {"compile": True}]

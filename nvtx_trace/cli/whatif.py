@@ -33,6 +33,8 @@ def try_(
         None, "--from", help="A run folder or summary.json: its findings' predictions go beside the measurements."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON to this path."),
     python: Optional[str] = typer.Option(None, "--python", help="Python that runs the script (default: this one)."),
+    advice: bool = typer.Option(
+        False, "--advice", help="Profile first (nvtx-trace run), then try each top finding's own knobs, one at a time."),
 ) -> None:
     """Run the script as it is and with the knobs applied (no profiler attached), time the steady steps of
     each, alternating, and say what each knob saved; with --from, whether the prediction held.
@@ -41,11 +43,21 @@ def try_(
     """
     from nvtx_trace.runner import whatif
 
-    knobs, program = _split(target or [])
+    knobs, program = _split(target or [], need_knobs=not advice)
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
+    if advice and (knobs or from_run):
+        raise UsageError("--advice takes its knobs from the profile it runs: give neither knobs nor --from with it")
+    if advice:
+        from_run = _profile(program, python)
     findings = _findings(from_run) if from_run else []
-    sets = [{k: v} for k, v in knobs.items()] if each else [knobs]
+    if advice:
+        sets = _advised(findings)
+        if not sets:
+            raise UsageError(f"{from_run}: no finding has a fix that a knob applies ({', '.join(names.KNOBS)}); "
+                             "nothing to try")
+    else:
+        sets = [{k: v} for k, v in knobs.items()] if each else [knobs]
     print(f"nvtx-trace try: {program[0]}: the baseline and {len(sets)} variant(s), {rounds} round(s) each, "
           "alternating; no profiler attached, steps timed after warm-up", file=sys.stderr, flush=True)
     variants = whatif.compare(program, sets, rounds, python,
@@ -57,7 +69,36 @@ def try_(
         print(f"Wrote {json_out}")
 
 
-def _split(target: list[str]) -> tuple[dict, list[str]]:
+def _profile(program: list[str], python: str | None) -> Path:
+    """``nvtx-trace run`` of the program (default window, no history row): the folder it wrote."""
+    import subprocess
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="nvtx-trace-advice-")) / "run"
+    print(f"nvtx-trace try: --advice: profiling {program[0]} first (nvtx-trace run, outputs in {out})",
+          file=sys.stderr, flush=True)
+    cmd = [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(out), "--no-history",
+           *(["--python", python] if python else []), *program]
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+    if not (out / "summary.json").is_file():
+        raise UsageError(f"--advice: the profile run wrote no summary.json (exit status {proc.returncode}); "
+                         f"run nvtx-trace run {' '.join(program)} to see why")
+    return out
+
+
+def _advised(findings: list[dict], top: int = 3) -> list[dict]:
+    """The knobs of the top findings (in their rank order) whose fix a knob applies, one set each."""
+    sets: list[dict] = []
+    for f in findings:
+        knobs = {k: v for k, v in _knobs_of(f).items() if not (k == "amp" and v == "fp16")}
+        if knobs and knobs not in sets:
+            sets.append(knobs)
+        if len(sets) == top:
+            break
+    return sets
+
+
+def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]:
     """KNOB=VALUE words first, then the program."""
     knobs: dict = {}
     i = 0
@@ -68,11 +109,12 @@ def _split(target: list[str]) -> tuple[dict, list[str]]:
             raise UsageError(f"{exc}") from None
         i += 1
     program = target[i:]
-    if not knobs:
+    if not knobs and need_knobs:
         raise UsageError(f"no knob given: nvtx-trace try KNOB=VALUE... SCRIPT.py [ARGS] (knobs: "
                          f"{', '.join(names.KNOBS)})")
     if not program or not program[0].endswith(".py"):
-        raise UsageError("no script after the knobs: nvtx-trace try KNOB=VALUE... SCRIPT.py [ARGS]")
+        raise UsageError("no script after the knobs: nvtx-trace try KNOB=VALUE... SCRIPT.py [ARGS] "
+                         "(or nvtx-trace try --advice SCRIPT.py [ARGS])")
     if not Path(program[0]).is_file():
         raise UsageError(f"{program[0]}: no such file")
     return knobs, program
@@ -87,8 +129,11 @@ def _findings(path: Path) -> list[dict]:
 
 
 def _knobs_of(finding: dict) -> dict:
+    """The knobs that apply the fix the finding predicted (precision predicts its first step: TF32 from fp32)."""
     rec = finding.get("recommend") or {}
     out = {k: v for k, v in rec.items() if k in names.KNOBS}
+    if finding.get("kind") == "precision" and out:
+        out = dict([next(iter(out.items()))])
     return out or KIND_KNOBS.get(finding.get("kind"), {})
 
 

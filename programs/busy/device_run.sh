@@ -217,6 +217,14 @@ if [[ $PHASE == I ]]; then
   }
 fi
 
+if [[ $PHASE == J ]]; then  # nvtx-trace try --advice: profile, then each top finding's own knobs
+  variants=()
+  caps() {
+    trytool rn50_w2_advice 300 --advice $B/resnet_train.py --workers 2 --steps 300
+    trytool hf_fp32_advice 230 --rounds 1 --advice $B/hf_style_train.py --dtype fp32 --steps 400
+  }
+fi
+
 one_round() {  # round forward|reverse
   local n=${#variants[@]} i idx
   for ((i = 0; i < n; i++)); do
@@ -230,7 +238,7 @@ one_round() {  # round forward|reverse
 one_round 1 forward
 one_round 2 reverse
 caps
-[[ $PHASE =~ ^[CDEFGHI]$ ]] || one_round 3 forward
+[[ $PHASE =~ ^[CDEFGHIJ]$ ]] || one_round 3 forward
 if [[ $PHASE == G ]] && (($(left) > 40)); then
   timeout 60 python3 benchmarks/bench_settings.py --device cuda >>"$LOG" 2>&1
   echo "bench_settings done t=$SECONDS"
