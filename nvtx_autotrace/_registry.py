@@ -119,18 +119,22 @@ class Guard:
         return hook
 
 
-def patch(owner: Any, attr: str, make: Callable[[Callable], Callable], contain: bool = True) -> None:
+def patch(owner: Any, attr: str, make: Callable[[Callable], Callable], contain: bool = True,
+          mark: bool = True) -> None:
     """Replace ``owner.attr`` by ``make(original)`` (wrapped with functools.wraps), contained (``contained``).
 
     ``contain=False`` is for wrappers that only take a note before calling ``original`` once, inside their
-    own try/except: on a hot path (``torch.autocast.__enter__``) containment costs more than the note."""
+    own try/except: on a hot path (``torch.autocast.__enter__``) containment costs more than the note.
+    ``mark=False`` leaves the wrapper unmarked, so a range wrapper installed after it wraps it in turn
+    (try's knobs: they change what the program does, the ranges then record it)."""
     own = owner.__dict__.get(attr, _MISSING) if isinstance(owner, type) else getattr(owner, attr, _MISSING)
     original = getattr(owner, attr)
-    if getattr(original, PATCHED_MARK, None) is not None:
+    if mark and getattr(original, PATCHED_MARK, None) is not None:
         return  # already ours (a second install would stack wrappers)
     key = f"{getattr(owner, '__name__', type(owner).__name__)}.{attr}"
     wrapper = functools.wraps(original)(contained(key, original, make) if contain else make(original))
-    setattr(wrapper, PATCHED_MARK, original)
+    if mark:
+        setattr(wrapper, PATCHED_MARK, original)
     setattr(owner, attr, wrapper)
 
     def undo() -> None:

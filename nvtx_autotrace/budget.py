@@ -49,6 +49,12 @@ def find_roots(optimizer=None) -> list[torch.nn.Module]:
         wanted = None
     # Modules whose __init__ failed before Module.__init__ (kept alive by a traceback) have no _modules.
     found = [o for o in gc.get_objects() if issubclass(type(o), torch.nn.Module) and "_modules" in vars(o)]
+    return roots_among(found, wanted)
+
+
+def roots_among(found: list, wanted: set | None) -> list:
+    """The modules of ``found`` that are no other's child and hold a parameter in ``wanted`` (ids), or one that
+    requires grad when ``wanted`` is None."""
     children = {id(c) for m in found for c in vars(m)["_modules"].values() if c is not None}
     roots = []
     for m in found:

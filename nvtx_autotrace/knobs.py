@@ -24,22 +24,9 @@ def say(text: str) -> None:
 
 
 def _wrap(owner, attr: str, make) -> None:
-    """Replace ``owner.attr`` by ``make(original)``, undone with the rest. Not marked as nvtx_autotrace's
-    patch, so the range wrappers installed after it wrap it in turn (the registry never stacks its own)."""
-    original = getattr(owner, attr)
-    own = vars(owner).get(attr, None) if isinstance(owner, type) else original
-    setattr(owner, attr, functools.wraps(original)(make(original)))
-
-    def undo() -> None:
-        if own is None:
-            try:
-                delattr(owner, attr)
-            except AttributeError:
-                pass
-        else:
-            setattr(owner, attr, own)
-
-    _registry.on_undo(undo)
+    """Replace ``owner.attr`` by ``make(original)``, undone with the rest; unmarked, so the range wrappers
+    installed after it wrap it in turn (the registry never stacks its own)."""
+    _registry.patch(owner, attr, make, contain=False, mark=False)
 
 
 def install(knobs: dict) -> None:

@@ -180,19 +180,10 @@ def _fsdp():
 
 def _roots(modules: list, optimizers: list) -> list:
     """Top-level modules holding parameters (those an optimizer trains, when there is one)."""
+    from nvtx_autotrace.budget import roots_among
+
     wanted = {id(p) for o in optimizers for g in getattr(o, "param_groups", []) for p in g.get("params", [])}
-    children = {id(c) for m in modules for c in vars(m)["_modules"].values() if c is not None}
-    roots = []
-    for m in modules:
-        if id(m) in children:
-            continue
-        try:
-            params = list(m.parameters())
-        except Exception:  # noqa: BLE001 - a half-built module is no model
-            continue
-        if params and (not wanted or any(id(p) in wanted for p in params)):
-            roots.append(m)
-    return roots
+    return roots_among(modules, wanted or None)
 
 
 def _device() -> dict | None:
