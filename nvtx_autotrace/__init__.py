@@ -159,6 +159,14 @@ if os.environ.get(names.TRY_ENV):  # nvtx-trace try: the knobs that apply a fix 
     except ValueError as exc:
         _registry.warn_once("try", f"no knob applied: {names.TRY_ENV}: {exc}")
 
+if os.environ.get(names.LOSSES_ENV):  # nvtx-trace try: the losses of the first steps, for the numerics check
+    from nvtx_autotrace import losses as _losses
+
+    try:
+        _losses.install(int(os.environ[names.LOSSES_ENV]))
+    except ValueError as exc:
+        _registry.warn_once("losses", f"losses not recorded: {names.LOSSES_ENV}: {exc}")
+
 if os.environ.get(names.CAPTURE_ENV):  # capture window (nvtx-trace run --warmup-steps/--steps)
     from nvtx_autotrace import capture as _capture
 

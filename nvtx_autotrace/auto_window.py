@@ -65,6 +65,9 @@ def _note(event: str, **fields) -> None:
         pass
 
 
+note = _note  # for the other writers of the window file (losses.py)
+
+
 def settled_at(times: list[float]) -> bool:
     """Whether the step pace settled, from the boundary times of steps 1.. (times[k]: when step k began)."""
     durations = [b - a for a, b in zip(times[1:], times[2:])]  # steps 1..n-1

@@ -82,6 +82,10 @@ def test_taking_the_workers_away_is_measured_slower(tmp_path):
     assert variant["measured_step_ms"] >= 8.0 > base["measured_step_ms"]  # 8 samples x 1 ms, now in the main process
     assert variant["speedup"] == pytest.approx(base["measured_step_ms"] / variant["measured_step_ms"])
     assert variant["changed"] == ["num_workers=0: DataLoader created at cpu_train.py:68"]
+    # the same samples in the same order with or without workers (sample i depends only on i): the same losses,
+    # bit for bit, as the program itself prints them (loss <step> <float.hex()> on stdout, not captured here)
+    assert len(base["losses"]) == 5 and None not in base["losses"] and variant["losses"] == base["losses"]
+    assert variant["loss_max_rel_diff"] == 0.0 and variant["numerics"] == []
     assert "num_workers=0: DataLoader created at cpu_train.py:68" in proc.stdout
 
 

@@ -138,13 +138,18 @@ def _knobs_of(finding: dict) -> dict:
 
 
 def _row(v, base, findings: list[dict]) -> dict:
+    from nvtx_trace.runner import whatif
+
     measured, before = v.step_ms, base.step_ms
     row = {"knobs": v.knobs, "label": v.label, "rounds_ms": [r.value_ms for r in v.rounds],
            "statistic": v.rounds[0].statistic if v.rounds else None, "measured_step_ms": measured,
            "speedup": before / measured if measured and before and v.knobs else None,
            "changed": sorted({ln for r in v.rounds for ln in r.lines}),
            "numerics": sorted(k for k in v.knobs if k in names.NUMERICS_KNOBS),
-           "failures": [r.why for r in v.rounds if r.value_ms is None]}
+           "failures": [r.why for r in v.rounds if r.value_ms is None],
+           "losses": v.rounds[0].losses if v.rounds else [],
+           "loss_max_rel_diff": (whatif.loss_difference(base.rounds[0].losses, v.rounds[0].losses)
+                                 if v.knobs and v.rounds and base.rounds else None)}
     match = next((f for f in findings if v.knobs and _knobs_of(f) and
                   all(v.knobs.get(k) == val for k, val in _knobs_of(f).items() if k in v.knobs)
                   and set(_knobs_of(f)) & set(v.knobs)), None)
@@ -179,9 +184,15 @@ def _print(rows: list[dict], variants) -> None:
     for r in rows[1:]:
         for line in r["changed"]:
             console.print(f"  {line}")
-        if r["numerics"]:
-            console.print(f"  {r['label']}: {', '.join(r['numerics'])} change(s) the arithmetic: compare the loss "
-                          "of the first steps before keeping it")
+        if r["loss_max_rel_diff"] is not None:
+            shown = ", ".join("-" if x is None else f"{x:.4g}" for x in r["losses"])
+            base = ", ".join("-" if x is None else f"{x:.4g}" for x in rows[0]["losses"])
+            console.print(f"  {r['label']}: loss of steps 0-{len(r['losses']) - 1}: {shown} (baseline {base}); largest "
+                          f"difference {r['loss_max_rel_diff'] * 100:.2g} %"
+                          + (f" ({', '.join(r['numerics'])} change(s) the arithmetic)" if r["numerics"] else ""))
+        elif r["numerics"]:
+            console.print(f"  {r['label']}: {', '.join(r['numerics'])} change(s) the arithmetic, and no loss was "
+                          "recorded to compare (Tensor.backward was not called on a one-element tensor)")
         for why in r["failures"]:
             console.print(f"  {r['label']}: a round gave no step time: {why}")
         if r["verdict"] == "not confirmed":

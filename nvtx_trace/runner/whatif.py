@@ -24,6 +24,7 @@ from nvtx_trace.analyzer.steps import typical_statistic
 from nvtx_trace.errors import NvtxTraceError
 
 KNOB_LINE = "nvtx-trace try: "
+LOSSES = 5  # steps whose loss is compared with the baseline's (warm-up steps: read once, before any timed step)
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Round:
     lines: list[str]  # what the knobs said they changed
     returncode: int
     why: str = ""  # why there is no value
+    losses: list[float | None] = field(default_factory=list)  # the first steps' losses (LOSSES steps)
 
 
 @dataclass
@@ -60,7 +62,7 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         for key in (names.CAPTURE_ENV, names.TRY_ENV):
             env.pop(key, None)
         env.update({names.AUTO_WINDOW_ENV: "time:exit", names.WINDOW_FILE_ENV: str(window),
-                    names.AUTOTRACE_ENV: "auto", "PYTHONUNBUFFERED": "1"})
+                    names.AUTOTRACE_ENV: "auto", names.LOSSES_ENV: str(LOSSES), "PYTHONUNBUFFERED": "1"})
         if knobs:
             env[names.TRY_ENV] = names.knobs_text(knobs)
         root = str(Path(__file__).resolve().parents[2])
@@ -71,14 +73,23 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         lines = [ln[len(KNOB_LINE):] for ln in proc.stderr.splitlines() if ln.startswith(KNOB_LINE)]
         events = _events(window)
     steps = next((e.get("step_ms") for e in reversed(events) if e.get("step_ms")), None)
+    losses = next((e.get("values") or [] for e in events if e.get("event") == "losses"), [])
     if not steps:
         tail = proc.stderr.strip().splitlines()[-1:] or [""]
         why = ("the program ended before its pace settled" if proc.returncode == 0 else
                f"the program exited with status {proc.returncode}: {tail[0][:200]}")
-        return Round([], "median", None, lines, proc.returncode, why)
+        return Round([], "median", None, lines, proc.returncode, why, losses)
     median, mean = statistics.median(steps), statistics.fmean(steps)
     stat = typical_statistic(median, mean, None)
-    return Round(steps, stat, median if stat == "median" else mean, lines, proc.returncode)
+    return Round(steps, stat, median if stat == "median" else mean, lines, proc.returncode, "", losses)
+
+
+def loss_difference(base: list, other: list) -> float | None:
+    """The largest relative difference between two runs' losses over the steps both recorded."""
+    pairs = [(a, b) for a, b in zip(base, other) if a is not None and b is not None and a == a and b == b]
+    if not pairs:
+        return None
+    return max(abs(b - a) / max(abs(a), 1e-12) for a, b in pairs)
 
 
 def _events(path: Path) -> list[dict]:
