@@ -79,6 +79,8 @@ def _loaders(loader: dict) -> None:
             if applied.get("num_workers", kwargs.get("num_workers", 0)) == 0:
                 for k in ("persistent_workers", "prefetch_factor"):  # need workers: DataLoader refuses them
                     applied.pop(k, None)
+                kwargs.pop("prefetch_factor", None)  # the script's own too, now that there are no workers
+                kwargs.pop("persistent_workers", None)
             kwargs.update(applied)
             original(self, *args, **kwargs)
             try:
@@ -135,9 +137,15 @@ def _models(model: dict) -> None:
     """At step 1: autocast, compile, channels_last on the models the optimizer trains."""
     from nvtx_autotrace import budget
 
-    roots = budget.find_roots()
+    lead = steps._lead() if steps._lead is not None else None  # the optimizer whose steps are the steps
+    found = budget.find_roots(lead)
+    compiled = [r for r in found if budget.compiled(r) and model.get("compile")]
+    for r in compiled:
+        say(f"compile=1: not applied to {type(r).__name__}: it is compiled already")
+    roots = [r for r in found if r not in compiled]
     if not roots:
-        say(f"{', '.join(model)}: not applied: no model found (no module holds parameters that require grad)")
+        if not compiled:
+            say(f"{', '.join(model)}: not applied: no model found (no module holds parameters that require grad)")
         return
     for root in roots:
         where = type(root).__name__

@@ -111,3 +111,36 @@ def test_the_knob_of_a_precision_finding_is_the_step_it_predicted():
     assert _knobs_of({"kind": "layout_transpose", "recommend": None}) == {"channels_last": True}
     assert _advised([fp32, {"kind": "fusion", "recommend": {"compile": True}}, {"kind": "sync"}]) == \
         [{"tf32": True}, {"compile": True}]
+
+
+@pytest.mark.torch
+def test_no_workers_drops_the_script_s_own_worker_options():
+    """num_workers=0 on a loader built with prefetch_factor and persistent_workers: DataLoader would refuse them."""
+    import torch
+
+    import nvtx_autotrace
+    from nvtx_autotrace import knobs
+
+    nvtx_autotrace.install(enabled="0")
+    try:
+        knobs.install({"num_workers": 0})
+        data = torch.utils.data.TensorDataset(torch.arange(8.0))
+        loader = torch.utils.data.DataLoader(data, batch_size=2, num_workers=2, persistent_workers=True,
+                                             prefetch_factor=4)
+        assert loader.num_workers == 0 and [b[0].tolist() for b in loader][0] == [0.0, 1.0]
+    finally:
+        nvtx_autotrace.uninstall()
+
+
+def test_a_verdict_needs_the_finding_s_own_knobs_and_is_judged_on_closeness_first():
+    from nvtx_trace.cli.whatif import _row
+    from nvtx_trace.runner.whatif import Round, Variant
+
+    base = Variant({}, [Round([100.0], "median", 100.0, [], 0)])
+    small = {"kind": "optimizer", "recommend": {"fused_optimizer": True},
+             "predicted": {"step_ns": 99_000_000, "saving_ns": 1_000_000}}  # predicts 1 %
+    exact = _row(Variant({"fused_optimizer": True}, [Round([99.2], "median", 99.2, [], 0)]), base, [small])
+    assert exact["finding"] == "optimizer" and exact["verdict"] == "confirmed"  # as predicted, though < 3 %
+    both = _row(Variant({"fused_optimizer": True, "tf32": True}, [Round([50.0], "median", 50.0, [], 0)]), base,
+                [small])
+    assert both["finding"] is None and both["verdict"] is None  # two knobs: not this finding's fix alone

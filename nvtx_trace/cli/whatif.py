@@ -150,9 +150,7 @@ def _row(v, base, findings: list[dict]) -> dict:
            "losses": v.rounds[0].losses if v.rounds else [],
            "loss_max_rel_diff": (whatif.loss_difference(base.rounds[0].losses, v.rounds[0].losses)
                                  if v.knobs and v.rounds and base.rounds else None)}
-    match = next((f for f in findings if v.knobs and _knobs_of(f) and
-                  all(v.knobs.get(k) == val for k, val in _knobs_of(f).items() if k in v.knobs)
-                  and set(_knobs_of(f)) & set(v.knobs)), None)
+    match = next((f for f in findings if v.knobs and _knobs_of(f) == v.knobs), None)  # its fix, no more, no less
     row["finding"] = match.get("kind") if match else None
     pred = (match or {}).get("predicted")
     if pred and before and measured:
@@ -160,7 +158,7 @@ def _row(v, base, findings: list[dict]) -> dict:
         row["predicted_step_ms"] = before * ratio
         helped = measured <= (1 - HELPED) * before
         close = abs(measured - row["predicted_step_ms"]) <= CONFIRMED_WITHIN * measured
-        row["verdict"] = "confirmed" if helped and close else "partly" if helped else "not confirmed"
+        row["verdict"] = "confirmed" if close else "partly" if helped else "not confirmed"
     else:
         row["predicted_step_ms"], row["verdict"] = None, None
     return row

@@ -24,6 +24,7 @@ from nvtx_trace.analyzer.steps import typical_statistic
 from nvtx_trace.errors import NvtxTraceError
 
 KNOB_LINE = "nvtx-trace try: "
+RUN_TIMEOUT_S = 900  # one run: start-up and compilation, warm-up (at most 30 s once steps run), the window
 LOSSES = 5  # steps whose loss is compared with the baseline's (warm-up steps: read once, before any timed step)
 
 
@@ -68,8 +69,12 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         cmd = [python or sys.executable, "-m", "nvtx_autotrace", *target]
-        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, errors="replace", timeout=timeout)
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, errors="replace", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return Round([], "median", None, [], -1, f"the run was stopped after {timeout:.0f} s (the default "
+                                                     "window takes at most about two minutes after start-up)")
         lines = [ln[len(KNOB_LINE):] for ln in proc.stderr.splitlines() if ln.startswith(KNOB_LINE)]
         events = _events(window)
     steps = next((e.get("step_ms") for e in reversed(events) if e.get("step_ms")), None)
@@ -115,7 +120,7 @@ def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: s
         for v in order:
             if progress:
                 progress(f"round {r + 1}/{rounds}: {v.label}")
-            v.rounds.append(time_once(target, v.knobs, python))
+            v.rounds.append(time_once(target, v.knobs, python, timeout=RUN_TIMEOUT_S))
         base = variants[0]
         if not base.rounds[-1].step_ms:
             raise NvtxTraceError(f"the baseline run gave no step times: {base.rounds[-1].why}; nvtx-trace try needs "
