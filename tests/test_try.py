@@ -30,6 +30,8 @@ def cli(*args: str, cwd=ROOT, timeout: float = 300) -> subprocess.CompletedProce
     (["tf32=maybe", "programs/cpu_train.py"], "tf32='maybe': expected 1 or 0"),
     (["num_workers=2", "missing.py"], "missing.py: no such file"),
     (["--rounds", "0", "num_workers=2", "programs/cpu_train.py"], "--rounds must be at least 1"),
+    (["--json", "programs/cpu_train.py", "num_workers=2", "programs/cpu_train.py"], "(the same file)"),
+    (["--from", "missing-run", "num_workers=2", "programs/cpu_train.py"], "missing-run"),
 ])
 def test_bad_knobs_get_one_line_and_a_nonzero_exit(args, says):
     proc = cli(*args, timeout=60)

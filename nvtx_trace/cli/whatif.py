@@ -32,6 +32,7 @@ def try_(
     from_run: Optional[Path] = typer.Option(
         None, "--from", help="A run folder or summary.json: its findings' predictions go beside the measurements."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON to this path."),
+    force: bool = typer.Option(False, "--force", "-f", help="Allow --json to overwrite an existing file."),
     python: Optional[str] = typer.Option(None, "--python", help="Python that runs the script (default: this one)."),
     advice: bool = typer.Option(
         False, "--advice", help="Profile first (nvtx-trace run), then try each top finding's own knobs, one at a time."),
@@ -46,6 +47,10 @@ def try_(
     knobs, program = _split(target or [], need_knobs=not advice)
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
+    if json_out:
+        from nvtx_trace.report.outputs import check_outputs
+
+        check_outputs([json_out], [Path(program[0]), *([from_run] if from_run else [])], force)
     if advice and (knobs or from_run):
         raise UsageError("--advice takes its knobs from the profile it runs: give neither knobs nor --from with it")
     if advice:
@@ -121,11 +126,9 @@ def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]
 
 
 def _findings(path: Path) -> list[dict]:
-    summary = path / "summary.json" if path.is_dir() else path
-    try:
-        return json.loads(summary.read_text()).get("findings") or []
-    except (OSError, ValueError, AttributeError) as exc:
-        raise UsageError(f"--from {path}: cannot read its summary.json ({exc})") from None
+    from nvtx_trace.diff import load_summary
+
+    return load_summary(path).get("findings") or []
 
 
 def _knobs_of(finding: dict) -> dict:

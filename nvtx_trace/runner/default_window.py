@@ -46,33 +46,34 @@ def arm(env: dict, cmode: str, keep_running: bool) -> tuple[Path, str]:
     return path, words
 
 
-def _events(path: Path) -> list[dict]:
+def events(path: Path) -> list[dict]:
+    """The JSON lines the program's auto_window (and losses) wrote, read once; the file is removed."""
     try:
         lines = path.read_text().splitlines()
     except OSError:
         return []
     finally:
         path.unlink(missing_ok=True)
-    events = []
+    out = []
     for line in lines:
         try:
-            events.append(json.loads(line))
+            out.append(json.loads(line))
         except ValueError:
             continue
-    return events
+    return out
 
 
 def outcome(path: Path | None, exit_code: int) -> Outcome | None:
     """What the program's window did, from its decisions (the lead process: rank 0, else the first)."""
     if path is None:
         return None
-    events = _events(path)
-    if not events:
+    written = events(path)
+    if not written:
         return Outcome("no capture window was armed (the program never imported torch with nvtx_autotrace): "
                        "nothing was profiled; nvtx-trace run --full profiles the whole run", False, False)
-    lead = next((e["pid"] for e in events if e.get("rank") == "0"),
-                next((e["pid"] for e in events if e["event"] == "opened"), events[0]["pid"]))
-    mine = {e["event"]: e for e in events if e["pid"] == lead}
+    lead = next((e["pid"] for e in written if e.get("rank") == "0"),
+                next((e["pid"] for e in written if e["event"] == "opened"), written[0]["pid"]))
+    mine = {e["event"]: e for e in written if e["pid"] == lead}
     opened, closed, ended = mine.get("opened"), mine.get("closed"), mine.get("ended")
     if opened is None:
         steps = ended.get("steps") if ended else None

@@ -10,7 +10,6 @@ uneven (the rule ``diff`` uses); a variant's step is the median of its rounds.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 from nvtx_trace import names
 from nvtx_trace.analyzer.steps import typical_statistic
 from nvtx_trace.errors import NvtxTraceError
+from nvtx_trace.runner import default_window
 
 KNOB_LINE = "nvtx-trace try: "
 RUN_TIMEOUT_S = 900  # one run: start-up and compilation, warm-up (at most 30 s once steps run), the window
@@ -76,7 +76,7 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
             return Round([], "median", None, [], -1, f"the run was stopped after {timeout:.0f} s (the default "
                                                      "window takes at most about two minutes after start-up)")
         lines = [ln[len(KNOB_LINE):] for ln in proc.stderr.splitlines() if ln.startswith(KNOB_LINE)]
-        events = _events(window)
+        events = default_window.events(window)
     steps = next((e.get("step_ms") for e in reversed(events) if e.get("step_ms")), None)
     losses = next((e.get("values") or [] for e in events if e.get("event") == "losses"), [])
     if not steps:
@@ -95,20 +95,6 @@ def loss_difference(base: list, other: list) -> float | None:
     if not pairs:
         return None
     return max(abs(b - a) / max(abs(a), 1e-12) for a, b in pairs)
-
-
-def _events(path: Path) -> list[dict]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
 
 
 def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: str | None = None,
