@@ -14,6 +14,10 @@
 # Phase G: through the tool itself: the GPT of the lever table (hand-written attention), the HF-style model with
 #          foreach AdamW (its plain default is fused), the GPT with anomaly detection, ResNet-50 with
 #          cudnn.benchmark off (plain: off against on), a GPT at batch 1, seq 128 (small kernels).
+# Phase K1/K2/K3: `nvtx-trace try --advice` (issue 31's programs) against the same changes by hand, with the
+#          advice profile's report brought back: K1 ResNet-50 NCHW fp32 on GPU-made batches (the model alone:
+#          channels_last, amp); K2 ResNet-18 with a transform-heavy loader of 2 workers (num_workers under core
+#          contention) and a capture at 14 workers; K3 the GPT-2-class eager trainer (compile). Outputs in one tar.
 # Plain timing runs are interleaved (round 1 forward order, round 2 reversed, ...);
 # captures come after round 2 so they happen even if round 3 is skipped at the deadline.
 # Writes under $OUT: results_<P>.jsonl, log_<P>.txt, versions_<P>.txt, bench.jsonl, <capture>.sqlite.xz
@@ -144,7 +148,7 @@ trace() {  # label est_s cmd...: nvtx-trace run (default window), report.sqlite 
     >"/tmp/run/trace_$label.txt" 2>&1
   echo "trace $label rc=$? t=$SECONDS"
   { echo "=== trace $label"; cat "/tmp/run/trace_$label.txt"; } >>"$LOG"
-  [[ $PHASE == F ]] && cp "/tmp/run/$label/summary.json" "$O/trace_$label.summary.json" 2>/dev/null
+  [[ $PHASE == F || $PHASE == K* ]] && cp "/tmp/run/$label/summary.json" "$O/trace_$label.summary.json" 2>/dev/null
   [[ -f /tmp/run/$label/report.sqlite ]] && python3 -c "
 import lzma, shutil, sys
 with open(sys.argv[1], 'rb') as f, lzma.open(sys.argv[2], 'wb', preset=6) as g:
@@ -225,6 +229,48 @@ if [[ $PHASE == J ]]; then  # nvtx-trace try --advice: profile, then each top fi
   }
 fi
 
+advice() {  # label est_s args...: try --advice, its JSON and its profile's report.sqlite.xz and summary.json kept
+  local label=$1
+  trytool "$@"
+  local dir
+  dir=$(grep -o 'outputs in /tmp/nvtx-trace-advice-[^)]*' "$LOG" | tail -1 | cut -d' ' -f3)
+  [[ -n $dir && -f $dir/summary.json ]] && cp "$dir/summary.json" "$O/advice_$label.summary.json"
+  [[ -n $dir && -f $dir/report.sqlite ]] && python3 -c "
+import lzma, shutil, sys
+with open(sys.argv[1], 'rb') as f, lzma.open(sys.argv[2], 'wb', preset=6) as g:
+    shutil.copyfileobj(f, g)" "$dir/report.sqlite" "$O/advice_$label.sqlite.xz"
+  echo "advice $label kept from ${dir:-nowhere} t=$SECONDS"
+}
+
+if [[ $PHASE == K1 ]]; then
+  variants=()
+  caps() {
+    advice rn50_gpu 360 --advice $B/resnet_train.py --data gpu --steps 400
+    run rn50_gpu_nchw_by_hand 1 30 $R --data gpu
+    run rn50_gpu_cl_by_hand 1 30 $R --data gpu --channels-last
+    run rn50_gpu_bf16_by_hand 1 30 $R --data gpu --dtype bf16
+    run rn50_gpu_cl_bf16_by_hand 1 30 $R --data gpu --channels-last --dtype bf16
+  }
+fi
+if [[ $PHASE == K2 ]]; then
+  variants=()
+  caps() {
+    advice rn18_w2 300 --advice $B/resnet_train.py --arch resnet18 --workers 2 --steps 300
+    n=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(next((v['knobs']['num_workers'] for v in d['variants'] if 'num_workers' in v['knobs']), 14))" /tmp/run/try_rn18_w2.json 2>/dev/null || echo 14)
+    run rn18_advised_workers_by_hand 1 40 $R --arch resnet18 --workers "$n" --steps 100
+    run rn18_w8_by_hand 1 40 $R --arch resnet18 --workers 8 --steps 100
+    trace rn18_w14 70 $B/resnet_train.py --arch resnet18 --workers 14 --steps 300
+    trace rn18_w8 70 $B/resnet_train.py --arch resnet18 --workers 8 --steps 300
+  }
+fi
+if [[ $PHASE == K3 ]]; then
+  variants=()
+  caps() {
+    advice gpt_eager 400 --rounds 1 --advice $B/gpt_train.py --dtype bf16 --steps 400
+    run gpt_compile_by_hand 1 120 $G --dtype bf16 --compile
+  }
+fi
+
 one_round() {  # round forward|reverse
   local n=${#variants[@]} i idx
   for ((i = 0; i < n; i++)); do
@@ -238,9 +284,13 @@ one_round() {  # round forward|reverse
 one_round 1 forward
 one_round 2 reverse
 caps
-[[ $PHASE =~ ^[CDEFGHIJ]$ ]] || one_round 3 forward
+[[ $PHASE =~ ^([CDEFGHIJ]|K[123])$ ]] || one_round 3 forward
 if [[ $PHASE == G ]] && (($(left) > 40)); then
   timeout 60 python3 benchmarks/bench_settings.py --device cuda >>"$LOG" 2>&1
   echo "bench_settings done t=$SECONDS"
 fi
 echo "phase $PHASE done t=$SECONDS"
+if [[ $PHASE == K* ]]; then  # the device brings back at most 8 files: one tar
+  (cd "$O" && lscpu >lscpu_$PHASE.txt 2>&1; tar -cf "phase_$PHASE.tar" --exclude "phase_$PHASE.tar" . && \
+    find . -type f ! -name "phase_$PHASE.tar" -delete)
+fi

@@ -10,6 +10,9 @@ cudnn.benchmark=True, batch 128.
 
     python programs/busy/resnet_train.py --channels-last --dtype fp32|bf16 [--compile]
     python programs/busy/resnet_train.py --loader-only     # input pipeline alone, images/s
+    python programs/busy/resnet_train.py --data gpu        # no loader: four batches made once on the GPU
+
+--data gpu measures the model alone (the GPU work of a step), as a loader that always keeps up would.
 
 --dtype fp32 keeps PyTorch's defaults (cudnn.allow_tf32 True: convolutions already use
 TF32; matmul.allow_tf32 False) unless --tf32 sets both True. --dtype bf16 wraps
@@ -58,6 +61,8 @@ def main(argv=None):
     p.add_argument("--pool", type=int, default=64)
     p.add_argument("--image-size", type=int, default=320, help="side of the synthetic source images")
     p.add_argument("--loader-only", action="store_true", help="time the input pipeline alone")
+    p.add_argument("--data", choices=["loader", "gpu"], default="loader",
+                   help="gpu: four normalized random batches made once on the GPU, no DataLoader")
     p.add_argument("--arch", default="resnet50")
     p.add_argument("--no-cudnn-benchmark", action="store_true", help="leave torch.backends.cudnn.benchmark False")
     add_common_args(p)
@@ -71,12 +76,18 @@ def main(argv=None):
     tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                     T.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])])
     total = args.warmup + max(args.steps, args.profile_steps)
+    if args.data == "gpu":
+        g = torch.Generator(device=dev).manual_seed(0)
+        pool = [(torch.randn(args.batch, 3, 224, 224, device=dev, generator=g),
+                 torch.randint(0, 1000, (args.batch,), device=dev, generator=g)) for _ in range(4)]
+        it = (pool[i % len(pool)] for i in range(10**9))
     data = SyntheticImages(total * args.batch, args.pool, args.image_size, tf)
-    loader = torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True,
+    loader = None if args.data == "gpu" else torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True,
                                          num_workers=args.workers, pin_memory=cuda,
                                          persistent_workers=args.workers > 0,
                                          prefetch_factor=4 if args.workers > 0 else None)
-    it = iter(loader)
+    if loader is not None:
+        it = iter(loader)
 
     if args.loader_only:
         for _ in range(5):
