@@ -69,20 +69,33 @@ def install(knobs: dict) -> None:
 
 
 def _loaders(loader: dict) -> None:
+    import inspect
+
     from torch.utils.data import dataloader as dl
 
     seen: set[str] = set()
 
     def make_init(original):
+        signature = inspect.signature(original)
+
         def __init__(self, *args, **kwargs):
+            try:  # by name, whatever the script passed by position
+                call = signature.bind(self, *args, **kwargs).arguments
+                call.pop("self", None)
+                call.update(call.pop("kwargs", {}))
+            except TypeError:  # DataLoader will say what is wrong
+                return original(self, *args, **kwargs)
             applied = dict(loader)
-            if applied.get("num_workers", kwargs.get("num_workers", 0)) == 0:
+            refused = _workers_refused(call.get("dataset"), call.get("num_workers", 0), applied.get("num_workers"))
+            if refused:
+                applied.pop("num_workers")
+            if applied.get("num_workers", call.get("num_workers", 0)) == 0:
                 for k in ("persistent_workers", "prefetch_factor"):  # need workers: DataLoader refuses them
                     applied.pop(k, None)
-                kwargs.pop("prefetch_factor", None)  # the script's own too, now that there are no workers
-                kwargs.pop("persistent_workers", None)
-            kwargs.update(applied)
-            original(self, *args, **kwargs)
+                call.pop("prefetch_factor", None)  # the script's own too, now that there are no workers
+                call.pop("persistent_workers", None)
+            call.update(applied)
+            original(self, **call)
             try:
                 from nvtx_autotrace.dataloader import creation_site
 
@@ -91,11 +104,30 @@ def _loaders(loader: dict) -> None:
                 site = "?"
             if site not in seen:
                 seen.add(site)
-                say(f"{', '.join(f'{k}={v}' for k, v in applied.items())}: DataLoader created at {site}")
+                if applied:
+                    say(f"{', '.join(f'{k}={v}' for k, v in applied.items())}: DataLoader created at {site}")
+                if refused:
+                    say(f"num_workers={loader['num_workers']}: not applied to the DataLoader created at {site}: "
+                        f"{refused}")
 
         return __init__
 
     _wrap(dl.DataLoader, "__init__", make_init)
+
+
+def _workers_refused(dataset, have: int, want) -> str:
+    """Why workers would change what the loop sees (not only how fast), or ''."""
+    import torch
+
+    if not want or have:
+        return ""  # no workers asked for, or the script runs workers already (and so is ready for them)
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return ("its dataset is an IterableDataset: each worker would yield all of it unless the dataset splits "
+                "itself by torch.utils.data.get_worker_info()")
+    tensors = getattr(dataset, "tensors", None)
+    if isinstance(tensors, (tuple, list)) and any(torch.is_tensor(t) and t.is_cuda for t in tensors):
+        return "its tensors are on the GPU: worker processes cannot use CUDA (and the data needs no loading)"
+    return ""
 
 
 def _flags(flags: dict, when: str, quiet: bool = False) -> None:

@@ -91,12 +91,21 @@ def compare(before: dict, after: dict) -> dict:
         return {"report": (s.get("report") or {}).get("path"), "step_ns_median": summary.get("step_ns_median"),
                 "step_ns_mean": summary.get("step_ns_mean"), "modes": summary.get("modes"),
                 "steps_source": (s.get("steps") or {}).get("source"),
+                "profiled": "try" not in s,
                 "gpu_busy_fraction": summary.get("gpu_busy_fraction"), "findings": len(s.get("findings") or [])}
 
     # Where one side's steps come in two kinds or are uneven, both sides are compared by their mean (throughput).
     statistic = "mean" if "mean" in (b_stat, a_stat) else "median"
     b_side, a_side = side(before), side(after)
     b_step, a_step = b_side[f"step_ns_{statistic}"], a_side[f"step_ns_{statistic}"]
-    return {"before": b_side, "after": a_side, "step_statistic": statistic,
-            "step_change": (a_step - b_step) / b_step if a_step and b_step else None,
-            "speedup": (b_step / a_step) if a_step and b_step else None, "findings": findings}
+    out = {"before": b_side, "after": a_side, "step_statistic": statistic,
+           "step_change": (a_step - b_step) / b_step if a_step and b_step else None,
+           "speedup": (b_step / a_step) if a_step and b_step else None, "findings": findings}
+    tried = after.get("try") or {}
+    if tried.get("predicted_step_ms") and tried.get("measured_step_ms"):  # a variant nvtx-trace try timed
+        out["try"] = {"finding": tried.get("finding"), "knobs": tried.get("knobs"),
+                      "predicted_step_ns": int(tried["predicted_step_ms"] * 1e6),
+                      "measured_step_ns": int(tried["measured_step_ms"] * 1e6),
+                      "prediction_error": tried["measured_step_ms"] / tried["predicted_step_ms"] - 1,
+                      "verdict": tried.get("verdict")}
+    return out

@@ -151,11 +151,18 @@ def test_history_verb_lists_filters_and_prints_json(tmp_path, capsys):
 
 
 def test_the_documented_tables_are_the_written_ones(tmp_path):
-    """docs/json-schema.md, "Run history", names exactly the columns a run writes."""
+    """docs/json-schema.md, "Run history", names exactly the columns a run and a try write."""
     import re
 
     db = tmp_path / "h.db"
     history.after_run(finished(tmp_path / "a", "resnet_flawed"), db, started=1.0)
+    variant = {"knobs": {"tf32": True}, "label": "tf32=1", "statistic": "median", "rounds_ms": [5.0],
+               "measured_step_ms": 5.0, "speedup": 2.0, "finding": "precision", "predicted_step_ms": 4.5,
+               "verdict": "confirmed"}
+    baseline = {**variant, "knobs": {}, "label": "baseline", "measured_step_ms": 10.0, "speedup": None,
+                "finding": None, "predicted_step_ms": None, "verdict": None}
+    assert history.after_try({"variants": [baseline, variant]}, ["programs/cpu_train.py"], tmp_path / "t", db,
+                             2.0) is None
     with sqlite3.connect(db) as con:
         written = {t: {r[1] for r in con.execute(f"PRAGMA table_info({t})")} for t in ("runs", "findings")}
     doc = (ROOT / "docs" / "json-schema.md").read_text().split("## Run history", 1)[1]

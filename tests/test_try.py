@@ -106,7 +106,8 @@ def test_advice_profiles_first_and_says_when_no_finding_has_a_knob(tmp_path):
 
 
 def test_the_knob_of_a_precision_finding_is_the_step_it_predicted():
-    from nvtx_trace.cli.whatif import _advised, _knobs_of
+    from nvtx_trace.runner.whatif import advised as _advised
+    from nvtx_trace.runner.whatif import knobs_of as _knobs_of
 
     fp32 = {"kind": "precision", "recommend": {"tf32": True, "amp": "bf16"}}
     assert _knobs_of(fp32) == {"tf32": True}  # its prediction is TF32's; bf16 is the step after
@@ -135,14 +136,47 @@ def test_no_workers_drops_the_script_s_own_worker_options():
 
 
 def test_a_verdict_needs_the_finding_s_own_knobs_and_is_judged_on_closeness_first():
-    from nvtx_trace.cli.whatif import _row
     from nvtx_trace.runner.whatif import Round, Variant
+    from nvtx_trace.runner.whatif import row as _row
 
     base = Variant({}, [Round([100.0], "median", 100.0, [], 0)])
     small = {"kind": "optimizer", "recommend": {"fused_optimizer": True},
              "predicted": {"step_ns": 99_000_000, "saving_ns": 1_000_000}}  # predicts 1 %
-    exact = _row(Variant({"fused_optimizer": True}, [Round([99.2], "median", 99.2, [], 0)]), base, [small])
+    said = ["fused_optimizer=1: AdamW built with fused=True"]
+    exact = _row(Variant({"fused_optimizer": True}, [Round([99.2], "median", 99.2, said, 0)]), base, [small])
     assert exact["finding"] == "optimizer" and exact["verdict"] == "confirmed"  # as predicted, though < 3 %
     both = _row(Variant({"fused_optimizer": True, "tf32": True}, [Round([50.0], "median", 50.0, [], 0)]), base,
                 [small])
     assert both["finding"] is None and both["verdict"] is None  # two knobs: not this finding's fix alone
+
+
+def test_a_knob_that_changed_nothing_gets_no_verdict_and_no_second_round():
+    """A knob refused (or never reached: no line names it) leaves the baseline's program: timing it again, or
+    judging a finding by it, would be wrong."""
+    from nvtx_trace.runner.whatif import Round, Variant
+    from nvtx_trace.runner.whatif import row as _row
+
+    base = Variant({}, [Round([100.0], "median", 100.0, [], 0)])
+    finding = {"kind": "fusion", "recommend": {"compile": True},
+               "predicted": {"step_ns": 50_000_000, "saving_ns": 50_000_000}}
+    refused = Variant({"compile": True}, [Round([100.0], "median", 100.0,
+                                                ["compile=1: not applied to GPT: it is compiled already"], 0)])
+    silent = Variant({"no_empty_cache": True}, [Round([100.0], "median", 100.0, [], 0)])
+    applied = Variant({"compile": True}, [Round([70.0], "median", 70.0, ["compile=1: GPT.compile() (in place)"], 0)])
+    assert refused.unapplied == ["compile"] and silent.unapplied == ["no_empty_cache"] and applied.unapplied == []
+    r = _row(refused, base, [finding])
+    assert r["finding"] == "fusion" and r["verdict"] is None and r["predicted_step_ms"] is None
+    assert _row(applied, base, [finding])["verdict"] == "partly"  # 70 ms against 50 predicted: > 25 % off
+
+
+def test_uneven_steps_compare_both_sides_by_their_mean():
+    from nvtx_trace.runner.whatif import Round, Variant
+    from nvtx_trace.runner.whatif import row as _row
+
+    bursty = [10.0] * 8 + [60.0] * 2  # median 10, mean 20: uneven
+    base = Variant({}, [Round(bursty, "mean", 20.0, [], 0)])
+    even = Variant({"num_workers": 4}, [Round([12.0] * 10, "median", 12.0, ["num_workers=4: DataLoader created"],
+                                              0)])
+    r = _row(even, base, [])
+    assert r["statistic"] == "mean" and r["baseline_step_ms"] == 20.0 and r["measured_step_ms"] == 12.0
+    assert r["speedup"] == 20.0 / 12.0

@@ -53,13 +53,29 @@ def _table(runs: list[dict], where: Path, console) -> None:
     for run in runs:
         commit = (run.get("git_commit") or "")[:8] + ("+dirty" if run.get("git_dirty") else "")
         median, busy = run.get("step_ns_median"), run.get("gpu_busy_fraction")
+        when = [f"#{run['id']}", str(run.get("started_at") or "")[:16].replace("T", " "),
+                _short(run.get("script") or ""), *([commit] if commit else [])]
+        if run.get("kind") == "try":
+            console.print("  ".join([*when, _tried(run)]), soft_wrap=True, markup=False, highlight=False)
+            continue
         kinds = ", ".join(f"{f['kind']} {ms(f['impact_ns'])}" if f.get("impact_ns") is not None
                           else f["kind"] for f in run["findings"]) or "no findings"
-        parts = [f"#{run['id']}", str(run.get("started_at") or "")[:16].replace("T", " "),
-                 _short(run.get("script") or ""), *([commit] if commit else []),
+        parts = [*when, *([f"with {run['tried']}"] if run.get("tried") else []),
                  f"step median {ms(median)}" if median else "no steps",
                  f"GPU busy {busy:.0%}" if busy is not None else "GPU busy -", f"exit {run.get('exit_code')}:", kinds]
         console.print("  ".join(parts), soft_wrap=True, markup=False, highlight=False)
+
+
+def _tried(run: dict) -> str:
+    """A variant nvtx-trace try timed: its step, against the baseline, and the prediction it was judged by."""
+    step = run.get("step_ns_mean") or run.get("step_ns_median")
+    stat = "mean" if run.get("step_ns_mean") else "median"
+    text = f"try {run.get('tried')}: " + (f"step {stat} {ms(step)} (plain)" if step else "no step time")
+    if run.get("try_speedup"):
+        text += f", {float(run['try_speedup']):.2f}x the baseline"
+    if run.get("try_predicted_step_ns"):
+        text += f"; {run.get('try_finding')} predicted {ms(run['try_predicted_step_ns'])}: {run.get('try_verdict')}"
+    return text
 
 
 def _short(script: str) -> str:

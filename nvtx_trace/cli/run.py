@@ -62,6 +62,10 @@ def run(
         None, "--history", help="Run history database (default: $NVTX_TRACE_HISTORY, else the platform's data "
                                 "folder; see nvtx-trace history)."),
     no_history: bool = typer.Option(False, "--no-history", help="Record nothing in the run history."),
+    try_knobs: Optional[str] = typer.Option(
+        None, "--try", metavar="KNOB=VALUE,...",
+        help="Profile with these knobs applied, without editing the script (as nvtx-trace try does; docs/try.md), "
+             'e.g. --try "num_workers=8,pin_memory=1".'),
 ) -> int:
     """Profile a training script under Nsight Systems with automatic NVTX ranges, then
     print why the GPU idles and write report.nsys-rep, report.sqlite, summary.json and
@@ -79,11 +83,18 @@ def run(
 
     from rich.console import Console
 
-    from nvtx_trace import runner
+    from nvtx_trace import names, runner
+    from nvtx_trace.errors import UsageError
     from nvtx_trace.runner import history
 
     began = time.time()
     err = Console(stderr=True, highlight=False)
+    try:
+        tried = names.parse_knobs(try_knobs) if try_knobs is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--try {exc}") from None
+    if try_knobs is not None and not tried:
+        raise UsageError('--try needs at least one KNOB=VALUE, e.g. --try "num_workers=8"')
     history_db = history.resolve_path(history_path, disabled=no_history)
     opts = runner.RunOptions(
         target=list(target or []), module=module, python=python, autotrace=not no_autotrace,
@@ -91,12 +102,12 @@ def run(
         trace=[t for t in trace.split(",") if t] if trace else None,
         nsys_args=shlex.split(nsys_args) if nsys_args else [], out=out, force=force, nsys=nsys,
         min_gap_ms=min_gap_ms, html_max_points=html_max_points, autotrace_depth=autotrace_depth,
-        autotrace_budget=autotrace_budget, per_rank=per_rank)
+        autotrace_budget=autotrace_budget, per_rank=per_rank, tried=tried)
     plan = runner.plan_run(opts)
     for note in plan.notes:
         err.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)
-    err.print(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in {plan.out_dir}",
-              soft_wrap=True)
+    err.print(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in {plan.out_dir}"
+              + (f"; knobs applied: {names.knobs_text(tried)}" if tried else ""), soft_wrap=True, markup=False)
     err.print(f"$ {shlex.join(plan.nsys_command())}", style="dim", soft_wrap=True, markup=False)
 
     progress = Progress(err)

@@ -1,7 +1,8 @@
 """`nvtx-trace try KNOB=VALUE... train.py args...`: apply a fix without editing the script, and measure it.
 
-Thin on purpose: ``nvtx_trace.runner.whatif`` runs and times; this parses the knobs, shows progress on
-stderr, prints the table (and the predictions of a run's findings beside it, ``--from``) and writes JSON.
+Thin on purpose: ``nvtx_trace.runner.whatif`` runs, times and judges; this parses the knobs, shows progress
+on stderr, prints the table and writes the folder: try.json, try.html, one summary.json per variant (what
+``nvtx-trace diff`` compares) and each run's output, and a history row per variant.
 """
 
 from __future__ import annotations
@@ -17,10 +18,7 @@ from nvtx_trace import names
 from nvtx_trace.errors import UsageError
 
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
-# the knob that applies a finding's fix, for findings whose `recommend` does not name one
-KIND_KNOBS = {"layout_transpose": {"channels_last": True}, "pageable_h2d": {"pin_memory": True}}
-CONFIRMED_WITHIN = 0.25  # measured step within 25 % of the predicted one
-HELPED = 0.03  # a variant at least 3 % faster than the baseline helped
+TRY_JSON, TRY_HTML = "try.json", "try.html"
 
 
 def try_(
@@ -31,76 +29,132 @@ def try_(
     each: bool = typer.Option(False, "--each", help="Try each knob on its own (default: all of them together)."),
     from_run: Optional[Path] = typer.Option(
         None, "--from", help="A run folder or summary.json: its findings' predictions go beside the measurements."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the results as JSON to this path."),
-    force: bool = typer.Option(False, "--force", "-f", help="Allow --json to overwrite an existing file."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Folder for the outputs (default: ./nvtx-trace-out/<name>-try-<time>/)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write try.json to this path."),
+    force: bool = typer.Option(False, "--force", "-f", help="Allow an --out folder or --json file that exists."),
     python: Optional[str] = typer.Option(None, "--python", help="Python that runs the script (default: this one)."),
     advice: bool = typer.Option(
         False, "--advice", help="Profile first (nvtx-trace run), then try each top finding's own knobs, one at a time."),
+    history_path: Optional[Path] = typer.Option(
+        None, "--history", help="Run history database (default: $NVTX_TRACE_HISTORY, else the platform's data "
+                                "folder; see nvtx-trace history)."),
+    no_history: bool = typer.Option(False, "--no-history", help="Record nothing in the run history."),
 ) -> None:
     """Run the script as it is and with the knobs applied (no profiler attached), time the steady steps of
-    each, alternating, and say what each knob saved; with --from, whether the prediction held.
+    each, alternating, and say what each knob saved; with --from, whether the prediction held. Writes
+    try.json, try.html and one folder per variant (nvtx-trace diff FOLDER/baseline FOLDER/<variant> compares
+    two), and records each variant in the run history.
 
     Example: nvtx-trace try --from nvtx-trace-out/train-1 amp=bf16 tf32=1 train.py --epochs 1
     """
-    from nvtx_trace.runner import whatif
+    import time
 
+    from rich.console import Console
+
+    from nvtx_trace.report import try_render
+    from nvtx_trace.report.outputs import check_outputs, write_atomically
+    from nvtx_trace.runner import history, whatif
+
+    began = time.time()
     knobs, program = _split(target or [], need_knobs=not advice)
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
-    if json_out:
-        from nvtx_trace.report.outputs import check_outputs
-
-        check_outputs([json_out], [Path(program[0]), *([from_run] if from_run else [])], force)
     if advice and (knobs or from_run):
         raise UsageError("--advice takes its knobs from the profile it runs: give neither knobs nor --from with it")
+    script_hash = _digest(Path(program[0]))
+    folder = _folder(out, program, force, began)
+    if json_out:
+        check_outputs([json_out], [Path(program[0]), *([from_run] if from_run else [])], force)
+    history_db = history.resolve_path(history_path, disabled=no_history)
+    findings = _findings(from_run) if from_run else []  # a bad --from is refused before anything runs
+    folder.mkdir(parents=True, exist_ok=True)
     if advice:
-        from_run = _profile(program, python)
-    findings = _findings(from_run) if from_run else []
-    if advice:
-        sets = _advised(findings)
+        from_run = _profile(program, python, folder / "profile")
+        findings = _findings(from_run)
+        sets = whatif.advised(findings)
         if not sets:
             raise UsageError(f"{from_run}: no finding has a fix that a knob applies ({', '.join(names.KNOBS)}); "
                              "nothing to try")
     else:
         sets = [{k: v} for k, v in knobs.items()] if each else [knobs]
-    print(f"nvtx-trace try: {program[0]}: the baseline and {len(sets)} variant(s), {rounds} round(s) each, "
-          "alternating; no profiler attached, steps timed after warm-up", file=sys.stderr, flush=True)
-    variants = whatif.compare(program, sets, rounds, python,
-                              progress=lambda m: print(f"nvtx-trace try: {m}", file=sys.stderr, flush=True))
-    rows = [_row(v, variants[0], findings) for v in variants]
-    _print(rows, variants)
+    def say(message: str) -> None:
+        print(f"nvtx-trace try: {message}", file=sys.stderr, flush=True)
+
+    say(f"{program[0]}: the baseline and {len(sets)} variant(s), {rounds} round(s) each, alternating; no profiler "
+        f"attached, steps timed after warm-up; outputs in {folder}")
+    variants = whatif.compare(program, sets, rounds, python, progress=say, logs=folder)
+    result = whatif.result(program, rounds, variants, findings, str(from_run) if from_run else None)
+    try_render.text(result, Console(highlight=False))
+    text = json.dumps(result, indent=2) + "\n"
+    written = [folder / TRY_JSON, folder / TRY_HTML]
+    write_atomically(written[0], text)
+    write_atomically(written[1], try_render.html(result))
+    for r in result["variants"]:
+        sub = folder / whatif.folder_name(r["label"])
+        sub.mkdir(exist_ok=True)
+        write_atomically(sub / "summary.json", json.dumps(whatif.summary_of(r, sub), indent=2) + "\n")
     if json_out:
-        json_out.write_text(json.dumps({"program": program, "rounds": rounds, "variants": rows}, indent=2) + "\n")
-        print(f"Wrote {json_out}")
+        write_atomically(json_out, text)
+        written.append(json_out)
+    if _digest(Path(program[0])) != script_hash:  # a promise: the knobs never touch the user's files
+        say(f"warning: {program[0]} changed while it was tried (not by nvtx-trace: it writes only to {folder})")
+    for path in written:
+        print(f"Wrote {path}", file=sys.stderr)
+    warning = history.after_try(result, program, folder, history_db, began)
+    if warning:
+        say(f"warning: {warning}")
+    if len(result["variants"]) > 1:
+        first = whatif.folder_name(result["variants"][1]["label"])
+        print(f"Next: nvtx-trace diff {folder / 'baseline'} {folder / first}", file=sys.stderr)
 
 
-def _profile(program: list[str], python: str | None) -> Path:
-    """``nvtx-trace run`` of the program (default window, no history row): the folder it wrote."""
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _folder(out: Path | None, program: list[str], force: bool, now: float) -> Path:
+    """The outputs' folder, checked before anything runs: --out, or a fresh one under ./nvtx-trace-out."""
+    import time
+
+    from nvtx_trace.report.outputs import check_folder_writable, describe_unreadable
+    from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, run_name
+
+    if out is not None:
+        problem = describe_unreadable(out)
+        if problem:
+            raise UsageError(f"--out {out} {problem}; give a folder")
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file; give a folder")
+        if (out / TRY_JSON).exists() and not force:
+            raise UsageError(f"{out} already holds {TRY_JSON}; choose another --out or pass --force")
+        check_folder_writable(out)
+        return out.resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    base = Path(DEFAULT_OUT_ROOT) / f"{run_name(program, 'script')}-try-{stamp}"
+    check_folder_writable(base)
+    folder, n = base, 1
+    while folder.exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder.resolve()
+
+
+def _profile(program: list[str], python: str | None, out: Path) -> Path:
+    """``nvtx-trace run`` of the program (default window, no history row) into ``out``."""
     import subprocess
-    import tempfile
 
-    out = Path(tempfile.mkdtemp(prefix="nvtx-trace-advice-")) / "run"
     print(f"nvtx-trace try: --advice: profiling {program[0]} first (nvtx-trace run, outputs in {out})",
           file=sys.stderr, flush=True)
-    cmd = [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(out), "--no-history",
+    cmd = [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(out), "--force", "--no-history",
            *(["--python", python] if python else []), *program]
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
     if not (out / "summary.json").is_file():
         raise UsageError(f"--advice: the profile run wrote no summary.json (exit status {proc.returncode}); "
                          f"run nvtx-trace run {' '.join(program)} to see why")
     return out
-
-
-def _advised(findings: list[dict], top: int = 3) -> list[dict]:
-    """The knobs of the top findings (in their rank order) whose fix a knob applies, one set each."""
-    sets: list[dict] = []
-    for f in findings:
-        knobs = {k: v for k, v in _knobs_of(f).items() if not (k == "amp" and v == "fp16")}
-        if knobs and knobs not in sets:
-            sets.append(knobs)
-        if len(sets) == top:
-            break
-    return sets
 
 
 def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]:
@@ -129,73 +183,3 @@ def _findings(path: Path) -> list[dict]:
     from nvtx_trace.diff import load_summary
 
     return load_summary(path).get("findings") or []
-
-
-def _knobs_of(finding: dict) -> dict:
-    """The knobs that apply the fix the finding predicted (precision predicts its first step: TF32 from fp32)."""
-    rec = finding.get("recommend") or {}
-    out = {k: v for k, v in rec.items() if k in names.KNOBS}
-    if finding.get("kind") == "precision" and out:
-        out = dict([next(iter(out.items()))])
-    return out or KIND_KNOBS.get(finding.get("kind"), {})
-
-
-def _row(v, base, findings: list[dict]) -> dict:
-    from nvtx_trace.runner import whatif
-
-    measured, before = v.step_ms, base.step_ms
-    row = {"knobs": v.knobs, "label": v.label, "rounds_ms": [r.value_ms for r in v.rounds],
-           "statistic": v.rounds[0].statistic if v.rounds else None, "measured_step_ms": measured,
-           "speedup": before / measured if measured and before and v.knobs else None,
-           "changed": sorted({ln for r in v.rounds for ln in r.lines}),
-           "numerics": sorted(k for k in v.knobs if k in names.NUMERICS_KNOBS),
-           "failures": [r.why for r in v.rounds if r.value_ms is None],
-           "losses": v.rounds[0].losses if v.rounds else [],
-           "loss_max_rel_diff": (whatif.loss_difference(base.rounds[0].losses, v.rounds[0].losses)
-                                 if v.knobs and v.rounds and base.rounds else None)}
-    match = next((f for f in findings if v.knobs and _knobs_of(f) == v.knobs), None)  # its fix, no more, no less
-    row["finding"] = match.get("kind") if match else None
-    pred = (match or {}).get("predicted")
-    if pred and before and measured:
-        ratio = pred["step_ns"] / (pred["step_ns"] + pred["saving_ns"])
-        row["predicted_step_ms"] = before * ratio
-        helped = measured <= (1 - HELPED) * before
-        close = abs(measured - row["predicted_step_ms"]) <= CONFIRMED_WITHIN * measured
-        row["verdict"] = "confirmed" if close else "partly" if helped else "not confirmed"
-    else:
-        row["predicted_step_ms"], row["verdict"] = None, None
-    return row
-
-
-def _print(rows: list[dict], variants) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(highlight=False)
-    table = Table(title="Measured without the profiler (step: median of a round's steady steps, or mean if uneven; "
-                        "median of rounds)", title_justify="left")
-    for col in ("variant", "rounds", "step", "speed-up", "finding", "predicted", "verdict"):
-        table.add_column(col, justify="left" if col in ("variant", "finding", "verdict") else "right")
-    for r in rows:
-        table.add_row(r["label"], " / ".join("-" if x is None else f"{x:.2f}" for x in r["rounds_ms"]),
-                      "-" if r["measured_step_ms"] is None else f"{r['measured_step_ms']:.2f} ms",
-                      "" if r["speedup"] is None else f"{r['speedup']:.2f}x", r["finding"] or "",
-                      "" if r["predicted_step_ms"] is None else f"{r['predicted_step_ms']:.2f} ms", r["verdict"] or "")
-    console.print(table)
-    for r in rows[1:]:
-        for line in r["changed"]:
-            console.print(f"  {line}")
-        if r["loss_max_rel_diff"] is not None:
-            shown = ", ".join("-" if x is None else f"{x:.4g}" for x in r["losses"])
-            base = ", ".join("-" if x is None else f"{x:.4g}" for x in rows[0]["losses"])
-            console.print(f"  {r['label']}: loss of steps 0-{len(r['losses']) - 1}: {shown} (baseline {base}); largest "
-                          f"difference {r['loss_max_rel_diff'] * 100:.2g} %"
-                          + (f" ({', '.join(r['numerics'])} change(s) the arithmetic)" if r["numerics"] else ""))
-        elif r["numerics"]:
-            console.print(f"  {r['label']}: {', '.join(r['numerics'])} change(s) the arithmetic, and no loss was "
-                          "recorded to compare (Tensor.backward was not called on a one-element tensor)")
-        for why in r["failures"]:
-            console.print(f"  {r['label']}: a round gave no step time: {why}")
-        if r["verdict"] == "not confirmed":
-            console.print(f"  {r['label']}: the {r['finding']} finding was wrong here: its fix did not make the step "
-                          "faster")

@@ -34,10 +34,24 @@ def _prediction(row: dict) -> str:
             f"({row['prediction_error']:+.0%})")
 
 
+def _tried(d: dict) -> str:
+    """The line of a variant nvtx-trace try timed: no profile on that side, so no findings to compare."""
+    t = d.get("try")
+    if not t and d["after"].get("profiled", True) and d["before"].get("profiled", True):
+        return ""
+    line = "Timed by nvtx-trace try without a profiler: no findings on that side"
+    if t:
+        line += (f"; the {t['finding']} finding predicted {ms(t['predicted_step_ns'])}, measured "
+                 f"{ms(t['measured_step_ns'])} ({t['prediction_error']:+.0%}): {t['verdict']}")
+    return line
+
+
 def text(d: dict, console) -> None:
     from rich.table import Table
 
     console.print(_headline(d), highlight=False)
+    if _tried(d):
+        console.print(_tried(d), highlight=False, soft_wrap=True)
     t = Table(show_edge=False, title="Findings, before -> after", title_justify="left")
     for col in ("finding", "status", "before", "after", "the first run's prediction"):
         t.add_column(col)
@@ -64,7 +78,7 @@ def html(d: dict) -> str:
 <style>body{{font:14px system-ui,sans-serif;margin:2em}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;
 text-align:left;vertical-align:top}}.resolved,.improved{{color:#127a12}}.worse,.new{{color:#b00}}</style></head>
 <body><h1>nvtx-trace diff</h1><p>{esc(str(d['before'].get('report')))} &rarr; {esc(str(d['after'].get('report')))}</p>
-<p><b>{esc(_headline(d))}</b></p>
+<p><b>{esc(_headline(d))}</b></p><p>{esc(_tried(d))}</p>
 <table><tr><th>finding</th><th>status</th><th>before</th><th>after</th><th>the first run's prediction</th>
 <th>what it said</th></tr>{rows}</table></body></html>
 """

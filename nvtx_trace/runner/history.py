@@ -1,10 +1,11 @@
 """Run history: one row per ``nvtx-trace run`` in a local SQLite database, so that a run can say what
 changed since the last run of the same script (the advice loop: change one thing, run again).
 
-Tables (docs/json-schema.md, "history"): ``runs`` (one row per run) and ``findings`` (one row per finding
-of a run, ``run_id`` -> ``runs.id``). Written with sqlite-utils; columns may be added by later versions
-(``alter=True``), never renamed. A history that cannot be written never fails a run: the caller turns
-:class:`HistoryError` into one warning line.
+Tables (docs/json-schema.md, "history"): ``runs`` (one row per run, and one per variant ``nvtx-trace try``
+timed: ``kind`` says which) and ``findings`` (one row per finding of a run, ``run_id`` -> ``runs.id``).
+Written with sqlite-utils; columns may be added by later versions, never renamed; each gets its type when it
+is made (TYPES), not from the first value written, which may be null. A history that cannot be written never
+fails a run: the caller turns :class:`HistoryError` into one warning line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ from nvtx_trace.errors import NvtxTraceError
 ENV = "NVTX_TRACE_HISTORY"  # a database path, or "off" / "0" / "" to record nothing
 OFF = {"off", "0", "no", "false", "none"}
 RUNS, FINDINGS = "runs", "findings"
+# column types: a column made from a first row holding null would otherwise be TEXT, and hold numbers as text
+TYPES = {RUNS: {"id": int, "steps": int, "step_ns_median": int, "step_ns_mean": int, "gpu_busy_fraction": float,
+                "findings_count": int, "exit_code": int, "duration_s": float, "git_dirty": int, "try_speedup": float,
+                "try_predicted_step_ns": int},
+         FINDINGS: {"run_id": int, "impact_ns": int, "predicted_step_ns": int}}
 
 
 class HistoryError(NvtxTraceError):
@@ -125,7 +131,7 @@ def knobs(summary: dict) -> dict:
 
 
 def run_row(plan, exit_code: int, started: float, summary: dict | None, cwd: Path | None = None,
-            window: str | None = None) -> dict:
+            window: str | None = None, tried: dict | None = None) -> dict:
     """The ``runs`` row of one finished run (``summary``: its summary.json, None when none was written)."""
     from nvtx_trace.capture import target_python
 
@@ -139,6 +145,7 @@ def run_row(plan, exit_code: int, started: float, summary: dict | None, cwd: Pat
     stats = ((summary or {}).get("steps") or {}).get("summary") or {}
     return {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "kind": "run", "tried": _knob_text(tried),
         "script": script_key(target, plan.mode, cwd), "mode": plan.mode,
         "args": json.dumps(target[1:]), "cwd": str(cwd), "git_commit": commit,
         "git_dirty": None if dirty is None else int(dirty),
@@ -151,6 +158,42 @@ def run_row(plan, exit_code: int, started: float, summary: dict | None, cwd: Pat
         "out_dir": str(plan.out_dir), "exit_code": exit_code,
         "duration_s": round(time.time() - started, 3),
     }
+
+
+def _knob_text(knobs: dict | None) -> str | None:
+    from nvtx_trace import names
+
+    return names.knobs_text(knobs) if knobs else None
+
+
+def try_rows(result: dict, program: list[str], folder: Path, started: float, cwd: Path | None = None) -> list[dict]:
+    """One ``runs`` row per variant ``nvtx-trace try`` timed (the baseline too): plain steps, no findings; the
+    variant's prediction and verdict in ``try_*`` columns."""
+    cwd = Path(cwd or os.getcwd()).resolve()
+    commit, dirty = _git((cwd / program[0]).resolve().parent)
+    rows = []
+    for r in result["variants"]:
+        stat, step = r["statistic"], r["measured_step_ms"]
+        rows.append({
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+            "kind": "try", "tried": _knob_text(r["knobs"]) or "baseline",
+            "script": script_key(program, "script", cwd), "mode": "script", "args": json.dumps(program[1:]),
+            "cwd": str(cwd), "git_commit": commit, "git_dirty": None if dirty is None else int(dirty),
+            "knobs": json.dumps(r["knobs"]), "window": f"plain (no profiler), {len(r['rounds_ms'])} round(s)",
+            "steps": None, f"step_ns_{stat}": int(step * 1e6) if step else None,
+            "gpu_busy_fraction": None, "findings_count": 0,
+            "out_dir": str(folder / _folder_name(r["label"])), "exit_code": 0 if step else 1,
+            "duration_s": round(time.time() - started, 3),
+            "try_speedup": r["speedup"], "try_finding": r["finding"],
+            "try_predicted_step_ns": int(r["predicted_step_ms"] * 1e6) if r["predicted_step_ms"] else None,
+            "try_verdict": r["verdict"]})
+    return rows
+
+
+def _folder_name(label: str) -> str:
+    from nvtx_trace.runner.whatif import folder_name
+
+    return folder_name(label)
 
 
 def finding_rows(summary: dict | None) -> list[dict]:
@@ -184,17 +227,22 @@ def _why(exc: Exception) -> str:
     return f"{text}; point --history (or ${ENV}) elsewhere, or pass --no-history"
 
 
-def record(path: Path, row: dict, findings: list[dict]) -> tuple[int, dict | None]:
-    """Append a run; returns (its id, the previous run of the same script as a comparable summary or None)."""
+def record(path: Path, row: dict, findings: list[dict], more: list[dict] = ()) -> tuple[int, dict | None]:
+    """Append a run (and ``more`` rows after it, in one transaction); returns (its id, the previous profiled
+    run of the same script as a comparable summary or None)."""
     db = _open(path, create=True)
     try:
         previous = _latest(db, row["script"])
         with db.conn:
-            db[RUNS].insert(row, pk="id", alter=True)
+            _columns(db, RUNS, [row, *more])
+            db[RUNS].insert(row, pk="id")
             run_id = db.execute("SELECT last_insert_rowid()").fetchone()[0]
             if findings:
-                db[FINDINGS].insert_all([{**f, "run_id": run_id} for f in findings], alter=True,
-                                        foreign_keys=[("run_id", RUNS, "id")])
+                rows = [{**f, "run_id": run_id} for f in findings]
+                _columns(db, FINDINGS, rows)
+                db[FINDINGS].insert_all(rows)
+            for other in more:
+                db[RUNS].insert(other, pk="id")
         return run_id, previous
     except sqlite3.Error as exc:
         raise HistoryError(f"history {path}: {_why(exc)}") from None
@@ -202,10 +250,32 @@ def record(path: Path, row: dict, findings: list[dict]) -> tuple[int, dict | Non
         db.conn.close()
 
 
+def _columns(db, name: str, rows: list[dict]) -> None:
+    """Make the table, or the columns it lacks, with their declared types (TYPES; else the first non-null
+    value's type, else text)."""
+    wanted: dict = {}
+    for row in rows:
+        for key, value in row.items():
+            if wanted.get(key) is None:
+                wanted[key] = TYPES[name].get(key) or (type(value) if value is not None else None)
+    table = db[name]
+    if not table.exists():
+        types = {"id": int, **{k: t or str for k, t in wanted.items()}} if name == RUNS else \
+            {k: t or str for k, t in wanted.items()}
+        table.create(types, pk="id" if name == RUNS else None,
+                     foreign_keys=[("run_id", RUNS, "id")] if name == FINDINGS else None)
+        return
+    have = table.columns_dict
+    for key, kind in wanted.items():
+        if key not in have:
+            table.add_column(key, kind or str)
+
+
 def _latest(db, script: str) -> dict | None:
     if RUNS not in db.table_names():
         return None
-    rows = list(db.query(f"SELECT * FROM {RUNS} WHERE script = ? ORDER BY id DESC LIMIT 1", [script]))
+    kind = "AND (kind IS NULL OR kind = 'run')" if "kind" in db[RUNS].columns_dict else ""
+    rows = list(db.query(f"SELECT * FROM {RUNS} WHERE script = ? {kind} ORDER BY id DESC LIMIT 1", [script]))
     return as_summary(db, rows[0]) if rows else None
 
 
@@ -303,10 +373,25 @@ def after_run(result, path: Path | None, started: float) -> tuple[str | None, st
         if written in result.written:
             summary = json.loads(written.read_text())
         window = result.window.line if getattr(result, "window", None) is not None else None
-        row = run_row(result.plan, result.exit_code, started, summary, window=window)
+        tried = result.plan.options.tried if result.plan.options else None
+        row = run_row(result.plan, result.exit_code, started, summary, window=window, tried=tried)
         _, previous = record(path, row, finding_rows(summary))
         return (change_line(previous, summary) if previous else None), None
     except HistoryError as exc:
         return None, f"{exc} (run not recorded)"
     except Exception as exc:  # noqa: BLE001 - a history bug must not turn a finished run into a failure
         return None, f"history {path}: not recorded ({type(exc).__name__}: {exc})"
+
+
+def after_try(result: dict, program: list[str], folder: Path, path: Path | None, started: float) -> str | None:
+    """Record what ``nvtx-trace try`` timed, one row per variant; a warning or None. Never raises."""
+    if path is None:
+        return None
+    try:
+        rows = try_rows(result, program, folder, started)
+        record(path, rows[0], [], rows[1:])
+        return None
+    except HistoryError as exc:
+        return f"{exc} (not recorded)"
+    except Exception as exc:  # noqa: BLE001 - the results are already written
+        return f"history {path}: not recorded ({type(exc).__name__}: {exc})"

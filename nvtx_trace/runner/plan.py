@@ -64,6 +64,7 @@ class RunOptions:
     autotrace_depth: str | None = None  # NVTX_AUTOTRACE_MODULE_DEPTH for the program (auto, N, -1)
     autotrace_budget: float | None = None  # NVTX_AUTOTRACE_BUDGET_PCT
     per_rank: bool = False  # torchrun: one nsys per rank inside it (one report each), not one around it
+    tried: dict | None = None  # knobs nvtx_autotrace applies (run --try; docs/try.md), parsed
 
 
 @dataclass
@@ -204,6 +205,8 @@ def _check_request(opts: RunOptions) -> AnalysisOptions:
         raise UsageError("--full profiles everything: drop --warmup-steps/--steps, or --full")
     if opts.steps is not None and not opts.autotrace:
         raise UsageError("--warmup-steps/--steps count steps with nvtx_autotrace; drop --no-autotrace")
+    if opts.tried and not opts.autotrace:
+        raise UsageError("--try's knobs are applied by nvtx_autotrace; drop --no-autotrace")
     return analysis
 
 
@@ -300,6 +303,9 @@ def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: floa
     nsys = nsys or find_nsys(opts.nsys)
     env = dict(os.environ if environ is None else environ)
     env.update(autotrace_env)
+    env.pop(names.TRY_ENV, None)
+    if opts.tried:
+        env[names.TRY_ENV] = names.knobs_text(opts.tried)
     launch = _per_rank_launch(opts, mode) if opts.per_rank else None
     python = opts.python or (launch.python if launch else sys.executable)
     notes: list[str] = []

@@ -37,6 +37,17 @@ class Round:
     returncode: int
     why: str = ""  # why there is no value
     losses: list[float | None] = field(default_factory=list)  # the first steps' losses (LOSSES steps)
+    log: Path | None = None  # the run's stderr, kept
+
+    def unapplied(self, knobs: dict) -> list[str]:
+        """The knobs that changed nothing in this run: refused ("not applied: ..."), or never reached (no
+        line names them: no DataLoader built, empty_cache never called, no step 1)."""
+        out = []
+        for k in knobs:
+            mine = [ln for ln in self.lines if _names(ln, k)]
+            if not mine or all("not applied" in ln for ln in mine):
+                out.append(k)
+        return out
 
 
 @dataclass
@@ -48,15 +59,39 @@ class Variant:
     def label(self) -> str:
         return names.knobs_text(self.knobs) or "baseline"
 
+    def per_round(self, statistic: str) -> list[float | None]:
+        """Each round's step in one statistic (median or mean of its steps); None for a round without steps."""
+        pick = statistics.median if statistic == "median" else statistics.fmean
+        return [pick(r.step_ms) if r.step_ms else None for r in self.rounds]
+
+    def value(self, statistic: str) -> float | None:
+        values = [v for v in self.per_round(statistic) if v is not None]
+        return statistics.median(values) if values else None
+
+    @property
+    def statistic(self) -> str:
+        """Mean when the steps are uneven (the rule diff uses), judged on the median of the rounds."""
+        median, mean = self.value("median"), self.value("mean")
+        return typical_statistic(median or 0, mean or 0, None) if median else "median"
+
     @property
     def step_ms(self) -> float | None:
-        values = [r.value_ms for r in self.rounds if r.value_ms is not None]
-        return statistics.median(values) if values else None
+        return self.value(self.statistic)
+
+    @property
+    def unapplied(self) -> list[str]:
+        return self.rounds[0].unapplied(self.knobs) if self.rounds and self.knobs else []
+
+
+def _names(line: str, knob: str) -> bool:
+    """A knob's line starts with the knobs it is about: ``num_workers=8, pin_memory=True: DataLoader ...``."""
+    head = line.split(": ", 1)[0]
+    return any(part.strip().split("=", 1)[0] == knob for part in head.split(","))
 
 
 def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Path | None = None,
-              timeout: float | None = None) -> Round:
-    """One run of the program, timed in the default window, with ``knobs`` applied."""
+              timeout: float | None = None, log: Path | None = None) -> Round:
+    """One run of the program, timed in the default window, with ``knobs`` applied; its stderr kept in ``log``."""
     with tempfile.TemporaryDirectory(prefix="nvtx-trace-try-") as tmp:
         window = Path(tmp) / "window.jsonl"
         env = dict(os.environ)
@@ -69,24 +104,31 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         cmd = [python or sys.executable, "-m", "nvtx_autotrace", *target]
-        try:
-            proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True, errors="replace", timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return Round([], "median", None, [], -1, f"the run was stopped after {timeout:.0f} s (the default "
-                                                     "window takes at most about two minutes after start-up)")
-        lines = [ln[len(KNOB_LINE):] for ln in proc.stderr.splitlines() if ln.startswith(KNOB_LINE)]
+        log = log or Path(tmp) / "stderr.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "w", encoding="utf-8", errors="replace") as err:
+            try:
+                proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                      timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return Round([], "median", None, [], -1, f"the run was stopped after {timeout:.0f} s (the default "
+                                                         "window takes at most about two minutes after start-up)",
+                             log=log)
+        stderr = log.read_text(encoding="utf-8", errors="replace")
+        lines = [ln[len(KNOB_LINE):] for ln in stderr.splitlines() if ln.startswith(KNOB_LINE)]
         events = default_window.events(window)
+        kept = log if log.parent != Path(tmp) else None
     steps = next((e.get("step_ms") for e in reversed(events) if e.get("step_ms")), None)
     losses = next((e.get("values") or [] for e in events if e.get("event") == "losses"), [])
     if not steps:
-        tail = proc.stderr.strip().splitlines()[-1:] or [""]
+        tail = [ln for ln in stderr.strip().splitlines() if not ln.startswith(KNOB_LINE)][-1:] or [""]
         why = ("the program ended before its pace settled" if proc.returncode == 0 else
                f"the program exited with status {proc.returncode}: {tail[0][:200]}")
-        return Round([], "median", None, lines, proc.returncode, why, losses)
+        return Round([], "median", None, lines, proc.returncode, why + (f" (its output: {kept})" if kept else ""),
+                     losses, kept)
     median, mean = statistics.median(steps), statistics.fmean(steps)
     stat = typical_statistic(median, mean, None)
-    return Round(steps, stat, median if stat == "median" else mean, lines, proc.returncode, "", losses)
+    return Round(steps, stat, median if stat == "median" else mean, lines, proc.returncode, "", losses, kept)
 
 
 def loss_difference(base: list, other: list) -> float | None:
@@ -97,19 +139,124 @@ def loss_difference(base: list, other: list) -> float | None:
     return max(abs(b - a) / max(abs(a), 1e-12) for a, b in pairs)
 
 
+def loss_noise(base: Variant) -> float | None:
+    """How far the baseline's own losses move between its rounds: below this, a difference is noise."""
+    runs = [r.losses for r in base.rounds if r.losses]
+    diffs = [d for other in runs[1:] if (d := loss_difference(runs[0], other)) is not None]
+    return max(diffs) if diffs else None
+
+
+def folder_name(label: str) -> str:
+    """A variant's folder: its knobs as written (``tf32=1``, ``num_workers=8,pin_memory=1``), file-name safe."""
+    return "".join(c if c.isalnum() or c in "=,._-" else "_" for c in label)
+
+
 def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: str | None = None,
-            progress=None) -> list[Variant]:
-    """The baseline and each knob set, ``rounds`` times each, alternating; the baseline first in the list."""
+            progress=None, logs: Path | None = None) -> list[Variant]:
+    """The baseline and each knob set, ``rounds`` times each, alternating; the baseline first in the list.
+    A variant whose knobs changed nothing in its first round is not run again (its timing is the baseline's
+    program); each run's stderr goes to ``logs/<variant>/round-N.log``."""
     variants = [Variant({}), *(Variant(k) for k in knob_sets)]
     for r in range(rounds):
         order = variants if r % 2 == 0 else list(reversed(variants))
         for v in order:
+            if v.unapplied:
+                continue
             if progress:
                 progress(f"round {r + 1}/{rounds}: {v.label}")
-            v.rounds.append(time_once(target, v.knobs, python, timeout=RUN_TIMEOUT_S))
+            log = logs / folder_name(v.label) / f"round-{r + 1}.log" if logs else None
+            v.rounds.append(time_once(target, v.knobs, python, timeout=RUN_TIMEOUT_S, log=log))
         base = variants[0]
         if not base.rounds[-1].step_ms:
             raise NvtxTraceError(f"the baseline run gave no step times: {base.rounds[-1].why}; nvtx-trace try needs "
                                  "a training loop that calls optimizer.step() (or nvtx_autotrace.mark_step()) for "
                                  "at least ~30 steps")
     return variants
+
+
+# ---------------------------------------------------------------- what the runs say
+
+CONFIRMED_WITHIN = 0.25  # measured step within 25 % of the predicted one
+HELPED = 0.03  # a variant at least 3 % faster than the baseline helped
+# the knob that applies a finding's fix, for findings whose `recommend` does not name one
+KIND_KNOBS = {"layout_transpose": {"channels_last": True}, "pageable_h2d": {"pin_memory": True}}
+
+
+def knobs_of(finding: dict) -> dict:
+    """The knobs that apply the fix the finding predicted (precision predicts its first step: TF32 from fp32)."""
+    rec = finding.get("recommend") or {}
+    out = {k: v for k, v in rec.items() if k in names.KNOBS}
+    if finding.get("kind") == "precision" and out:
+        out = dict([next(iter(out.items()))])
+    return out or KIND_KNOBS.get(finding.get("kind"), {})
+
+
+def advised(findings: list[dict], top: int = 3) -> list[dict]:
+    """The knobs of the top findings (in their rank order) whose fix a knob applies, one set each."""
+    sets: list[dict] = []
+    for f in findings:
+        knobs = {k: v for k, v in knobs_of(f).items() if not (k == "amp" and v == "fp16")}
+        if knobs and knobs not in sets:
+            sets.append(knobs)
+        if len(sets) == top:
+            break
+    return sets
+
+
+def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = None) -> dict:
+    """One variant as the documented JSON (docs/try.md): measured, predicted, verdict. Baseline and variant are
+    compared in one statistic, the mean where either's steps are uneven (as diff does)."""
+    stat = "mean" if "mean" in (v.statistic, base.statistic) else "median"
+    measured, before = v.value(stat), base.value(stat)
+    unapplied = v.unapplied
+    out = {"knobs": v.knobs, "label": v.label, "statistic": stat, "rounds_ms": v.per_round(stat),
+           "measured_step_ms": measured, "baseline_step_ms": before,
+           "speedup": before / measured if measured and before and v.knobs else None,
+           "changed": sorted({ln for r in v.rounds for ln in r.lines}),
+           "unapplied": unapplied,
+           "numerics": sorted(k for k in v.knobs if k in names.NUMERICS_KNOBS),
+           "failures": [r.why for r in v.rounds if r.value_ms is None],
+           "logs": [str(r.log) for r in v.rounds if r.log],
+           "losses": v.rounds[0].losses if v.rounds else [],
+           "loss_max_rel_diff": (loss_difference(base.rounds[0].losses, v.rounds[0].losses)
+                                 if v.knobs and v.rounds and base.rounds else None),
+           "loss_noise_rel": noise}
+    match = next((f for f in findings if v.knobs and knobs_of(f) == v.knobs), None)  # its fix, no more, no less
+    out["finding"] = match.get("kind") if match else None
+    pred = (match or {}).get("predicted")
+    out["predicted_step_ms"], out["verdict"] = None, None
+    if pred and before and measured and not unapplied:
+        ratio = pred["step_ns"] / (pred["step_ns"] + pred["saving_ns"])
+        out["predicted_step_ms"] = before * ratio
+        helped = measured <= (1 - HELPED) * before
+        close = abs(measured - out["predicted_step_ms"]) <= CONFIRMED_WITHIN * measured
+        out["verdict"] = "confirmed" if close else "partly" if helped else "not confirmed"
+    return out
+
+
+def result(program: list[str], rounds: int, variants: list[Variant], findings: list[dict],
+           profile: str | None) -> dict:
+    """What ``try`` found, as try.json (docs/json-schema.md, "try")."""
+    noise = loss_noise(variants[0])
+    return {"program": program, "rounds": rounds, "profile": profile,
+            "variants": [row(v, variants[0], findings, noise) for v in variants]}
+
+
+def summary_of(r: dict, folder: Path) -> dict:
+    """One variant in the shape of summary.json, as far as ``nvtx-trace diff`` and the history read it: its
+    plain steady step, no findings (nothing was profiled), and the prediction it was measured against."""
+    from nvtx_trace import __version__
+    from nvtx_trace.report.json import SCHEMA_VERSION
+
+    def ns(x):
+        return int(round(x * 1e6)) if x else None
+
+    stat = r["statistic"]
+    return {"schema_version": SCHEMA_VERSION, "tool": {"name": "nvtx-trace", "version": __version__},
+            "report": {"path": str(folder)},
+            "steps": {"source": "nvtx-trace try (no profiler)",
+                      "summary": {f"step_ns_{stat}": ns(r["measured_step_ms"]), "statistic": stat,
+                                  "gpu_busy_fraction": None, "modes": None}},
+            "findings": [],
+            "try": {k: r[k] for k in ("knobs", "label", "baseline_step_ms", "measured_step_ms", "speedup",
+                                      "finding", "predicted_step_ms", "verdict", "unapplied")}}

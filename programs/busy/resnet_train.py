@@ -79,13 +79,13 @@ def main(argv=None):
     if args.data == "gpu":
         g = torch.Generator(device=dev).manual_seed(0)
         pool = [(torch.randn(args.batch, 3, 224, 224, device=dev, generator=g),
-                 torch.randint(0, 1000, (args.batch,), device=dev, generator=g)) for _ in range(4)]
+                 torch.randint(0, 1000, (args.batch,), device=dev, generator=g))
+                for _ in range(4)]
         it = (pool[i % len(pool)] for i in range(10**9))
     data = SyntheticImages(total * args.batch, args.pool, args.image_size, tf)
-    loader = None if args.data == "gpu" else torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True,
-                                         num_workers=args.workers, pin_memory=cuda,
-                                         persistent_workers=args.workers > 0,
-                                         prefetch_factor=4 if args.workers > 0 else None)
+    loader = None if args.data == "gpu" else torch.utils.data.DataLoader(
+        data, batch_size=args.batch, shuffle=True, drop_last=True, num_workers=args.workers, pin_memory=cuda,
+        persistent_workers=args.workers > 0, prefetch_factor=4 if args.workers > 0 else None)
     if loader is not None:
         it = iter(loader)
 

@@ -1,0 +1,80 @@
+"""`nvtx-trace try` as terminal text and as one self-contained HTML page (nothing computed here)."""
+
+from __future__ import annotations
+
+from html import escape as esc
+
+TITLE = ("Measured without the profiler (step: each round's median of its steady steps, or mean if uneven; "
+         "median of rounds)")
+COLUMNS = ("variant", "rounds", "step", "speed-up", "finding", "predicted", "verdict")
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.2f} ms"
+
+
+def cells(r: dict) -> list[str]:
+    label = r["label"] + (" (not applied)" if r.get("unapplied") else "")
+    return [label, " / ".join("-" if x is None else f"{x:.2f}" for x in r["rounds_ms"]),
+            _ms(r["measured_step_ms"]), "" if r["speedup"] is None else f"{r['speedup']:.2f}x", r["finding"] or "",
+            "" if r["predicted_step_ms"] is None else _ms(r["predicted_step_ms"]), r["verdict"] or ""]
+
+
+def notes(d: dict) -> list[str]:
+    """The lines under the table: what each knob changed, the losses, failures, wrong findings."""
+    rows = d["variants"]
+    out = []
+    for r in rows[1:]:
+        out += [f"  {line}" for line in r["changed"]]
+        if r.get("unapplied"):
+            out.append(f"  {r['label']}: {', '.join(r['unapplied'])} changed nothing in this program (see the lines "
+                       "above), so its timing is the baseline's program: run once, no verdict")
+        if r["loss_max_rel_diff"] is not None:
+            shown = ", ".join("-" if x is None else f"{x:.4g}" for x in r["losses"])
+            base = ", ".join("-" if x is None else f"{x:.4g}" for x in rows[0]["losses"])
+            noise = r.get("loss_noise_rel")
+            floor = (f"; the baseline's own rounds differ by up to {noise * 100:.2g} %" if noise is not None
+                     else "; one baseline round, so its own run-to-run difference is unknown")
+            out.append(f"  {r['label']}: loss of steps 0-{len(r['losses']) - 1}: {shown} (baseline {base}); largest "
+                       f"difference {r['loss_max_rel_diff'] * 100:.2g} %{floor}"
+                       + (f" ({', '.join(r['numerics'])} change(s) the arithmetic)" if r["numerics"] else ""))
+        elif r["numerics"]:
+            out.append(f"  {r['label']}: {', '.join(r['numerics'])} change(s) the arithmetic, and no loss was "
+                       "recorded to compare (Tensor.backward was not called on a one-element tensor)")
+        for why in r["failures"]:
+            out.append(f"  {r['label']}: a round gave no step time: {why}")
+        if r["verdict"] == "not confirmed":
+            out.append(f"  {r['label']}: the {r['finding']} finding was wrong here: its fix did not make the step "
+                       "faster")
+    for why in rows[0]["failures"]:
+        out.append(f"  baseline: a round gave no step time: {why}")
+    return out
+
+
+def text(d: dict, console) -> None:
+    from rich.table import Table
+
+    table = Table(title=TITLE, title_justify="left")
+    for col in COLUMNS:
+        table.add_column(col, justify="left" if col in ("variant", "finding", "verdict") else "right")
+    for r in d["variants"]:
+        table.add_row(*cells(r))
+    console.print(table)
+    for line in notes(d):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+def html(d: dict) -> str:
+    head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
+    rows = "".join("<tr>" + "".join(f"<td class='{esc(r['verdict'] or '').replace(' ', '-')}'>{esc(c)}</td>"
+                                    if i == 6 else f"<td>{esc(c)}</td>" for i, c in enumerate(cells(r))) + "</tr>"
+                   for r in d["variants"])
+    lines = "".join(f"<li>{esc(line.strip())}</li>" for line in notes(d))
+    program = " ".join(d["program"])
+    profile = f"<p>Findings and predictions from {esc(str(d['profile']))}</p>" if d.get("profile") else ""
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>nvtx-trace try: {esc(program)}</title>
+<style>body{{font:14px system-ui,sans-serif;margin:2em}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;
+text-align:left}}.confirmed{{color:#127a12}}.not-confirmed{{color:#b00}}.partly{{color:#a60}}</style></head>
+<body><h1>nvtx-trace try</h1><p><code>{esc(program)}</code>, {d['rounds']} round(s) each, alternating</p>{profile}
+<p>{esc(TITLE)}</p><table><tr>{head}</tr>{rows}</table><ul>{lines}</ul></body></html>
+"""
