@@ -125,7 +125,8 @@ def test_ranks_on_different_hosts_each_get_their_hosts_cores_for_workers(tmp_pat
     one_host = analyze([named(p, "node1") for p in RANKS], workers=1)
     two_hosts = analyze([named(RANKS[0], "node1"), named(RANKS[1], "node2")], workers=1)
     shared, own = (next(f for f in a.findings if f.kind == "dataloader_stall") for a in (one_host, two_hosts))
-    need = workers_needed(own.evidence["fetch_ns_per_batch"], own.evidence["compute_ns_per_step"])
+    have = int(own.evidence["loaders"]["workers"].max())
+    need = workers_needed(own.evidence["fetch_ns_per_batch"], own.evidence["compute_ns_per_step"], have, 32, 1)
     assert shared.recommend["num_workers"] == 32 // 2 - 1 == 15 and "32 CPU cores for 2 training" in shared.fix
     assert need > 15 and own.recommend["num_workers"] == min(need, 32 - 1)
     assert need <= 31 or f"{need} would keep up, but the smallest of the 2 hosts has 32 CPU cores" in own.fix

@@ -161,8 +161,44 @@ def usable_workers(a) -> int | None:
     return max(1, a.cpu_cores // processes_per_host(a)[0] - 1)
 
 
-def workers_needed(fetch_ns_median: float, compute_ns_per_step: float) -> int:
-    """Workers that keep the queue full: each delivers one batch per fetch time, the loop eats one per step."""
+# A worker's time per batch grows by this share as the busy processes on the host (workers, counted by the
+# share of the time they are busy, and each training loop) grow by as many as it has cores: CPU-bound workers
+# share caches, memory bandwidth and the all-core clock. Measured, as that growth per full host: 0.44-0.51
+# (ResNet-18 ImageNet transforms, a 16-core H100 host: 310.6, 369.8, 413.2 ms per batch at 2, 8, 14 workers,
+# device phase K2), 0.59 (the public ImageNet example, ResNet-18, 16 cores: 596 -> 854 ms at 2 -> 14), 0.09
+# (ResNet-50, another 16-core H100 host: 438 -> 449 ms at 2 -> 8), at most 0.2 (a DDP pair on a 32-core H200
+# host: 4 -> 15 workers a rank). Hosts differ by that much; 0.3 keeps each within 15 % of its fetch time.
+CONTENTION = 0.3
+
+
+def contended_fetch_ns(fetch_ns: float, have: int, workers: int, cores: int | None, ranks: int = 1,
+                       compute_ns: float | None = None) -> float:
+    """A worker's time per batch once ``workers`` workers per training process run where ``have`` ran (fetch
+    time measured with ``have``, each busy all the time); ``ranks`` training processes share the ``cores``.
+    With ``compute_ns`` (a step without waits), workers that outpace the loop idle part of the time."""
+    if not cores or workers <= have:
+        return fetch_ns
+
+    def busy(n: int, per_batch: float) -> float:  # busy workers and the training loop, all processes
+        share = min(float(n), per_batch / compute_ns) if compute_ns else float(n)
+        return min(ranks * (share + 1), cores)
+
+    after = fetch_ns
+    for _ in range(8):  # busier workers are slower, and slower ones are busy more of the time
+        after = fetch_ns * (1 + CONTENTION * max(0.0, busy(workers, after) - busy(have, 1e30)) / cores)
+    return after
+
+
+def workers_needed(fetch_ns_median: float, compute_ns_per_step: float, have: int | None = None,
+                   cores: int | None = None, ranks: int = 1) -> int:
+    """Workers that keep the queue full: each delivers one batch per fetch time, the loop eats one per step;
+    with ``have`` and ``cores``, each added worker slows every worker (contended_fetch_ns)."""
     if compute_ns_per_step <= 0 or fetch_ns_median <= 0:
         return 0
-    return int(np.ceil(1.2 * fetch_ns_median / compute_ns_per_step))
+    need = int(np.ceil(1.2 * fetch_ns_median / compute_ns_per_step))
+    if not cores or have is None:
+        return need
+    while need < 4 * cores and 1.2 * contended_fetch_ns(fetch_ns_median, have, need, cores, ranks,
+                                                         compute_ns_per_step) / need > compute_ns_per_step:
+        need += 1
+    return need

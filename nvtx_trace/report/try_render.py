@@ -55,8 +55,10 @@ def text(d: dict, console) -> None:
     from rich.table import Table
 
     table = Table(title=TITLE, title_justify="left")
+    widest = max(len(cells(r)[0]) for r in d["variants"])
     for col in COLUMNS:
-        table.add_column(col, justify="left" if col in ("variant", "finding", "verdict") else "right")
+        table.add_column(col, justify="left" if col in ("variant", "finding", "verdict") else "right",
+                         no_wrap=col != "rounds", min_width=min(widest, 40) if col == "variant" else None)
     for r in d["variants"]:
         table.add_row(*cells(r))
     console.print(table)

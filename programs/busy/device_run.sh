@@ -18,6 +18,10 @@
 #          advice profile's report brought back: K1 ResNet-50 NCHW fp32 on GPU-made batches (the model alone:
 #          channels_last, amp); K2 ResNet-18 with a transform-heavy loader of 2 workers (num_workers under core
 #          contention) and a capture at 14 workers; K3 the GPT-2-class eager trainer (compile). Outputs in one tar.
+# Phase K4/K5: held out from the models K1-K2 calibrated (channels_last's batch-norm gain, loader contention):
+#          K4 ResNet-50 bf16 NCHW and ResNet-101 fp32 NCHW on GPU-made batches, `try --from` their profile with
+#          channels_last=1, and by hand; K5 ResNet-34 with 3 loader workers, `try --from` its profile with the
+#          advised num_workers, and by hand.
 # Plain timing runs are interleaved (round 1 forward order, round 2 reversed, ...);
 # captures come after round 2 so they happen even if round 3 is skipped at the deadline.
 # Writes under $OUT: results_<P>.jsonl, log_<P>.txt, versions_<P>.txt, bench.jsonl, <capture>.sqlite.xz
@@ -271,6 +275,38 @@ if [[ $PHASE == K3 ]]; then
   }
 fi
 
+tryfrom() {  # label est_s knobs script args...: try --from the trace of the same label
+  local label=$1 est=$2
+  shift 2
+  trytool "${label}_try" "$est" --from "/tmp/run/$label" "$@"
+}
+
+advised_workers() {  # label: the num_workers its trace's loader finding recommends (14 without one)
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(next((f['recommend']['num_workers'] for f in d['findings'] if (f.get('recommend') or {}).get('num_workers')), 14))" "/tmp/run/$1/summary.json" 2>/dev/null || echo 14
+}
+
+if [[ $PHASE == K4 ]]; then
+  variants=()
+  caps() {
+    trace rn50_gpu_bf16 80 $B/resnet_train.py --data gpu --dtype bf16 --steps 400
+    tryfrom rn50_gpu_bf16 150 channels_last=1 $B/resnet_train.py --data gpu --dtype bf16 --steps 400
+    run rn50_gpu_bf16_cl_by_hand 1 30 $R --data gpu --dtype bf16 --channels-last
+    trace rn101_gpu 90 $B/resnet_train.py --arch resnet101 --data gpu --steps 300
+    tryfrom rn101_gpu 180 channels_last=1 $B/resnet_train.py --arch resnet101 --data gpu --steps 300
+    run rn101_gpu_cl_by_hand 1 35 $R --arch resnet101 --data gpu --channels-last
+  }
+fi
+if [[ $PHASE == K5 ]]; then
+  variants=()
+  caps() {
+    trace rn34_w3 80 $B/resnet_train.py --arch resnet34 --workers 3 --steps 300
+    n=$(advised_workers rn34_w3)
+    tryfrom rn34_w3 200 "num_workers=$n" $B/resnet_train.py --arch resnet34 --workers 3 --steps 300
+    run rn34_advised_by_hand 1 40 $R --arch resnet34 --workers "$n" --steps 100
+    trace rn34_advised 80 $B/resnet_train.py --arch resnet34 --workers "$n" --steps 300
+  }
+fi
+
 one_round() {  # round forward|reverse
   local n=${#variants[@]} i idx
   for ((i = 0; i < n; i++)); do
@@ -284,7 +320,7 @@ one_round() {  # round forward|reverse
 one_round 1 forward
 one_round 2 reverse
 caps
-[[ $PHASE =~ ^([CDEFGHIJ]|K[123])$ ]] || one_round 3 forward
+[[ $PHASE =~ ^([CDEFGHIJ]|K[1-5])$ ]] || one_round 3 forward
 if [[ $PHASE == G ]] && (($(left) > 40)); then
   timeout 60 python3 benchmarks/bench_settings.py --device cuda >>"$LOG" 2>&1
   echo "bench_settings done t=$SECONDS"

@@ -7,6 +7,7 @@ from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.basis import of_window
 from nvtx_trace.analyzer.dataloader import (
     analyze_loader,
+    contended_fetch_ns,
     pace,
     processes_per_host,
     taken_and_delivered,
@@ -66,19 +67,23 @@ def _findings(a, basis) -> list[Finding]:
     fetch = loader_pace.fetch_ns if loader_pace else float(top["fetch_ns_median"])
     slowest = " of the slowest rank" if loader_pace and loader_pace.slowest_rank else ""
     workers_after = None
+    fetch_after = fetch
     if int(top["workers"]) and compute:
-        need = workers_needed(fetch, compute)
         have = int(top["workers"])
+        ranks = processes_per_host(a)[0]
+        need = workers_needed(fetch, compute, have, a.cpu_cores, ranks)
         usable = usable_workers(a)
         workers_after = min(need, usable) if usable is not None and need > have else max(need, have)
         workers_after = max(workers_after, have)
+        fetch_after = contended_fetch_ns(fetch, have, workers_after, a.cpu_cores, ranks, compute)
         if workers_after > have:
             recommend["num_workers"] = int(workers_after)
         if need > have and (usable is None or need <= usable):
             deliver = "delivers" if have == 1 else "deliver"
             fixes.append(f"num_workers={need} (now {have}): a worker{slowest} needs {ms(fetch)} per batch and "
                          f"a step computes in {ms(compute)}, so {count(have, 'worker')} {deliver} a batch every "
-                         f"{ms(fetch / have)}; each worker needs a free CPU core")
+                         f"{ms(fetch / have)}; each worker needs a free CPU core"
+                         + _slower(fetch, fetch_after, need, a.cpu_cores))
         elif need > have:  # more workers than the machine has cores for: say so, and what else is left
             per_host, hosts = processes_per_host(a)
             ranks = count(per_host, "training process", "training processes")
@@ -89,8 +94,8 @@ def _findings(a, basis) -> list[Finding]:
                        "smaller inputs)")
             if usable > have:
                 fixes.append(f"num_workers={usable} (now {have}; {need} would keep up, but {cores}): a batch then "
-                             f"arrives every {ms(fetch / usable)} against a step of {ms(compute)}, "
-                             f"so also {cheaper}")
+                             f"arrives every {ms(fetch_after / usable)} against a step of {ms(compute)}"
+                             f"{_slower(fetch, fetch_after, usable, a.cpu_cores)}, so also {cheaper}")
             else:
                 fixes.append(f"{cheaper}: {need} workers would keep up with a step of {ms(compute)} "
                              f"({ms(fetch)} per batch each), but {cores}, and {have} already run")
@@ -128,7 +133,7 @@ def _findings(a, basis) -> list[Finding]:
         kind="dataloader_stall", title=title, impact_ns=int(cost),
         fix=predict.with_expected("In the DataLoader: " + "; ".join(fixes) if fixes
                                   else "Speed up the dataset's __getitem__ / collate.",
-                                  predicted := predict.loader(a, fetch, compute, workers_after, sustained)),
+                                  predicted := predict.loader(a, fetch_after, compute, workers_after, sustained)),
         recommend=recommend or None, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window"
                   + ("" if measured else " (projected: the loader falls behind)"),
@@ -136,6 +141,14 @@ def _findings(a, basis) -> list[Finding]:
                   "compute_ns_per_step": int(compute) if compute else None, "fetch_ns_per_batch": int(fetch),
                   "falls_behind": behind},
     )]
+
+
+def _slower(fetch: float, fetch_after: float, workers: int, cores: int | None) -> str:
+    """The contention the advice counts in: more busy workers make each one slower."""
+    if fetch_after <= fetch * 1.01:
+        return ""
+    return (f" (with {workers} workers busy on {cores} cores each takes about {ms(fetch_after)} per batch, as "
+            "workers slow one another)")
 
 
 def _falls_behind(a, loader_pace) -> dict | None:
