@@ -76,7 +76,8 @@ def test_knobs_change_what_the_program_builds_and_uninstall_restores_it(monkeypa
 @pytest.mark.slow
 def test_taking_the_workers_away_is_measured_slower(tmp_path):
     out = tmp_path / "try.json"
-    proc = cli("--json", str(out), "num_workers=0", "programs/cpu_train.py", "--steps", "400", "--sample-ms", "1")
+    proc = cli("--json", str(out), "--out", str(tmp_path / "tried"), "num_workers=0", "programs/cpu_train.py",
+               "--steps", "400", "--sample-ms", "1")
     assert proc.returncode == 0, proc.stderr[-2000:]
     d = json.loads(out.read_text())
     base, variant = d["variants"]
@@ -101,7 +102,8 @@ def test_advice_profiles_first_and_says_when_no_finding_has_a_knob(tmp_path):
     from conftest import installed_nsys
 
     installed_nsys()
-    proc = cli("--advice", "programs/slow_loader_train.py", "--steps", "60", timeout=600)
+    proc = cli("--advice", "--out", str(tmp_path / "tried"), "programs/slow_loader_train.py", "--steps", "60",
+               timeout=600)
     assert proc.returncode != 0 and "no finding has a fix that a knob applies" in proc.stderr, proc.stderr[-2000:]
     assert "profiling programs/slow_loader_train.py first" in proc.stderr and "Traceback" not in proc.stderr
 
