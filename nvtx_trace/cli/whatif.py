@@ -67,12 +67,12 @@ def try_(
     if json_out:
         check_outputs([json_out], [Path(program[0]), *([from_run] if from_run else [])], force)
     history_db = history.resolve_path(history_path, disabled=no_history)
-    findings = _findings(from_run) if from_run else []  # a bad --from is refused before anything runs
+    profile = _summary(from_run) if from_run else {}  # a bad --from is refused before anything runs
     folder.mkdir(parents=True, exist_ok=True)
     if advice:
         from_run = _profile(program, python, folder / "profile")
-        findings = _findings(from_run)
-        sets = whatif.advised(findings)
+        profile = _summary(from_run)
+        sets = whatif.advised(profile.get("findings") or [])
         if not sets:
             raise UsageError(f"{from_run}: no finding has a fix that a knob applies ({', '.join(names.KNOBS)}); "
                              "nothing to try")
@@ -84,7 +84,7 @@ def try_(
     say(f"{program[0]}: the baseline and {len(sets)} variant(s), {rounds} round(s) each, alternating; no profiler "
         f"attached, steps timed after warm-up; outputs in {folder}")
     variants = whatif.compare(program, sets, rounds, python, progress=say, logs=folder)
-    result = whatif.result(program, rounds, variants, findings, str(from_run) if from_run else None)
+    result = whatif.result(program, rounds, variants, profile, str(from_run) if from_run else None)
     try_render.text(result, Console(highlight=False))
     text = json.dumps(result, indent=2) + "\n"
     written = [folder / TRY_JSON, folder / TRY_HTML]
@@ -179,7 +179,7 @@ def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]
     return knobs, program
 
 
-def _findings(path: Path) -> list[dict]:
+def _summary(path: Path) -> dict:
     from nvtx_trace.diff import load_summary
 
-    return load_summary(path).get("findings") or []
+    return load_summary(path)

@@ -48,6 +48,12 @@ def notes(d: dict) -> list[str]:
                        "faster")
     for why in rows[0]["failures"]:
         out.append(f"  baseline: a round gave no step time: {why}")
+    profiled, plain = d.get("profile_step_ms"), rows[0]["measured_step_ms"]
+    if profiled and plain and abs(profiled - plain) > 0.1 * plain and any(r["predicted_step_ms"] for r in rows):
+        out.append(f"  the profile's steady step was {profiled:.2f} ms (the tool's own cost taken out) and the plain "
+                   f"baseline's {plain:.2f} ms: the predictions are the profile's, so where the two runs kept "
+                   "different paces (a loader's random work, another load on the machine) they differ from this "
+                   "baseline by as much")
     return out
 
 

@@ -203,9 +203,17 @@ def advised(findings: list[dict], top: int = 3) -> list[dict]:
     return sets
 
 
-def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = None) -> dict:
+def own_cost_ns(profile: dict) -> int:
+    """What the profile's steps carry that a plain run's do not: nvtx_autotrace's ranges and, where measured,
+    the profiler's tracing, per step (summary.json ``instrumentation`` and ``profiler``)."""
+    return sum(int(((profile.get(key) or {}).get("cost_ns_per_step")) or 0) for key in ("instrumentation", "profiler"))
+
+
+def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = None, own_ns: int = 0) -> dict:
     """One variant as the documented JSON (docs/try.md): measured, predicted, verdict. Baseline and variant are
-    compared in one statistic, the mean where either's steps are uneven (as diff does)."""
+    compared in one statistic, the mean where either's steps are uneven (as diff does). A prediction is the
+    profile's predicted step less the tool's own cost per step: the part the fix leaves (the GPU's work, the
+    loader's pace) is what the profile measured, whatever pace the plain baseline happened to keep."""
     stat = "mean" if "mean" in (v.statistic, base.statistic) else "median"
     measured, before = v.value(stat), base.value(stat)
     unapplied = v.unapplied
@@ -227,20 +235,24 @@ def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = N
     pred = (match or {}).get("predicted")
     out["predicted_step_ms"], out["verdict"] = None, None
     if pred and before and measured and not unapplied:
-        ratio = pred["step_ns"] / (pred["step_ns"] + pred["saving_ns"])
-        out["predicted_step_ms"] = before * ratio
+        out["predicted_step_ms"] = max(pred["step_ns"] - own_ns, 0) / 1e6
         helped = measured <= (1 - HELPED) * before
         close = abs(measured - out["predicted_step_ms"]) <= CONFIRMED_WITHIN * measured
         out["verdict"] = "confirmed" if close else "partly" if helped else "not confirmed"
     return out
 
 
-def result(program: list[str], rounds: int, variants: list[Variant], findings: list[dict],
-           profile: str | None) -> dict:
-    """What ``try`` found, as try.json (docs/json-schema.md, "try")."""
+def result(program: list[str], rounds: int, variants: list[Variant], profile: dict,
+           source: str | None) -> dict:
+    """What ``try`` found, as try.json (docs/json-schema.md, "try"); ``profile``: the summary.json whose
+    findings gave the predictions ({} without one)."""
     noise = loss_noise(variants[0])
-    return {"program": program, "rounds": rounds, "profile": profile,
-            "variants": [row(v, variants[0], findings, noise) for v in variants]}
+    findings = profile.get("findings") or []
+    own = own_cost_ns(profile)
+    rows = [row(v, variants[0], findings, noise, own) for v in variants]
+    captured = ((profile.get("steps") or {}).get("summary") or {}).get(f"step_ns_{rows[0]['statistic']}")
+    return {"program": program, "rounds": rounds, "profile": source,
+            "profile_step_ms": (captured - own) / 1e6 if captured else None, "variants": rows}
 
 
 def summary_of(r: dict, folder: Path) -> dict:
