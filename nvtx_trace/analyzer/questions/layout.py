@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
-from nvtx_trace.analyzer.layout import NHWC_BATCHNORM_SPEEDUP, analyze_layout, launch_filter
+from nvtx_trace.analyzer.layout import analyze_layout, launch_filter
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.questions.idle import gpu_missing
 
@@ -43,7 +43,7 @@ def _findings(a, basis) -> list[Finding]:
             "x = x.to(device, memory_format=torch.channels_last) for the inputs.",
         threshold=f">= {pct(THRESHOLDS['transpose_kernel_fraction'])} of kernel time",
         evidence={"kernels": lay.by_kernel, "modules": lay.by_module.head(20),
-                  "nchw_batchnorm_ns": lay.nchw_batchnorm_ns, "batchnorm_speedup": NHWC_BATCHNORM_SPEEDUP},
+                  "nchw_batchnorm_ns": lay.nchw_batchnorm_ns, "batchnorm_saved_ns": lay.batchnorm_saved_ns},
     )]
 
 
