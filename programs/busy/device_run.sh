@@ -22,6 +22,8 @@
 #          K4 ResNet-50 bf16 NCHW and ResNet-101 fp32 NCHW on GPU-made batches, `try --from` their profile with
 #          channels_last=1, and by hand; K5 ResNet-34 with 3 loader workers, `try --from` its profile with the
 #          advised num_workers, and by hand.
+# Phase K6: held out from K4's bf16 batch-norm factor: ResNet-101 and ResNet-18 bf16 NCHW on GPU-made batches,
+#          `try --from` their profile with channels_last=1, and by hand.
 # Plain timing runs are interleaved (round 1 forward order, round 2 reversed, ...);
 # captures come after round 2 so they happen even if round 3 is skipped at the deadline.
 # Writes under $OUT: results_<P>.jsonl, log_<P>.txt, versions_<P>.txt, bench.jsonl, <capture>.sqlite.xz
@@ -296,6 +298,17 @@ if [[ $PHASE == K4 ]]; then
     run rn101_gpu_cl_by_hand 1 35 $R --arch resnet101 --data gpu --channels-last
   }
 fi
+if [[ $PHASE == K6 ]]; then
+  variants=()
+  caps() {
+    trace rn101_gpu_bf16 90 $B/resnet_train.py --arch resnet101 --data gpu --dtype bf16 --steps 300
+    tryfrom rn101_gpu_bf16 150 channels_last=1 $B/resnet_train.py --arch resnet101 --data gpu --dtype bf16 --steps 300
+    run rn101_gpu_bf16_cl_by_hand 1 30 $R --arch resnet101 --data gpu --dtype bf16 --channels-last
+    trace rn18_gpu_bf16 70 $B/resnet_train.py --arch resnet18 --data gpu --dtype bf16 --steps 600
+    tryfrom rn18_gpu_bf16 110 channels_last=1 $B/resnet_train.py --arch resnet18 --data gpu --dtype bf16 --steps 600
+    run rn18_gpu_bf16_cl_by_hand 1 25 $R --arch resnet18 --data gpu --dtype bf16 --channels-last --steps 100
+  }
+fi
 if [[ $PHASE == K5 ]]; then
   variants=()
   caps() {
@@ -320,7 +333,7 @@ one_round() {  # round forward|reverse
 one_round 1 forward
 one_round 2 reverse
 caps
-[[ $PHASE =~ ^([CDEFGHIJ]|K[1-5])$ ]] || one_round 3 forward
+[[ $PHASE =~ ^([CDEFGHIJ]|K[1-6])$ ]] || one_round 3 forward
 if [[ $PHASE == G ]] && (($(left) > 40)); then
   timeout 60 python3 benchmarks/bench_settings.py --device cuda >>"$LOG" 2>&1
   echo "bench_settings done t=$SECONDS"
