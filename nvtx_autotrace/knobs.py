@@ -182,7 +182,7 @@ def _models(model: dict) -> None:
     for root in roots:
         where = type(root).__name__
         if "channels_last" in model and model["channels_last"]:
-            _channels_last(root, where)
+            _channels_last(root, where, lead)
         if "amp" in model:
             _autocast(root, where, model["amp"])
         if model.get("compile"):
@@ -209,10 +209,17 @@ def _autocast(root, where: str, dtype: str) -> None:
         "computed outside it gets bf16 outputs)")
 
 
-def _channels_last(root, where: str) -> None:
+def _channels_last(root, where: str, optimizer=None) -> None:
     import torch
 
     root.to(memory_format=torch.channels_last)
+    moved = 0
+    if optimizer is not None:  # its state (momentum, Adam's moments) was made at step 0, in the old layout
+        for state in getattr(optimizer, "state", {}).values():
+            for key, value in list(state.items()):
+                if torch.is_tensor(value) and value.dim() == 4:
+                    state[key] = value.contiguous(memory_format=torch.channels_last)
+                    moved += 1
     forward = root.forward
 
     @functools.wraps(forward)
@@ -222,7 +229,8 @@ def _channels_last(root, where: str) -> None:
         return forward(*args, **kwargs)
 
     root.forward = channels_last_forward
-    say(f"channels_last=1: {where} and its 4-D inputs in channels_last from step 1 on")
+    say(f"channels_last=1: {where} and its 4-D inputs in channels_last from step 1 on"
+        + (f", and {moved} optimizer state tensors with them" if moved else ""))
 
 
 def _device_type(root) -> str:
