@@ -105,7 +105,7 @@ def test_diff_shows_the_stall_resolved_and_the_prediction_beside_the_measurement
 def transpose_ns_per_step_sql(path, names: str = "s.value IN ('nchwToNhwcKernel', 'nhwcToNchwKernel')") -> float:
     """cuDNN's layout-conversion kernels (nchwToNhwc / nhwcToNchw) per `step N` range, by SQL alone."""
     with sqlite3.connect(path) as db:
-        (total,) = db.execute("SELECT sum(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+        (total,) = db.execute("SELECT coalesce(sum(k.end - k.start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
                               f"ON s.id = k.shortName WHERE {names}").fetchone()
     return total / len(step_durations_sql(path, 0))
 
