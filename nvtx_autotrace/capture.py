@@ -97,8 +97,10 @@ def _repeat_instrumentation_record(step: int) -> None:
     """The budget's record (measured before the window opened) again, inside it: the analyzer needs it, and
     the pace of the steps just before the window (no CUDA tracing yet) tells it what the profiler costs.
     The settings record too, with its counters brought up to date."""
-    from nvtx_autotrace import budget, settings
+    from nvtx_autotrace import _backend, budget, settings
 
+    _backend.push(names.window({"first_step": step}))  # whatever reads the report: warm-up is left out
+    _backend.pop()
     record = budget.record_at_capture(step)
     if record is not None:
         budget.emit(record)

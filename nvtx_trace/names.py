@@ -46,6 +46,7 @@ SYNC_PREFIX = "sync "
 INSTRUMENTATION_PREFIX = "nvtx_autotrace.instrumentation "
 CALIBRATION = "nvtx_autotrace.calibration"
 SETTINGS_PREFIX = "nvtx_autotrace.settings "
+WINDOW_PREFIX = "nvtx_autotrace.window "  # the capture window opened at a step boundary, after warm-up
 
 # The capture window (nvtx-trace run --warmup-steps N --steps M): the variable nvtx_autotrace.capture
 # reads, and the NVTX range it opens for nsys --capture-range=nvtx (domain "nvtx-trace").
@@ -191,6 +192,14 @@ def instrumentation(record: dict) -> str:
     return INSTRUMENTATION_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True)
 
 
+def window(record: dict) -> str:
+    """One range, the first thing a capture window holds: the step it opened at (``first_step``), so that any
+    reader of the report knows the steps before it ran outside the capture (the warm-up is already left out)."""
+    import json
+
+    return WINDOW_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True)
+
+
 def settings(record: dict) -> str:
     """One range whose name carries the program's settings (precision, optimizer, loaders...) as JSON."""
     import json
@@ -221,5 +230,5 @@ def is_auto_range(name: str) -> bool:
         or name == BACKWARD
         or name.startswith((LOADER_WAIT_PREFIX, WORKER_FETCH_PREFIX, FORWARD_PREFIX, BACKWARD_PREFIX,
                             OPTIMIZER_STEP_PREFIX, ZERO_GRAD_PREFIX, H2D_COPY_PREFIX, PIN_MEMORY_PREFIX,
-                            SYNC_PREFIX, INSTRUMENTATION_PREFIX, CALIBRATION, SETTINGS_PREFIX))
+                            SYNC_PREFIX, INSTRUMENTATION_PREFIX, CALIBRATION, SETTINGS_PREFIX, WINDOW_PREFIX))
     )

@@ -71,4 +71,4 @@ def test_loader_prediction_is_never_faster_than_the_measured_compute():
     assert p["step_ns"] >= 0.98 * compute  # never faster than the GPU/CPU work the step itself needs
     assert p["step_ns"] + p["saving_ns"] == pytest.approx(a.steps.summary()["step_ns_median"], abs=1)
     assert stall.recommend["num_workers"] <= a.cpu_cores - 1 and stall.recommend["pin_memory"] is True
-    assert "Expected: step" in stall.fix
+    assert "Expected with num_workers=4 alone: step" in stall.fix and stall.predicted["for"] == "num_workers=4"

@@ -84,10 +84,11 @@ def test_no_other_fix_promises_a_shorter_step_than_the_loader_allows(merged):
             continue
         assert f.predicted["bound_by"] == "loader" and f.predicted["saving_ns"] == 0
         assert "Expected: no shorter step while the loader's 15 workers of the slowest rank" in f.fix
-    # the loader's own fix: no more workers fit (32 cores, 2 ranks), so cheaper batches, and no gain promised
+    # the loader's own fix: no more workers fit (32 cores, 2 ranks), so cheaper batches; how much cheaper is the
+    # user's, so no step is predicted for it (issue 32: a prediction belongs to the fix printed beside it)
     top = merged.findings[0]
     assert top.recommend is None and "cheaper to load" in top.fix and "Expected" not in top.fix
-    assert top.predicted["saving_ns"] == 0 and top.predicted["step_ns"] == top.evidence["falls_behind"]["delivery_ns"]
+    assert top.predicted is None and "no prediction: the step then follows how much cheaper" in top.fix
 
 
 def test_a_full_run_whose_steps_keep_pace_is_not_said_to_fall_behind():

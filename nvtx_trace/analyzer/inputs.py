@@ -14,6 +14,7 @@ from pathlib import Path
 from nvtx_trace.errors import BadReportError
 
 REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+COMPRESSED_SUFFIXES = (".xz", ".gz", ".zst")  # a report shipped compressed (report.sqlite.xz)
 GLOB_CHARS = re.compile(r"[*?\[]")
 
 
@@ -52,6 +53,14 @@ def expand(args) -> list[Path]:
 
 
 def _reports_in(paths: list[Path]) -> list[Path]:
-    files = [p for p in paths if p.is_file() and p.suffix in REPORT_SUFFIXES]
-    exported = {p.with_suffix("") for p in files if p.suffix == ".sqlite"}
-    return [p for p in files if p.suffix == ".sqlite" or p.with_suffix("") not in exported]
+    def kind(p: Path) -> str:  # report.sqlite.xz is a .sqlite
+        return p.with_suffix("").suffix if p.suffix in COMPRESSED_SUFFIXES else p.suffix
+
+    def stem(p: Path) -> Path:
+        return (p.with_suffix("") if p.suffix in COMPRESSED_SUFFIXES else p).with_suffix("")
+
+    files = [p for p in paths if p.is_file() and kind(p) in REPORT_SUFFIXES]
+    plain = {stem(p) for p in files if p.suffix == ".sqlite"}
+    files = [p for p in files if p.suffix not in COMPRESSED_SUFFIXES or stem(p) not in plain]  # one of each
+    exported = {stem(p) for p in files if kind(p) == ".sqlite"}
+    return [p for p in files if kind(p) == ".sqlite" or stem(p) not in exported]

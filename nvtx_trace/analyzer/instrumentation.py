@@ -56,8 +56,8 @@ class Instrumentation:
         if ref is None or not ref or captured_step_ns is None:
             return
         self.outside_capture_step_ns = ref
-        diff = max(0.0, captured_step_ns - ref)  # the ranges ran in the reference steps too
-        if diff <= traced_per_step * MAX_TRACE_COST_NS:
+        diff = captured_step_ns - ref  # the ranges ran in the reference steps too
+        if 0 <= diff <= traced_per_step * MAX_TRACE_COST_NS:  # faster under capture: not measurable
             self.profiler_cost_ns_per_step = diff
 
 
@@ -98,7 +98,7 @@ def analyze_instrumentation(ranges: pd.DataFrame, window: tuple[int, int], pid: 
     if not len(ranges) or steady_steps <= 0:
         return None
     own = name_mask(ranges["name"], lambda n: names.is_auto_range(n) and not n.startswith(
-        (names.INSTRUMENTATION_PREFIX, names.CALIBRATION, names.SETTINGS_PREFIX)))
+        (names.INSTRUMENTATION_PREFIX, names.CALIBRATION, names.SETTINGS_PREFIX, names.WINDOW_PREFIX)))
     start = ranges["start_ns"].to_numpy()
     inside = own & (start >= window[0]) & (start < window[1])
     if pid is not None:

@@ -44,14 +44,18 @@ def add_predictions(a, findings: list[Finding], idle_kinds: tuple[str, ...]) -> 
             f.fix = with_expected(f.fix, f.predicted)
 
 
-def with_expected(fix: str, predicted: dict | None) -> str:
-    """The fix, then what it is expected to do to the step, as one more sentence."""
+def with_expected(fix: str, predicted: dict | None, part: str | None = None) -> str:
+    """The fix, then what it is expected to do to the step, as one more sentence; ``part``: the part of a fix
+    of several that the prediction is for (``predicted["for"]``)."""
     if predicted and predicted["saving_ns"] <= 0 and predicted.get("bound_by") == "loader":
         return fix.rstrip(" .") + f". Expected: no shorter step while {predicted['basis']}; fix the loader first."
     if not predicted or predicted["saving_ns"] <= 0:
         return fix
+    if part:
+        predicted["for"] = part
     mean = "mean " if predicted.get("statistic") == "mean" else ""
-    return (fix.rstrip(" .") + f". Expected: {mean}step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> "
+    label = f"Expected with {part} alone" if part else "Expected"
+    return (fix.rstrip(" .") + f". {label}: {mean}step {ms(predicted['step_ns'] + predicted['saving_ns'])} -> "
             f"about {ms(predicted['step_ns'])} ({predicted['basis']}).")
 
 

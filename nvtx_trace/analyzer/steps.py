@@ -33,6 +33,7 @@ class StepsResult:
     measured: tuple[str, ...] = ("gpu_busy", "loader_wait", "sync_wait")  # the rest is unknown, not zero
     how: str = "`step N` ranges"  # the same, in words
     confidence: float | None = None  # inferred steps: share of steady-state kernels that repeat at the period
+    capture_first_step: int | None = None  # the step a capture window opened at, after warm-up (its record)
 
     def extend_warmup(self, first_time_ns: np.ndarray, threshold_ns: int) -> None:
         """Leading steps that still load GPU code (``first_time_ns`` per step) are warm-up too, up to half."""
@@ -60,6 +61,7 @@ class StepsResult:
         return {
             "steps": int(len(self.table)),
             "warmup_steps": int(self.warmup_steps),
+            "capture_first_step": self.capture_first_step,
             "steady_steps": int(len(s)),
             "step_ns_median": int(np.median(d)),
             "step_ns_mean": int(d.mean()),

@@ -201,10 +201,52 @@ def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
     return export_sqlite(nsys, rep, target, progress=progress, source=path)
 
 
+# Reports shipped compressed (sample_reports/*.sqlite.xz): read through a private copy, never one beside them.
+COMPRESSED = {".xz": "lzma", ".gz": "gzip", ".zst": "zstandard"}
+
+
+def decompressed(path: Path) -> Path:
+    """The report inside ``path`` (.xz, .gz, .zst), as a file of the user's cache folder (private, made once per
+    version of the input: its path, size and time); the input is only read."""
+    module = COMPRESSED[path.suffix]
+    if not path.is_file():
+        raise BadReportError(f"{path}: no such file")
+    target = _cached_name(path, "")
+    target = target.with_name(path.name[: -len(path.suffix)])
+    if target.is_file():
+        return target
+    try:
+        if module == "zstandard":
+            try:
+                import zstandard
+            except ImportError:
+                raise BadReportError(f"{path}: reading .zst needs the zstandard package (pip install zstandard), or "
+                                     f"decompress it first: zstd -d {path}") from None
+            opener = zstandard.open
+        else:
+            opener = __import__(module).open
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
+        try:
+            with opener(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except (OSError, EOFError, ValueError) as exc:
+        raise BadReportError(f"{path}: cannot be decompressed ({type(exc).__name__}: {exc}); check the file, or "
+                             "decompress it by hand") from None
+    return target
+
+
 def as_sqlite(path, nsys: str | None = None) -> Path:
     """A report as its SQLite export: a ``.nsys-rep``/``.qdrep``/``.qdstrm`` is exported (or its export reused)
-    before any analysis, so the analyzer reads only SQLite. ``nsys``: the --nsys the user named."""
+    before any analysis, so the analyzer reads only SQLite; a compressed one is read from a private copy.
+    ``nsys``: the --nsys the user named."""
     path = Path(path)
+    if path.suffix in COMPRESSED:
+        path = decompressed(path)
     if path.suffix not in (".nsys-rep", ".qdrep", ".qdstrm"):
         return path
     from nvtx_trace.capture.locate import find_nsys

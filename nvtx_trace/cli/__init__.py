@@ -71,16 +71,24 @@ def _plain_metavars() -> None:
 _plain_metavars()
 
 
+def _first_sentence(doc: str | None) -> str | None:
+    """A command's line in the top-level help: its docstring's first sentence (the rest is its own --help)."""
+    text = " ".join((doc or "").split())
+    end = text.find(". ")
+    return (text[:end + 1] if end >= 0 else text) or None
+
+
 def _register() -> None:
     # Each verb lives in nvtx_trace/cli/<verb>.py; keep this list in CLI order.
     from nvtx_trace.cli import analyze
 
-    app.command("analyze")(analyze.analyze)
+    app.command("analyze", short_help=_first_sentence(analyze.analyze.__doc__))(analyze.analyze)
     for verb in ("run", "try", "diff", "history", "redact", "doctor"):
         if verb == "try":  # a keyword: its module is whatif.py, its function try_
             from nvtx_trace.cli import whatif
 
-            app.command("try", context_settings=whatif.CONTEXT_SETTINGS)(whatif.try_)
+            app.command("try", context_settings=whatif.CONTEXT_SETTINGS,
+                        short_help=_first_sentence(whatif.try_.__doc__))(whatif.try_)
             continue
         try:
             module = __import__(f"nvtx_trace.cli.{verb}", fromlist=[verb])
@@ -88,7 +96,9 @@ def _register() -> None:
             if exc.name != f"nvtx_trace.cli.{verb}":
                 raise
             continue
-        app.command(verb, context_settings=getattr(module, "CONTEXT_SETTINGS", None))(getattr(module, verb))
+        function = getattr(module, verb)
+        app.command(verb, context_settings=getattr(module, "CONTEXT_SETTINGS", None),
+                    short_help=_first_sentence(function.__doc__))(function)
 
 
 _register()
@@ -107,6 +117,11 @@ def _quiet_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
+    words = sys.argv[1:] if argv is None else argv
+    if words and words[0].endswith(".py"):  # `nvtx-trace train.py`: the verb is missing
+        print(f"nvtx-trace: error: {words[0]} is not a command; to profile it: nvtx-trace run "
+              f"{' '.join(words)}", file=sys.stderr)
+        return 2
     try:
         code = app(args=argv, standalone_mode=False, prog_name="nvtx-trace")
     except NvtxTraceError as err:

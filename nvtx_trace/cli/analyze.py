@@ -15,7 +15,7 @@ from nvtx_trace.report.outputs import check_outputs, describe_unreadable, write_
 
 def analyze(
     reports: list[Path] = typer.Argument(
-        ..., metavar="REPORT...",
+        ..., metavar="REPORT",
         help="Nsight Systems export: .sqlite, or .nsys-rep/.qdrep (needs nsys). Several (one per rank), a folder "
              "of them or a quoted glob ('out/rank*.sqlite') are merged into one analysis."),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH",

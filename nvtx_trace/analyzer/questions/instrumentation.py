@@ -47,6 +47,10 @@ def _text(a, view) -> None:
                    f"{ms(median)} inside it; {ms(inst.profiler_cost_ns_per_step)} a step "
                    f"({pct(inst.profiler_cost_ns_per_step / median)}) is nsys's own tracing, left out of "
                    "CPU-bound findings", highlight=False)
+    elif inst.outside_capture_step_ns and median and median < inst.outside_capture_step_ns:
+        view.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
+                   f"{ms(median)} inside it, faster under the profiler: its own cost could not be measured",
+                   highlight=False)
 
 
 QUESTION = Question(

@@ -68,6 +68,7 @@ def _findings(a, basis) -> list[Finding]:
     slowest = " of the slowest rank" if loader_pace and loader_pace.slowest_rank else ""
     workers_after = None
     fetch_after = fetch
+    several = False
     if int(top["workers"]) and compute:
         have = int(top["workers"])
         ranks = processes_per_host(a)[0]
@@ -93,12 +94,16 @@ def _findings(a, basis) -> list[Finding]:
             cheaper = ("make each batch cheaper to load (decode or augment on the GPU, cache decoded samples, "
                        "smaller inputs)")
             if usable > have:
+                several = True  # more workers, and cheaper batches: the prediction is the workers' alone
                 fixes.append(f"num_workers={usable} (now {have}; {need} would keep up, but {cores}): a batch then "
                              f"arrives every {ms(fetch_after / usable)} against a step of {ms(compute)}"
                              f"{_slower(fetch, fetch_after, usable, a.cpu_cores)}, so also {cheaper}")
             else:
+                runs = "already runs" if have == 1 else "already run"
                 fixes.append(f"{cheaper}: {need} workers would keep up with a step of {ms(compute)} "
-                             f"({ms(fetch)} per batch each), but {cores}, and {have} already run")
+                             f"({ms(fetch)} per batch each), but {cores}, and {count(have, 'worker')} {runs} (no "
+                             "prediction: the step then follows how much cheaper a batch becomes)")
+                workers_after = None  # nothing the tool can predict belongs to this fix
         else:
             fixes.append(f"prefetch_factor=4 or more: {have} workers are enough on average "
                          f"({ms(fetch)} per batch each, step {ms(compute)}) but batches arrive in bursts")
@@ -129,11 +134,14 @@ def _findings(a, basis) -> list[Finding]:
             title += (f"; and steps will slow to about {ms(behind['delivery_ns'])} once the batches prefetched "
                       f"before the window run out ({loader_pace.words()})")
     sustained = loader_pace.interval_ns if behind is not None else None
+    several = several or len(fixes) > 1
+    part = f"num_workers={workers_after}" if several and recommend.get("num_workers") else None
     return [Finding(
         kind="dataloader_stall", title=title, impact_ns=int(cost),
         fix=predict.with_expected("In the DataLoader: " + "; ".join(fixes) if fixes
                                   else "Speed up the dataset's __getitem__ / collate.",
-                                  predicted := predict.loader(a, fetch_after, compute, workers_after, sustained)),
+                                  predicted := predict.loader(a, fetch_after, compute, workers_after, sustained),
+                                  part),
         recommend=recommend or None, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window"
                   + ("" if measured else " (projected: the loader falls behind)"),

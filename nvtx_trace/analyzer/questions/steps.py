@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from nvtx_trace import names
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.infer_steps import infer_from_ranges, infer_steps
+from nvtx_trace.analyzer.instrumentation import read_record
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.startup import FIRST_TIME_NS, first_time_code_ns
 from nvtx_trace.analyzer.steps import STEP_PARTS, analyze_steps
@@ -19,10 +21,18 @@ def _run(ctx: Context) -> None:
         for pid in dev.pids:
             busy_by_pid[pid] = iv.merge(busy_by_pid.get(pid, iv.empty()), dev.busy)
     infer = None if ctx.step_range else (lambda: _infer(ctx.trace))
+    # A capture window nvtx_autotrace opened after warm-up says so in the report: every door then leaves no
+    # further step out, as `run` (which saw the window open) does.
+    opened = read_record(ctx.trace.ranges, names.WINDOW_PREFIX) if len(ctx.trace.ranges) else None
+    first = opened.get("first_step") if opened else None
+    first = first if isinstance(first, int) and not isinstance(first, bool) else None
+    warmup = 0 if ctx.warmup_steps is None and first is not None else ctx.warmup_steps
     a.steps = analyze_steps(ctx.trace.ranges, busy_by_pid if a.idle else None, a.loader.waits if a.loader else None,
-                            a.sync.calls if a.sync else None, ctx.warmup_steps, infer=infer,
+                            a.sync.calls if a.sync else None, warmup, infer=infer,
                             step_range=ctx.step_range)
-    if a.steps is not None and ctx.warmup_steps is None:
+    if a.steps is not None:
+        a.steps.capture_first_step = first
+    if a.steps is not None and warmup is None:
         t = a.steps.table
         a.steps.extend_warmup(first_time_code_ns(ctx.trace, t["start_ns"].to_numpy(), t["end_ns"].to_numpy()),
                               FIRST_TIME_NS)

@@ -19,6 +19,9 @@ def _run(ctx: Context) -> None:
                     "inferred:nvtx-period": ", inferred from a recurring range"}.get(a.steps.source, "")
         n = a.steps.warmup_steps
         after = {0: "no warm-up step left out", 1: "after 1 warm-up step"}.get(n, f"after {n} warm-up steps")
+        if a.steps.capture_first_step is not None:
+            after = f"the capture opened at step {a.steps.capture_first_step}, after warm-up" + \
+                (f", and {n} more warm-up step{'s' if n > 1 else ''} left out" if n else "")
         a.window = {"start_ns": window[0], "end_ns": window[1],
                     "source": f"steady-state steps {first}-{last}, {after}{inferred}"}
     else:
