@@ -24,15 +24,20 @@ BEFORE, AFTER = SAMPLES / "resnet50_2workers_h100.sqlite", SAMPLES / "resnet50_8
 def step_durations_sql(path, warmup: int) -> np.ndarray:
     """Durations of the `step N` ranges that hold an optimizer step (the last one, where the loader ran
     dry, does not), after the warm-up, by SQL alone."""
+    return np.array([e - s for s, e in step_spans_sql(path, warmup)], dtype=np.float64)
+
+
+def step_spans_sql(path, warmup: int) -> list[tuple[int, int]]:
+    """(start, end) of those steps."""
     with sqlite3.connect(path) as db:
-        d = [r[0] for r in db.execute("""
+        d = [(r[0], r[1]) for r in db.execute("""
             WITH named AS (SELECT e.start, e.end, s.value AS name FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId
                            WHERE s.value GLOB 'step [0-9]*' OR s.value GLOB 'optimizer.step *'),
                  opt AS (SELECT start, end FROM named WHERE name GLOB 'optimizer.step *')
-            SELECT st.end - st.start FROM named st WHERE st.name GLOB 'step [0-9]*'
+            SELECT st.start, st.end FROM named st WHERE st.name GLOB 'step [0-9]*'
               AND EXISTS (SELECT 1 FROM opt WHERE opt.start >= st.start AND opt.end <= st.end)
             ORDER BY st.start""")]
-    return np.array(d[warmup:], dtype=np.float64)
+    return d[warmup:]
 
 
 def pageable_copies_sql(path) -> tuple[int, int]:
@@ -102,12 +107,17 @@ def test_diff_shows_the_stall_resolved_and_the_prediction_beside_the_measurement
     assert "Steady step (mean)" in proc.stdout and "resolved" in proc.stdout
 
 
-def transpose_ns_per_step_sql(path, names: str = "s.value IN ('nchwToNhwcKernel', 'nhwcToNchwKernel')") -> float:
-    """cuDNN's layout-conversion kernels (nchwToNhwc / nhwcToNchw) per `step N` range, by SQL alone."""
+def transpose_ns_per_step_sql(path, names: str = "s.value IN ('nchwToNhwcKernel', 'nhwcToNchwKernel')",
+                              warmup: int = 0) -> float:
+    """cuDNN's layout-conversion kernels (nchwToNhwc / nhwcToNchw) per steady `step N` range (after ``warmup``
+    steps), counting those that start between the first steady step's start and the last one's end, by SQL."""
+    spans = step_spans_sql(path, warmup)
+    lo, hi = spans[0][0], max(e for _, e in spans)
     with sqlite3.connect(path) as db:
-        (total,) = db.execute("SELECT coalesce(sum(k.end - k.start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
-                              f"ON s.id = k.shortName WHERE {names}").fetchone()
-    return total / len(step_durations_sql(path, 0))
+        (total,) = db.execute("SELECT coalesce(sum(k.end - k.start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
+                              f"StringIds s ON s.id = k.shortName WHERE ({names}) AND k.start >= ? AND k.start < ?",
+                              (lo, hi)).fetchone()
+    return total / len(spans)
 
 
 def test_every_prediction_is_the_step_now_less_a_measured_part(before, after):
@@ -116,9 +126,10 @@ def test_every_prediction_is_the_step_now_less_a_measured_part(before, after):
     run has none of PyTorch's own NCHW batch-norm kernels (bf16 runs them)."""
     layout = next(f for f in after.findings if f.kind == "layout_transpose")
     now = float(np.median(step_durations_sql(AFTER, after.steps.warmup_steps)))
-    batchnorm = transpose_ns_per_step_sql(AFTER, "s.value GLOB 'bn_fw_*' OR s.value GLOB 'bn_bw_*'")
-    assert batchnorm > 0 and transpose_ns_per_step_sql(AFTER, "s.value GLOB 'batch_norm_*'") == 0
-    expected = transpose_ns_per_step_sql(AFTER) + batchnorm * (1 - 1 / 1.49)
+    warm = after.steps.warmup_steps
+    batchnorm = transpose_ns_per_step_sql(AFTER, "s.value GLOB 'bn_fw_*' OR s.value GLOB 'bn_bw_*'", warm)
+    assert batchnorm > 0 and transpose_ns_per_step_sql(AFTER, "s.value GLOB 'batch_norm_*'", warm) == 0
+    expected = transpose_ns_per_step_sql(AFTER, warmup=warm) + batchnorm * (1 - 1 / 1.49)
     assert layout.predicted["saving_ns"] == pytest.approx(expected, rel=0.01)
     assert layout.predicted["step_ns"] + layout.predicted["saving_ns"] == pytest.approx(now, rel=0.02)
     assert "Expected: step" in layout.fix

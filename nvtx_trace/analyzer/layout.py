@@ -68,9 +68,22 @@ def launch_filter(trace: Trace) -> tuple[str, str, list[int]] | None:
     return ("kernel", "name_id", ids) if ids else None
 
 
-def analyze_layout(trace: Trace) -> LayoutResult:
-    per_name = trace.kernel_time_by_name()
-    kernel_time = int(per_name["time_ns"].sum()) if len(per_name) else 0
+def analyze_layout(trace: Trace, window: tuple[int, int] | None = None) -> LayoutResult:
+    """Transposes (and NCHW batch norm) among the kernels that start in ``window`` (the steady window every
+    finding is measured in), or in the whole trace without one."""
+    ops = trace.gpu_ops
+    kernels = ops[ops["kind"].to_numpy() == 0]
+    if window is not None:
+        kernels = kernels[(kernels["start_ns"] >= window[0]) & (kernels["start_ns"] < window[1])]
+    duration = (kernels["end_ns"] - kernels["start_ns"]).to_numpy()
+    per_id = pd.DataFrame({"name_id": kernels["name_id"].to_numpy(), "time_ns": duration}) \
+        .groupby("name_id")["time_ns"].agg(["count", "sum"])
+    names = trace.reader.strings([int(i) for i in per_id.index if i >= 0]) if len(per_id) else {}
+    per_name = pd.DataFrame({"name": [names.get(int(i), "") for i in per_id.index],
+                             "count": per_id["count"].to_numpy(np.int64), "time_ns": per_id["sum"].to_numpy(np.int64)})
+    per_name = per_name.groupby("name", as_index=False).sum().sort_values("time_ns", ascending=False,
+                                                                          ignore_index=True)
+    kernel_time = int(duration.sum())
     batchnorm = saved = 0
     for rule, speedup in NCHW_BATCHNORM if len(per_name) else ():
         ns = int(per_name.loc[per_name["name"].str.contains(rule), "time_ns"].sum())
@@ -80,6 +93,9 @@ def analyze_layout(trace: Trace) -> LayoutResult:
         return LayoutResult(0, 0, kernel_time, per_name.iloc[:0], pd.DataFrame(
             columns=["module", "phase", "count", "time_ns", "via_fallback"]), batchnorm, saved)
     launches = trace.launches_of(*request)
+    if window is not None:
+        launches = launches[(launches["start_ns"] >= window[0]) & (launches["start_ns"] < window[1])]
+        launches = launches.reset_index(drop=True)
     by_kernel = per_name[per_name["name"].map(is_transpose)].reset_index(drop=True)
     return LayoutResult(count=int(len(launches)), time_ns=int((launches["end_ns"] - launches["start_ns"]).sum()),
                         kernel_time_ns=kernel_time, by_kernel=by_kernel, by_module=_by_module(trace, launches),

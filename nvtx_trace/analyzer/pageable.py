@@ -105,9 +105,10 @@ def _by_source(page: pd.DataFrame) -> pd.DataFrame:
 
 
 def per_step(a):
-    """Pageable copies inside the training steps, and the scope in words: copies outside them (loading the
-    model) happen once, so they are worth neither a finding nor pinning advice."""
-    if a.pageable and a.steps:
-        return within(a.pageable, list(zip(a.steps.table["start_ns"], a.steps.table["end_ns"]))), \
-            "inside training steps"
+    """Pageable copies inside the steady training steps (the window every finding is measured in), and the
+    scope in words: copies outside the steps (loading the model) happen once, so they are worth neither a
+    finding nor pinning advice."""
+    if a.pageable and a.steps and len(a.steps.steady):
+        steady = a.steps.steady
+        return within(a.pageable, list(zip(steady["start_ns"], steady["end_ns"]))), "inside the steady steps"
     return a.pageable, "in the whole trace"

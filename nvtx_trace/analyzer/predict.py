@@ -126,8 +126,8 @@ def _generic(a, f: Finding, idle_kinds: tuple[str, ...]) -> dict | None:
         what = f"{ms(per_step)} of {lost} per step goes" + (f"; the GPU's own work is {ms(floor)} a step"
                                                              if floor else "")
     elif f.kind in ("layout_transpose", "pageable_h2d"):
-        # measured over every step (transposes and copies recur from the first step on)
-        steps = max(1, len(a.steps.table))
+        # measured over the steady steps, as every finding is
+        steps = max(1, len(steady))
         per_step = f.impact_ns / n_gpus / steps
         busy_share = a.steps.summary().get("gpu_busy_fraction")
         if f.kind == "layout_transpose" and (busy_share is None or busy_share < GPU_BOUND):

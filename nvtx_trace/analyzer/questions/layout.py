@@ -10,7 +10,8 @@ from nvtx_trace.analyzer.questions.idle import gpu_missing
 
 def _run(ctx: Context) -> None:
     if ctx.trace.has_gpu_activity:
-        ctx.result.layout = analyze_layout(ctx.trace)
+        w = ctx.result.window
+        ctx.result.layout = analyze_layout(ctx.trace, (w["start_ns"], w["end_ns"]) if w else None)
     else:
         ctx.result.skipped["layout_transpose"] = gpu_missing(ctx)
 
@@ -62,7 +63,7 @@ def _html(a, d: dict, view) -> str:
 
 
 QUESTION = Question(
-    name="layout", order=30, run=_run, launches=launch_filter,
+    name="layout", order=84, run=_run, needs=("window",), launches=launch_filter,
     thresholds={"transpose_kernel_fraction": 0.01},  # 1 % of kernel time spent in layout transposes
     findings=_findings, work_kinds=("layout_transpose",),
     json_keys=("transposes",), json_at=80, to_json=_json, tables=_tables,

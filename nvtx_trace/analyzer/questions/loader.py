@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.basis import of_window
@@ -128,8 +130,8 @@ def _findings(a, basis) -> list[Finding]:
             head = f"Training waits {ms(cost)} for data while the GPU idles ({of_window(a, cost / window_ns)})"
         else:  # GPU time summed over the GPUs, not one process's wait
             head = f"The {n_gpus} GPUs idle {ms(cost)} in all waiting for data ({of_window(a, cost / window_ns)})"
-        title = (head + f"; loader {top['loader']}: median wait {ms(top['wait_ns_median'])} over "
-                 f"{int(top['waits'])} batches")
+        median, batches = _waits_in_window(a, top["loader"])
+        title = head + f"; loader {top['loader']}: median wait {ms(median)} over {count(batches, 'batch', 'batches')}"
         if behind:
             title += (f"; and steps will slow to about {ms(behind['delivery_ns'])} once the batches prefetched "
                       f"before the window run out ({loader_pace.words()})")
@@ -149,6 +151,17 @@ def _findings(a, basis) -> list[Finding]:
                   "compute_ns_per_step": int(compute) if compute else None, "fetch_ns_per_batch": int(fetch),
                   "falls_behind": behind},
     )]
+
+
+def _waits_in_window(a, loader: str) -> tuple[float, int]:
+    """The loop's waits on ``loader`` that began in the steady window: their median and number (the title's
+    figures, measured where the finding's cost is)."""
+    w = a.loader.waits
+    w = w[w["loader"] == loader]
+    if a.window:
+        w = w[(w["start_ns"] >= a.window["start_ns"]) & (w["start_ns"] < a.window["end_ns"])]
+    d = (w["end_ns"] - w["start_ns"]).to_numpy()
+    return (float(np.median(d)) if len(d) else 0.0), int(len(d))
 
 
 def _slower(fetch: float, fetch_after: float, workers: int, cores: int | None) -> str:
