@@ -110,7 +110,7 @@ def _findings(a, basis) -> list[Finding]:
             fixes.append(f"prefetch_factor=4 or more: {have} workers are enough on average "
                          f"({ms(fetch)} per batch each, step {ms(compute)}) but batches arrive in bursts")
     elif int(top["workers"]) == 0:
-        per = ms(top["wait_ns_median"])
+        per = ms(_waits_in_window(a, top["loader"])[0])
         fixes.append(f"raise num_workers (no worker-process ranges were recorded: num_workers=0, or the report was "
                      f"captured without --trace-fork-before-exec=true); the loop waits a median {per} per batch"
                      + (f" while a step computes in {ms(compute)}" if compute else ""))
