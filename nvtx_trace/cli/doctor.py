@@ -55,7 +55,9 @@ def check_nsys(explicit: Optional[str]) -> tuple[list[Check], Optional[locate.Ns
     if checks[-1].status != MISSING:
         checks.append(_import_step(found))
     traces = locate.supported_traces(found)
-    wanted = locate.pick_traces(found)
+    from nvtx_trace.runner.plan import TRAINING_TRACES
+
+    wanted = locate.pick_traces(found, TRAINING_TRACES)  # what `run` traces, not everything nsys can
     checks.append(Check("traces", OK if {"nvtx", "cuda"} <= traces else WARN,
                         f"will trace {','.join(wanted)}" if traces else "could not read nsys profile --help",
                         required=False))
@@ -87,7 +89,8 @@ def check_python(python: str, found: Optional[locate.Nsys]) -> list[Check]:
     checks = [Check("python", OK, f"{info['python']} at {python}", required=False)]
     torch = info.get("torch")
     if not torch:
-        checks.append(Check("torch", MISSING, f"not installed for {python}; pip install torch"))
+        checks.append(Check("torch", MISSING, f"not installed for {python}; install the build for your CUDA "
+                                              "(https://pytorch.org/get-started/locally/)"))
     elif "torch_error" in info:
         checks.append(Check("torch", MISSING, f"{torch} installed but import fails: {info['torch_error']}"))
     else:
@@ -98,7 +101,8 @@ def check_python(python: str, found: Optional[locate.Nsys]) -> list[Check]:
     nvtx = info.get("nvtx")
     problem = locate.nvtx_problem(nvtx, found.version) if (nvtx and found) else None
     if not nvtx:
-        checks.append(Check("nvtx", MISSING, f"not installed for {python}; pip install nvtx"))
+        checks.append(Check("nvtx", MISSING, f"not installed for {python}; {python} -m pip install 'nvtx==0.2.11' "
+                                             "(the version every nsys records)"))
     elif problem:
         checks.append(Check("nvtx", MISSING, problem))
     else:
