@@ -152,5 +152,7 @@ def test_a_script_that_fails_during_warm_up_says_nothing_was_profiled_and_keeps_
     assert "RuntimeError: deliberate failure at step 3" in flat  # the program's own traceback
     assert "the program ended (status 1) after 3 step(s)" in flat and "nothing was profiled" in flat
     assert "nvtx-trace run --full" in flat and not re.search(r'File ".*nvtx_trace/', err)  # no traceback of ours
+    # no report exists, so nothing claims one (issue 32: "the report covers what ran until then" contradicted it)
+    assert "no report was written" in flat and "the report covers" not in flat
     assert flat.count("before the default window opened") == 1  # said once
     assert err.count("deliberate failure") == 2  # the message and its traceback line: the program ran once

@@ -168,7 +168,10 @@ def _report(result, err) -> None:
         print(f"Wrote {runner.display(path)}", file=sys.stderr)
     if result.exit_code != 0:
         why = "was interrupted" if prof is not None and prof.interrupted else f"exited with status {result.exit_code}"
-        err.print(f"nvtx-trace: the program {why}; the report covers what ran until then")
+        reports = [p for p in result.written if p.suffix in (".nsys-rep", ".sqlite")]
+        err.print(f"nvtx-trace: the program {why}; "
+                  + ("the report covers what ran until then" if reports else "no report was written"),
+                  soft_wrap=True, markup=False)
     nxt = runner.next_command(result)
     if nxt:
         print(f"Next: {nxt}", file=sys.stderr)

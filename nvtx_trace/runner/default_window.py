@@ -68,7 +68,11 @@ def outcome(path: Path | None, exit_code: int) -> Outcome | None:
     if path is None:
         return None
     written = events(path)
+    status = f"status {exit_code}" if exit_code >= 0 else f"signal {-exit_code}"
     if not written:
+        if exit_code != 0:  # it failed before torch was imported (its arguments, its imports): --full would not help
+            return Outcome(f"the program ended ({status}) before it imported torch: nothing was profiled; its own "
+                           "message is above (or, if it never started, nsys's in nsys.log)", False, False)
         return Outcome("no capture window was armed (the program never imported torch with nvtx_autotrace): "
                        "nothing was profiled; nvtx-trace run --full profiles the whole run", False, False)
     lead = next((e["pid"] for e in written if e.get("rank") == "0"),
@@ -81,9 +85,10 @@ def outcome(path: Path | None, exit_code: int) -> Outcome | None:
         if exit_code == 0:
             return Outcome(f"the program ended after {steps} step(s){at}, during warm-up, before the default window "
                            "opened: it runs again, profiled in full (--full)", False, False, ended_in_warmup=True)
-        status = f"status {exit_code}" if exit_code >= 0 else f"signal {-exit_code}"
+        full = (f": fix the error its message above names and run again (nvtx-trace run --full profiles the {steps} "
+                "step(s) before it fails)" if steps else "; its own message is above")
         return Outcome(f"the program ended ({status}) after {steps} step(s){at}, before the default window "
-                       "opened: nothing was profiled; nvtx-trace run --full profiles the whole run", False, False)
+                       f"opened: nothing was profiled{full}", False, False)
     if opened.get("step") is None:
         span = f"{closed['seconds']:.0f} s" if closed else "until the program ended"
         return Outcome(f"profiled {span} from {opened['at_s']:.0f} s after start: {opened['why']}; steps are "
