@@ -65,3 +65,42 @@ def test_analyze_of_a_run_s_report_gives_the_run_s_answer(tmp_path):
         again = json.loads((tmp_path / "again.json").read_text())
         assert differences(summary, again) == [], door
     assert [f["kind"] for f in summary["findings"]][:1] == ["dataloader_stall"]  # a finding was compared too
+
+
+def agents() -> set[int]:
+    """pids of `nsys --start-agent` processes now running."""
+    from pathlib import Path
+
+    out = set()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"--start-agent" in (entry / "cmdline").read_bytes():
+                out.add(int(entry.name))
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_an_nsys_failure_is_nsys_s_and_the_program_is_not_blamed(tmp_path):
+    """The real nsys refusing its options (a second --sample) fails before it starts the program: the error
+    names nsys and quotes it, the program is said not to have run, no history row claims a failed program, and
+    no agent is left running."""
+    from conftest import installed_nsys
+
+    installed_nsys()
+    before = agents()
+    db = tmp_path / "h.db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "r", "--history", str(db),
+                           "--nsys-args=--sample=bogus", str(ROOT / "programs" / "slow_loader_train.py")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    flat = " ".join(proc.stderr.split())
+    assert proc.returncode not in (0, 1) and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "nsys failed before it started the program (status" in flat and "the program did not run" in flat
+    assert "--sample" in flat  # nsys's own words
+    assert "the program exited" not in flat and "step 0 loss" not in proc.stderr
+    assert not db.exists() or not sqlite3.connect(db).execute(
+        "SELECT count(*) FROM sqlite_master WHERE name = 'runs'").fetchone()[0]
+    assert agents() <= before

@@ -31,6 +31,7 @@ class Handover:
 
     def __init__(self, fds: tuple[int, int] = (1, 2)):
         self.fds, self.address = fds, f"nvtx-trace-{os.getpid()}-{secrets.token_hex(8)}"
+        self.started = threading.Event()  # the program's launcher asked: nsys did start the program
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inherited by nsys
         self.sock.bind("\0" + self.address)
         self.sock.listen(4)
@@ -45,6 +46,7 @@ class Handover:
             with conn:
                 creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
                 if struct.unpack("3i", creds)[1] == os.getuid():  # only to our own user's processes
+                    self.started.set()
                     self._send(conn)
 
     def _send(self, conn: socket.socket) -> None:

@@ -57,12 +57,32 @@ class ProfileResult:
     problem: str | None = None  # why there is no report
     pid: int | None = None  # nsys's pid, also the process group of the program it started
     reports: list[Path] = field(default_factory=list)  # every report written: ``rep``, or one per rank
+    program_started: bool | None = None  # did nsys start the program (None: not known, e.g. behind a launcher)
 
     def require_report(self) -> Path:
         """The ``.nsys-rep``, or NsysFailedError saying why there is none."""
         if self.rep is None:
             raise NsysFailedError(self.problem or "nsys produced no report")
         return self.rep
+
+
+def _end_agents(nsys_pid: int) -> None:
+    """Stop the ``nsys --start-agent`` helper that this nsys started, if it outlived it (seen when nsys fails
+    at start-up: "Local Endpoint is not available"). Its session is named after nsys's pid."""
+    import signal as signals
+
+    mark = f"-{nsys_pid}"
+    for entry in Path("/proc").glob("[0-9]*") if os.path.isdir("/proc") else ():
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [w.decode("utf-8", "replace") for w in words if w]
+        if "--start-agent" in args and any(a.startswith("--session-name=") and a.endswith(mark) for a in args):
+            try:
+                os.kill(int(entry.name), signals.SIGTERM)
+            except (OSError, ValueError):
+                pass
 
 
 def profile_command(nsys: Nsys, stem, trace: Sequence[str], extra: Sequence[str], argv: Sequence[str],
@@ -234,7 +254,10 @@ def profile(
         sorter.flush()
     if capture_output and log is not None:
         log.write(text)
-    result = ProfileResult(returncode, None, None, text, interrupted=fwd.count > 0, pid=proc.pid, signal=fwd.first)
+    _end_agents(proc.pid)
+    result = ProfileResult(returncode, None, None, text, interrupted=fwd.count > 0, pid=proc.pid, signal=fwd.first,
+                           program_started=handover.started.is_set() if handover is not None and not launcher
+                           else None)
     stems = _stems_written(stem) if launcher else [stem]
     if len(stems) > 1 and progress:
         progress(f"{len(stems)} rank reports written")

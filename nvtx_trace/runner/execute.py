@@ -68,6 +68,12 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         (plan.out_dir / stale).unlink(missing_ok=True)
     prof = profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
                    progress=progress, log=log, launcher=plan.launcher, ranks=plan.ranks)
+    if prof.program_started is False and prof.rep is None:  # nsys failed before it started the program
+        result = RunResult(plan=plan, exit_code=0, profile=prof)
+        said = log.tail()
+        _fail(result, NsysFailedError(f"nsys failed before it started the program (status {prof.returncode})"
+                                      + (f": {said}" if said else "") + f"; the program did not run ({log.where()})"))
+        return result
     window = default_window.outcome(plan.window_file, prof.returncode)
     if window and not window.opened and prof.rep is None:
         prof.problem = window.line

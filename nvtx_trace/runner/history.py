@@ -367,6 +367,8 @@ def after_run(result, path: Path | None, started: float) -> tuple[str | None, st
     history is a convenience, the run's outputs are already written."""
     if path is None:
         return None, None
+    if getattr(result.profile, "program_started", None) is False:  # nsys's failure: the program never ran
+        return None, None
     summary = None
     written = result.plan.path("summary.json")
     try:
