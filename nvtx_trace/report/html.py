@@ -155,7 +155,12 @@ def _headline(d: dict) -> str:
                f"<small> median</small></div>") +
             f"<div>p90 {num(s['step_ns_p90'], ms(s['step_ns_p90']), 'steps.summary.step_ns_p90')} over "
             f"{num(s['steady_steps'], str(s['steady_steps']), 'steps.summary.steady_steps')} steps "
-            f"({num(s['warmup_steps'], str(s['warmup_steps']), 'steps.summary.warmup_steps')} warm-up left out)</div>"
+            + (f"(the capture opened at step {esc(str(s['capture_first_step']))}, after warm-up"
+               + (f"; {num(s['warmup_steps'], str(s['warmup_steps']), 'steps.summary.warmup_steps')} more left out"
+                  if s["warmup_steps"] else "") + ")</div>"
+               if s.get("capture_first_step") is not None else
+               f"({num(s['warmup_steps'], str(s['warmup_steps']), 'steps.summary.warmup_steps')} warm-up left out)"
+               "</div>") +
             f"<div>GPU busy {num(s['gpu_busy_fraction'], _pct(s['gpu_busy_fraction']), 'steps.summary.gpu_busy_fraction')}"
             + (f" ({num(spin, _pct(spin), 'steps.summary.collective_wait_fraction')} spinning in collectives for a "
                "peer)" if (spin := s.get("collective_wait_fraction")) is not None and spin >= 0.01 else "") +

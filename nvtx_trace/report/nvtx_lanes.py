@@ -52,7 +52,11 @@ def range_categories(range_names: pd.Series) -> np.ndarray:
 
 def build(ranges: pd.DataFrame, thread_labels: dict[int, str], cap: int, labels: list[str],
                 notes: list[str], t0: int):
-    """Assign each range a lane (thread x depth), keep the longest per lane within ``cap`` in total."""
+    """Assign each range a lane (thread x depth), keep the longest per lane within ``cap`` in total. The tool's
+    own capture range and records are not the program's work: they get no lane."""
+    own = ranges["name"].astype(str)
+    ranges = ranges[~(own.isin([names.CAPTURE_RANGE]) | own.str.startswith(
+        (names.INSTRUMENTATION_PREFIX, names.CALIBRATION, names.SETTINGS_PREFIX, names.WINDOW_PREFIX)))]
     per_thread = ranges.groupby("gtid").size().sort_values(ascending=False)
     threads = list(per_thread.index[:MAX_THREADS])
     if len(per_thread) > MAX_THREADS:
