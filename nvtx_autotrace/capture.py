@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 
 from nvtx_autotrace import _registry, steps
 from nvtx_trace import names
@@ -99,7 +100,8 @@ def _repeat_instrumentation_record(step: int) -> None:
     The settings record too, with its counters brought up to date."""
     from nvtx_autotrace import _backend, budget, settings
 
-    _backend.push(names.window({"first_step": step}))  # whatever reads the report: warm-up is left out
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else None  # the report's title
+    _backend.push(names.window({"first_step": step, "program": program}))  # whatever reads it: warm-up left out
     _backend.pop()
     record = budget.record_at_capture(step)
     if record is not None:

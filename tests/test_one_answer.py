@@ -60,6 +60,8 @@ def test_analyze_of_a_run_s_report_gives_the_run_s_answer(tmp_path):
     steps = summary["steps"]["summary"]
     assert steps["capture_first_step"] == first and steps["warmup_steps"] == 0
     assert summary["steps"]["table"][0]["step"] == first
+    assert summary["window"]["program"] == "slow_loader_train.py"  # the page's title, from either door
+    assert "<title>nvtx-trace: slow_loader_train.py (report.sqlite)</title>" in (tmp_path / "r" / "summary.html").read_text()
     for door in ("r/report.sqlite", "r/report.nsys-rep"):
         nvtx_trace("analyze", door, "--json", "again.json", "--force", cwd=tmp_path)
         again = json.loads((tmp_path / "again.json").read_text())

@@ -34,6 +34,7 @@ class StepsResult:
     how: str = "`step N` ranges"  # the same, in words
     confidence: float | None = None  # inferred steps: share of steady-state kernels that repeat at the period
     capture_first_step: int | None = None  # the step a capture window opened at, after warm-up (its record)
+    program: str | None = None  # the script's file name, as the window's record gives it
 
     def extend_warmup(self, first_time_ns: np.ndarray, threshold_ns: int) -> None:
         """Leading steps that still load GPU code (``first_time_ns`` per step) are warm-up too, up to half."""

@@ -68,7 +68,8 @@ def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread
         figures.append({"div": "steps-chart", "figure": fig})
     js = _plotly_js()
     fields = {
-        "title": esc(f"nvtx-trace: {Path(str(a.path)).name}"),
+        "title": esc(f"nvtx-trace: {program} ({Path(str(a.path)).name})" if (program := (a.window or {}).get("program"))
+                     else f"nvtx-trace: {Path(str(a.path)).name}"),
         "report_name": esc(Path(str(a.path)).name),
         "meta": esc(f"nsys {a.nsys_version or '?'}, export schema {a.schema_version or '?'}, "
                     f"nvtx-trace {__version__}; gaps counted from {ms(a.min_gap_ns)}"),

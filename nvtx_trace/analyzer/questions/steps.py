@@ -32,6 +32,8 @@ def _run(ctx: Context) -> None:
                             step_range=ctx.step_range)
     if a.steps is not None:
         a.steps.capture_first_step = first
+        program = (opened or {}).get("program")
+        a.steps.program = program if isinstance(program, str) and program else None
     if a.steps is not None and warmup is None:
         t = a.steps.table
         a.steps.extend_warmup(first_time_code_ns(ctx.trace, t["start_ns"].to_numpy(), t["end_ns"].to_numpy()),

@@ -23,7 +23,8 @@ def _run(ctx: Context) -> None:
             after = f"the capture opened at step {a.steps.capture_first_step}, after warm-up" + \
                 (f", and {n} more warm-up step{'s' if n > 1 else ''} left out" if n else "")
         a.window = {"start_ns": window[0], "end_ns": window[1],
-                    "source": f"steady-state steps {first}-{last}, {after}{inferred}"}
+                    "source": f"steady-state steps {first}-{last}, {after}{inferred}",
+                    "program": a.steps.program}
     else:
         a.window = {"start_ns": lo, "end_ns": hi, "source": "whole trace (no step ranges)"}
 
