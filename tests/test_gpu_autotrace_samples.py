@@ -18,11 +18,15 @@ from nvtx_trace import names
 from nvtx_trace.analyzer import analyze
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_reports"
-LAUNCHES = """
+def launches(result) -> str:
+    """The transposes' launches, by SQL, among the kernels that start in the analysis's steady window (where
+    the layout figures are measured: issue 32)."""
+    lo, hi = int(result.window["start_ns"]), int(result.window["end_ns"])
+    return f"""
     SELECT r.start AS t, r.globalTid AS g FROM CUPTI_ACTIVITY_KIND_KERNEL k
     JOIN StringIds s ON s.id = k.shortName
     JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId AND (r.globalTid & ~16777215) = k.globalPid
-    WHERE s.value LIKE 'nchwToNhwc%' OR s.value LIKE 'nhwcToNchw%'"""
+    WHERE (s.value LIKE 'nchwToNhwc%' OR s.value LIKE 'nhwcToNchw%') AND k.start >= {lo} AND k.start < {hi}"""
 
 
 def _open(name):
@@ -56,7 +60,7 @@ def test_transposes_are_attributed_to_the_same_modules_as_a_sql_containment_quer
     path, conn, result = report
     # Independent: for each launch, the latest-started module range on the launching thread containing it.
     rows = conn.execute(f"""
-        WITH l AS ({LAUNCHES})
+        WITH l AS ({launches(result)})
         SELECT (SELECT sn.value FROM NVTX_EVENTS n JOIN StringIds sn ON sn.id = n.textId
                 WHERE n.globalTid = l.g AND n.start <= l.t AND n.end >= l.t
                   AND (sn.value LIKE 'forward %' OR sn.value LIKE 'backward %')
@@ -81,7 +85,7 @@ def test_transposes_are_attributed_to_the_same_modules_as_a_sql_containment_quer
 def test_flawed_backward_transposes_land_in_module_backward_ranges_on_the_autograd_thread(flawed):
     path, conn, result = flawed
     (on_autograd,), = conn.execute(f"""
-        WITH l AS ({LAUNCHES}) SELECT count(*) FROM l JOIN ThreadNames t ON t.globalTid = l.g
+        WITH l AS ({launches(result)}) SELECT count(*) FROM l JOIN ThreadNames t ON t.globalTid = l.g
         JOIN StringIds tn ON tn.id = t.nameId WHERE tn.value LIKE 'pt_autograd%'""").fetchall()
     backward = result.layout.by_module[result.layout.by_module["phase"] == "backward"]
     assert on_autograd > 1000

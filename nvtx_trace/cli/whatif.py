@@ -117,29 +117,14 @@ def _digest(path: Path) -> str:
 
 def _folder(out: Path | None, program: list[str], force: bool, now: float) -> Path:
     """The outputs' folder, checked before anything runs: --out, or a fresh one under ./nvtx-trace-out."""
-    import time
-
-    from nvtx_trace.report.outputs import check_folder_writable, describe_unreadable
-    from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, run_name
+    from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, fresh_folder, given_folder, run_name
 
     if out is not None:
-        problem = describe_unreadable(out)
-        if problem:
-            raise UsageError(f"--out {out} {problem}; give a folder")
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} is a file; give a folder")
+        given_folder(out)
         if (out / TRY_JSON).exists() and not force:
             raise UsageError(f"{out} already holds {TRY_JSON}; choose another --out or pass --force")
-        check_folder_writable(out)
         return out.resolve()
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    base = Path(DEFAULT_OUT_ROOT) / f"{run_name(program, 'script')}-try-{stamp}"
-    check_folder_writable(base)
-    folder, n = base, 1
-    while folder.exists():
-        n += 1
-        folder = base.with_name(f"{base.name}-{n}")
-    return folder.resolve()
+    return fresh_folder(Path(DEFAULT_OUT_ROOT), f"{run_name(program, 'script')}-try", now)
 
 
 def _profile(program: list[str], python: str | None, out: Path) -> Path:

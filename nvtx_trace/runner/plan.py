@@ -137,21 +137,31 @@ def run_name(target: Sequence[str], mode: str) -> str:
 def output_dir(opts: RunOptions, mode: str, now: float | None = None) -> Path:
     """``--out`` as given (refused when it already holds outputs, unless --force), or a fresh folder."""
     if opts.out is not None:
-        out = Path(opts.out)
-        problem = describe_unreadable(out)
-        if problem:
-            raise UsageError(f"--out {out} {problem}; give a folder")
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} is a file; give a folder")
-        check_folder_writable(out)
+        out = given_folder(Path(opts.out))
         check_unclaimed(out)
         names = dict.fromkeys((*OUTPUT_NAMES, *REPORT_OUTPUTS, LOG_NAME))  # what --force would replace
         taken = [n for n in names if (out / n).exists()] + rank_outputs(out)[:3]
         if taken and not opts.force:
             raise UsageError(f"{out} already holds {', '.join(taken)}; choose another --out or pass --force")
         return out.resolve()
+    return fresh_folder(Path(opts.out_root), run_name(opts.target, mode), now)
+
+
+def given_folder(out: Path) -> Path:
+    """An ``--out`` folder that can be written (it may not exist yet); UsageError (one line) otherwise."""
+    problem = describe_unreadable(out)
+    if problem:
+        raise UsageError(f"--out {out} {problem}; give a folder")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder")
+    check_folder_writable(out)
+    return out
+
+
+def fresh_folder(root: Path, stem: str, now: float | None = None) -> Path:
+    """``root/<stem>-<time>``, or ``-2``, ``-3``... after it when that exists; checked writable, not made."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    base = Path(opts.out_root) / f"{run_name(opts.target, mode)}-{stamp}"
+    base = root / f"{stem}-{stamp}"
     check_folder_writable(base)
     out, n = base, 1
     while out.exists():
