@@ -261,3 +261,31 @@ def test_channels_last_moves_the_optimizer_state_made_before_it():
     model(torch.randn(2, 3, 8, 8)).sum().backward()
     opt.step()  # still trains, now all in one layout
     assert weight.grad.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_one_refused_knob_leaves_the_others_judged_and_a_slower_variant_is_never_confirmed():
+    """Review findings: amp=fp16 refused beside tf32=1 must not turn the tf32 timing into "the baseline's program";
+    a variant 4 % slower than the baseline is not "confirmed" by a prediction of 5 % faster, though within 25 %."""
+    from nvtx_trace.runner.whatif import Round, Variant
+    from nvtx_trace.runner.whatif import row as _row
+
+    base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
+    both = Variant({"amp": "fp16", "tf32": True}, [Round([5.0], "median", 5.0, [
+        "amp=fp16: not applied: fp16 needs a GradScaler", "tf32=1: set at start-up"], 0)])
+    assert both.unapplied == ["amp"] and not both.inert
+    finding = {"kind": "precision", "recommend": {"tf32": True}, "predicted": {"step_ns": 9_500_000,
+                                                                                "saving_ns": 500_000}}
+    slower = Variant({"tf32": True}, [Round([10.4], "median", 10.4, ["tf32=1: set at start-up"], 0)])
+    r = _row(slower, base, [finding])
+    assert r["predicted_step_ms"] == 9.5 and r["verdict"] == "not confirmed"
+    faster = Variant({"tf32": True}, [Round([9.3], "median", 9.3, ["tf32=1: set at start-up"], 0)])
+    assert _row(faster, base, [finding])["verdict"] == "confirmed"
+
+
+def test_a_corrupt_compressed_report_is_one_line(tmp_path):
+    bad = tmp_path / "x.sqlite.xz"
+    bad.write_bytes(b"not xz at all" * 100)
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(bad)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "cannot be decompressed" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and bad.read_bytes() == b"not xz at all" * 100

@@ -234,7 +234,9 @@ def decompressed(path: Path) -> Path:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    except (OSError, EOFError, ValueError) as exc:
+    except BadReportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - OSError, EOFError, lzma.LZMAError, zlib.error, zstandard.ZstdError
         raise BadReportError(f"{path}: cannot be decompressed ({type(exc).__name__}: {exc}); check the file, or "
                              "decompress it by hand") from None
     return target

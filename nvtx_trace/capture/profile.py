@@ -80,8 +80,11 @@ def _end_agents(nsys_pid: int) -> None:
         args = [w.decode("utf-8", "replace") for w in words if w]
         if "--start-agent" in args and any(a.startswith("--session-name=") and a.endswith(mark) for a in args):
             try:
-                os.kill(int(entry.name), signals.SIGTERM)
-            except (OSError, ValueError):
+                pid = int(entry.name)
+                orphan = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == "1"
+                if os.getpgid(pid) == nsys_pid or orphan:  # ours (its group), or left behind by ours
+                    os.kill(pid, signals.SIGTERM)
+            except (OSError, ValueError, IndexError):
                 pass
 
 

@@ -14,7 +14,9 @@ def _ms(x) -> str:
 
 
 def cells(r: dict) -> list[str]:
-    label = r["label"] + (" (not applied)" if r.get("unapplied") else "")
+    unapplied = r.get("unapplied") or []
+    label = r["label"] + (" (not applied)" if unapplied and set(unapplied) == set(r["knobs"]) else
+                          f" ({', '.join(unapplied)} not applied)" if unapplied else "")
     return [label, " / ".join("-" if x is None else f"{x:.2f}" for x in r["rounds_ms"]),
             _ms(r["measured_step_ms"]), "" if r["speedup"] is None else f"{r['speedup']:.2f}x", r["finding"] or "",
             "" if r["predicted_step_ms"] is None else _ms(r["predicted_step_ms"]), r["verdict"] or ""]
@@ -26,9 +28,12 @@ def notes(d: dict) -> list[str]:
     out = []
     for r in rows[1:]:
         out += [f"  {line}" for line in r["changed"]]
-        if r.get("unapplied"):
+        if r.get("unapplied") and set(r["unapplied"]) == set(r["knobs"]):
             out.append(f"  {r['label']}: {', '.join(r['unapplied'])} changed nothing in this program (see the lines "
                        "above), so its timing is the baseline's program: run once, no verdict")
+        elif r.get("unapplied"):
+            out.append(f"  {r['label']}: {', '.join(r['unapplied'])} changed nothing in this program (see the lines "
+                       "above); the timing is the other knobs'")
         if r["loss_max_rel_diff"] is not None:
             shown = ", ".join("-" if x is None else f"{x:.4g}" for x in r["losses"])
             base = ", ".join("-" if x is None else f"{x:.4g}" for x in rows[0]["losses"])

@@ -68,7 +68,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         (plan.out_dir / stale).unlink(missing_ok=True)
     prof = profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
                    progress=progress, log=log, launcher=plan.launcher, ranks=plan.ranks)
-    if prof.program_started is False and prof.rep is None:  # nsys failed before it started the program
+    if prof.program_started is False and prof.rep is None and not prof.interrupted:  # nsys failed at start-up
         result = RunResult(plan=plan, exit_code=0, profile=prof)
         said = log.tail()
         _fail(result, NsysFailedError(f"nsys failed before it started the program (status {prof.returncode})"

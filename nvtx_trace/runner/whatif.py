@@ -80,7 +80,15 @@ class Variant:
 
     @property
     def unapplied(self) -> list[str]:
-        return self.rounds[0].unapplied(self.knobs) if self.rounds and self.knobs else []
+        """Knobs that changed nothing, judged on the first round that timed its steps (a round that crashed or
+        was stopped before step 1 says nothing about the knobs)."""
+        ran = next((r for r in self.rounds if r.value_ms is not None), None)
+        return ran.unapplied(self.knobs) if ran is not None and self.knobs else []
+
+    @property
+    def inert(self) -> bool:
+        """Every knob changed nothing: the variant is the baseline's program."""
+        return bool(self.knobs) and set(self.unapplied) == set(self.knobs)
 
 
 def _names(line: str, knob: str) -> bool:
@@ -160,14 +168,14 @@ def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: s
     for r in range(rounds):
         order = variants if r % 2 == 0 else list(reversed(variants))
         for v in order:
-            if v.unapplied:
+            if v.inert:
                 continue
             if progress:
                 progress(f"round {r + 1}/{rounds}: {v.label}")
             log = logs / folder_name(v.label) / f"round-{r + 1}.log" if logs else None
             v.rounds.append(time_once(target, v.knobs, python, timeout=RUN_TIMEOUT_S, log=log))
         base = variants[0]
-        if not base.rounds[-1].step_ms:
+        if not any(r.step_ms for r in base.rounds):
             raise NvtxTraceError(f"the baseline run gave no step times: {base.rounds[-1].why}; nvtx-trace try needs "
                                  "a training loop that calls optimizer.step() (or nvtx_autotrace.mark_step()) for "
                                  "at least ~30 steps")
@@ -234,11 +242,15 @@ def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = N
     out["finding"] = match.get("kind") if match else None
     pred = (match or {}).get("predicted")
     out["predicted_step_ms"], out["verdict"] = None, None
-    if pred and before and measured and not unapplied:
-        out["predicted_step_ms"] = max(pred["step_ns"] - own_ns, 0) / 1e6
-        helped = measured <= (1 - HELPED) * before
-        close = abs(measured - out["predicted_step_ms"]) <= CONFIRMED_WITHIN * measured
-        out["verdict"] = "confirmed" if close else "partly" if helped else "not confirmed"
+    if pred and before and measured and not v.inert:
+        out["predicted_step_ms"] = predicted = max(pred["step_ns"] - own_ns, 0) / 1e6
+        stat_p = pred.get("statistic") or stat  # judged in the statistic the prediction is in
+        got, base_p = v.value(stat_p) or measured, base.value(stat_p) or before
+        helped = got <= (1 - HELPED) * base_p
+        promised = predicted <= (1 - HELPED) * base_p  # a saving worth measuring was predicted
+        close = abs(got - predicted) <= CONFIRMED_WITHIN * got
+        out["verdict"] = ("confirmed" if close and (helped or not promised) else "partly" if helped
+                          else "not confirmed")
     return out
 
 
