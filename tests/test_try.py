@@ -289,3 +289,22 @@ def test_a_corrupt_compressed_report_is_one_line(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "cannot be decompressed" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and bad.read_bytes() == b"not xz at all" * 100
+
+
+def test_try_json_keys_are_the_documented_contract():
+    """docs/json-schema.md, "nvtx-trace try", names exactly the keys try.json and a variant's summary.json carry."""
+    import re
+
+    from nvtx_trace.runner.whatif import Round, Variant, result, summary_of
+
+    base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
+    variant = Variant({"tf32": True}, [Round([5.0], "median", 5.0, ["tf32=1: set at start-up"], 0)])
+    d = result(["train.py"], 1, [base, variant], {}, None)
+    doc = (ROOT / "docs" / "json-schema.md").read_text().split("## `nvtx-trace try`", 1)[1]
+    top, rest = ("try.json: " + doc.split("\ntry.json: ", 1)[1]).split("`variants[]`", 1)
+    variants_text, summary_text = rest.split("A variant's `summary.json`", 1)
+    assert set(d) == set(re.findall(r"`([a-z_]+)`", top)) | {"variants"}
+    documented = set(re.findall(r"`([a-z_]+)`", variants_text.split("`nvtx-trace diff FOLDER")[0]))
+    assert set(d["variants"][1]) <= documented and {"verdict", "predicted_step_ms", "finding"} <= set(d["variants"][1])
+    s = summary_of(d["variants"][1], ROOT)
+    assert set(s["try"]) <= set(re.findall(r"`([a-z_]+)`", summary_text))

@@ -224,13 +224,12 @@ def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = N
     loader's pace) is what the profile measured, whatever pace the plain baseline happened to keep."""
     stat = "mean" if "mean" in (v.statistic, base.statistic) else "median"
     measured, before = v.value(stat), base.value(stat)
-    unapplied = v.unapplied
     out = {"knobs": v.knobs, "label": v.label, "statistic": stat, "rounds_ms": v.per_round(stat),
            "measured_step_ms": measured, "baseline_step_ms": before,
            "median_step_ms": v.value("median"), "mean_step_ms": v.value("mean"),
            "speedup": before / measured if measured and before and v.knobs else None,
            "changed": sorted({ln for r in v.rounds for ln in r.lines}),
-           "unapplied": unapplied,
+           "unapplied": v.unapplied,
            "numerics": sorted(k for k in v.knobs if k in names.NUMERICS_KNOBS),
            "failures": [r.why for r in v.rounds if r.value_ms is None],
            "logs": [str(r.log) for r in v.rounds if r.log],
