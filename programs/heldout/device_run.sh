@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Held-out GPU captures (issue 32): `nvtx-trace run` (default window) of the two programs here, then the
+# second door, `nvtx-trace analyze` of each run's own report.sqlite and report.nsys-rep, compared key by key
+# with the run's summary.json (tests/test_one_answer.py's comparison), and each program's plain median step.
+#   source .device-carry/env.sh; bash programs/heldout/device_run.sh
+# Writes under $OUT: log.txt, doors.txt, plain.jsonl, <name>.sqlite.xz, <name>.summary.json
+set -u
+O=${OUT:-/tmp/out}
+mkdir -p "$O" /tmp/run
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
+H=programs/heldout
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$O/log.txt"
+python3 -c "import torch; print(torch.__version__, torch.version.cuda)" >>"$O/log.txt"
+doors() {  # name
+  local d=/tmp/run/$1
+  for door in report.sqlite report.nsys-rep; do
+    python3 -m nvtx_trace.cli analyze "$d/$door" --json "$d/again_${door%%.*}_${door##*.}.json" --force >>"$O/log.txt" 2>&1
+    python3 - "$d/summary.json" "$d/again_${door%%.*}_${door##*.}.json" "$1 $door" <<'PY' >>"$O/doors.txt" 2>&1
+import json, sys
+sys.path.insert(0, "tests")
+from test_one_answer import differences
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+d = differences(a, b)
+print(sys.argv[3], "SAME" if not d else f"{len(d)} differences", *d[:20], sep="\n  ")
+PY
+  done
+  python3 -c "
+import lzma, shutil, sys
+with open(sys.argv[1], 'rb') as f, lzma.open(sys.argv[2], 'wb', preset=6) as g:
+    shutil.copyfileobj(f, g)" "$d/report.sqlite" "$O/$1.sqlite.xz"
+  cp "$d/summary.json" "$O/$1.summary.json"
+}
+trace() {  # name script args...
+  local name=$1
+  shift
+  echo "=== run $name t=$SECONDS" | tee -a "$O/log.txt"
+  timeout 280 python3 -m nvtx_trace.cli run --out "/tmp/run/$name" --no-history "$@" >>"$O/log.txt" 2>&1
+  echo "rc=$? t=$SECONDS" | tee -a "$O/log.txt"
+  [[ -f /tmp/run/$name/report.sqlite ]] && doors "$name"
+}
+plain() {  # name script args...
+  local name=$1
+  shift
+  echo "{\"name\": \"$name\", \"result\": $(timeout 150 python3 "$@" 2>>"$O/log.txt" | grep '^{' | tail -1)}" >>"$O/plain.jsonl"
+}
+plain gpt_accum $H/nanogpt_accum_train.py --steps 60
+plain rn18_loader $H/loader_bound_resnet.py --steps 60
+trace gpt_accum $H/nanogpt_accum_train.py --steps 400
+trace rn18_loader $H/loader_bound_resnet.py --steps 400
+echo "done t=$SECONDS" | tee -a "$O/log.txt"
