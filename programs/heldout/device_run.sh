@@ -2,8 +2,11 @@
 # Held-out GPU captures (issue 32): `nvtx-trace run` (default window) of the two programs here, then the
 # second door, `nvtx-trace analyze` of each run's own report.sqlite and report.nsys-rep, compared key by key
 # with the run's summary.json (tests/test_one_answer.py's comparison), and each program's plain median step.
-#   source .device-carry/env.sh; bash programs/heldout/device_run.sh
+#   source .device-carry/env.sh; bash programs/heldout/device_run.sh [doors|fix-rn18|fix-gpt]
 # Writes under $OUT: log.txt, doors.txt, plain.jsonl, <name>.sqlite.xz, <name>.summary.json
+# fix-rn18 / fix-gpt: does a conclusion survive its fix? `nvtx-trace try --advice` (profile, then each top finding's
+# own knobs, plain and alternating) against the same change made by hand; fix-rn18 also re-measures ResNet-101 bf16
+# channels_last (try vs by hand, issue 31's one miss, after the optimizer-state fix). try_<name>.json, plain.jsonl.
 set -u
 O=${OUT:-/tmp/out}
 mkdir -p "$O" /tmp/run
@@ -43,8 +46,30 @@ plain() {  # name script args...
   shift
   echo "{\"name\": \"$name\", \"result\": $(timeout 150 python3 "$@" 2>>"$O/log.txt" | grep '^{' | tail -1)}" >>"$O/plain.jsonl"
 }
-plain gpt_accum $H/nanogpt_accum_train.py --steps 60
-plain rn18_loader $H/loader_bound_resnet.py --steps 60
-trace gpt_accum $H/nanogpt_accum_train.py --steps 400
-trace rn18_loader $H/loader_bound_resnet.py --steps 400
+advice() {  # name args...
+  local name=$1
+  shift
+  echo "=== try $name t=$SECONDS" | tee -a "$O/log.txt"
+  timeout 400 python3 -m nvtx_trace.cli try --no-history --out "/tmp/try/$name" --json "$O/try_$name.json" "$@" \
+    >>"$O/log.txt" 2>&1
+  echo "rc=$? t=$SECONDS" | tee -a "$O/log.txt"
+}
+case ${1:-doors} in
+doors)
+  plain gpt_accum $H/nanogpt_accum_train.py --steps 60
+  plain rn18_loader $H/loader_bound_resnet.py --steps 60
+  trace gpt_accum $H/nanogpt_accum_train.py --steps 400
+  trace rn18_loader $H/loader_bound_resnet.py --steps 400 ;;
+fix-rn18)
+  advice rn18_loader --advice $H/loader_bound_resnet.py --steps 400
+  plain rn18_w15_by_hand $H/loader_bound_resnet.py --steps 100 --workers 15
+  plain rn18_w3 $H/loader_bound_resnet.py --steps 100
+  advice rn101_bf16_cl channels_last=1 programs/busy/resnet_train.py --arch resnet101 --dtype bf16 --data gpu --steps 300
+  plain rn101_bf16_cl_by_hand programs/busy/resnet_train.py --arch resnet101 --dtype bf16 --data gpu --channels-last
+  plain rn101_bf16_nchw programs/busy/resnet_train.py --arch resnet101 --dtype bf16 --data gpu ;;
+fix-gpt)
+  advice gpt_accum --advice $H/nanogpt_accum_train.py --steps 400
+  plain gpt_accum_plain $H/nanogpt_accum_train.py --steps 80
+  plain gpt_accum_compiled_by_hand $H/nanogpt_accum_train.py --steps 80 --compile ;;
+esac
 echo "done t=$SECONDS" | tee -a "$O/log.txt"

@@ -74,6 +74,7 @@ def main():
     p.add_argument("--eval-every", type=int, default=25)
     p.add_argument("--device", default="cuda")
     p.add_argument("--tiny", action="store_true")
+    p.add_argument("--compile", action="store_true", help="model = torch.compile(model)")
     a = p.parse_args()
     if a.tiny:
         a.layers, a.dim, a.heads, a.ctx, a.vocab, a.batch = 2, 64, 4, 64, 512, 2
@@ -83,6 +84,8 @@ def main():
     data = np.random.default_rng(0).integers(0, a.vocab, 2_000_000, dtype=np.uint16)
     model = GPT(a.vocab, a.ctx, a.dim, a.layers, a.heads).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    if a.compile:
+        model = torch.compile(model)
     dtype = torch.bfloat16 if cuda else torch.float32
 
     def batch():
