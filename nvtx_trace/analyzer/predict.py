@@ -32,7 +32,8 @@ def loader(a, fetch_ns_median: float, compute: float | None, workers: int | None
     step = min(now, max(compute, delivery))
     return {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat,
             "basis": f"{ahead}a step computes in {ms(compute)} without its waits; {count(workers, 'worker')} at "
-                     f"{ms(fetch_ns_median)} per batch {'delivers' if workers == 1 else 'deliver'} one every {ms(delivery)}"}
+                     f"{ms(fetch_ns_median)} per batch {'delivers' if workers == 1 else 'deliver'} one every {ms(delivery)}",
+            "loader_pace_ns": int(min(now, delivery))}
 
 
 def add_predictions(a, findings: list[Finding], idle_kinds: tuple[str, ...]) -> None:
@@ -203,8 +204,10 @@ def host_time_saved(a, per_step_ns: float, what: str) -> dict | None:
 
 
 def _expected(now: float, step: float, stat: str, basis: str, bound_by: str | None = None) -> dict:
+    """A prediction; bound by the loader (or the cores' workers), the step is the loader's pace, which the tool's
+    own cost on the training thread does not slow (``loader_pace_ns``: what ``try`` keeps of it)."""
     out = {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": basis}
-    return out | ({"bound_by": bound_by} if bound_by else {})
+    return out | ({"bound_by": bound_by, "loader_pace_ns": int(step)} if bound_by else {})
 
 
 def _with_more_workers(fetch_ns: float, usable: int | None, now: float, step: float, stat: str,

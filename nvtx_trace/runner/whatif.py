@@ -220,8 +220,9 @@ def own_cost_ns(profile: dict) -> int:
 def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = None, own_ns: int = 0) -> dict:
     """One variant as the documented JSON (docs/try.md): measured, predicted, verdict. Baseline and variant are
     compared in one statistic, the mean where either's steps are uneven (as diff does). A prediction is the
-    profile's predicted step less the tool's own cost per step: the part the fix leaves (the GPU's work, the
-    loader's pace) is what the profile measured, whatever pace the plain baseline happened to keep."""
+    profile's predicted step less the tool's own cost per step, never below the loader's pace where that bounds
+    it (``loader_pace_ns``): the part the fix leaves (the GPU's work, the loader's pace) is what the profile
+    measured, whatever pace the plain baseline happened to keep."""
     stat = "mean" if "mean" in (v.statistic, base.statistic) else "median"
     measured, before = v.value(stat), base.value(stat)
     out = {"knobs": v.knobs, "label": v.label, "statistic": stat, "rounds_ms": v.per_round(stat),
@@ -242,7 +243,8 @@ def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = N
     pred = (match or {}).get("predicted")
     out["predicted_step_ms"], out["verdict"] = None, None
     if pred and before and measured and not v.inert:
-        out["predicted_step_ms"] = predicted = max(pred["step_ns"] - own_ns, 0) / 1e6
+        # the tool's own cost slows the training thread, not the loader's workers: a pace-bound step keeps its pace
+        out["predicted_step_ms"] = predicted = max(pred["step_ns"] - own_ns, pred.get("loader_pace_ns") or 0, 0) / 1e6
         stat_p = pred.get("statistic") or stat  # judged in the statistic the prediction is in
         got, base_p = v.value(stat_p) or measured, base.value(stat_p) or before
         helped = got <= (1 - HELPED) * base_p

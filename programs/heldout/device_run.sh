@@ -69,6 +69,9 @@ fix-rn18)
   plain rn101_bf16_nchw programs/busy/resnet_train.py --arch resnet101 --dtype bf16 --data gpu ;;
 fix-gpt)
   advice gpt_accum --advice $H/nanogpt_accum_train.py --steps 400
+  advice rn18_loader_again --advice $H/loader_bound_resnet.py --steps 400
+  cp /tmp/try/rn18_loader_again/profile/summary.json "$O/rn18_loader_again.summary.json"
+  cp /tmp/try/gpt_accum/profile/summary.json "$O/gpt_accum_profile.summary.json"
   plain gpt_accum_plain $H/nanogpt_accum_train.py --steps 80
   plain gpt_accum_compiled_by_hand $H/nanogpt_accum_train.py --steps 80 --compile ;;
 esac
