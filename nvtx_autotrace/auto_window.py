@@ -103,6 +103,9 @@ def _on_boundary(n: int) -> None:
     now = time.perf_counter()
     while len(_state["times"]) <= n:  # times[k]: when step k began
         _state["times"].append(now)
+    graphs = _compiled_graphs()
+    while len(_state.setdefault("graphs", [])) <= n:  # graphs[k]: Dynamo's graphs made by when step k began
+        _state["graphs"].append(graphs)
     mode = _state["mode"]
     if _state["phase"] == "warmup":
         with _lock:
@@ -121,14 +124,26 @@ def _on_boundary(n: int) -> None:
         capture._safely("stop", capture._stop, mode)
         _state["phase"] = "done"
         first, times = _state["first"], _state["times"]
+        made = _state["graphs"]
         _note("closed", step=n, steps=k, seconds=round(elapsed, 3), stopping=_state["exit"],
-              step_ms=[round((b - a) * 1000, 3) for a, b in zip(times[first:n], times[first + 1:n + 1])])
+              step_ms=[round((b - a) * 1000, 3) for a, b in zip(times[first:n], times[first + 1:n + 1])],
+              compiled=[i for i in range(n - first) if made[first + i + 1] > made[first + i]])
         if _state["exit"]:
             what = "timed" if mode == "time" else "recorded"
             print(f"nvtx-trace: the program was stopped after step {n - 1}: its {'timing' if mode == 'time' else 'capture'}"
                   f" window (steps {_state['first']}-{n - 1}) is {what} (--keep-running lets it finish)",
                   file=sys.stderr, flush=True)
             raise SystemExit(0)
+
+
+def _compiled_graphs() -> int:
+    """Graphs torch.compile has made so far (0 where Dynamo was never imported): a step in which one was made
+    paid for its compilation (a new shape, ``model.eval()``, a recompile), which no later step pays again."""
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    try:
+        return int(dynamo.counters["stats"]["unique_graphs"]) if dynamo is not None else 0
+    except Exception:  # a torch whose counters differ: no step is called a compiling one
+        return 0
 
 
 def _no_steps() -> None:

@@ -46,6 +46,11 @@ def notes(d: dict) -> list[str]:
         elif r["numerics"]:
             out.append(f"  {r['label']}: {', '.join(r['numerics'])} change(s) the arithmetic, and no loss was "
                        "recorded to compare (Tensor.backward was not called on a one-element tensor)")
+        if any(r.get("compiled_steps_left_out") or ()):
+            left = ", ".join(f"{n} ({ms / 1000:.1f} s)" for n, ms in zip(r["compiled_steps_left_out"],
+                                                                     r["compiled_ms_left_out"]))
+            out.append(f"  {r['label']}: steps in which torch.compile made a new graph (a first call, a new shape, "
+                       f"model.eval()) are left out of its timing, a cost paid once: per round {left}")
         for why in r["failures"]:
             out.append(f"  {r['label']}: a round gave no step time: {why}")
         if r["verdict"] == "not confirmed":

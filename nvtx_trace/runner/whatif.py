@@ -38,6 +38,7 @@ class Round:
     why: str = ""  # why there is no value
     losses: list[float | None] = field(default_factory=list)  # the first steps' losses (LOSSES steps)
     log: Path | None = None  # the run's stderr, kept
+    compiled_ms: list[float] = field(default_factory=list)  # steps left out: torch.compile made a graph in them
 
     def unapplied(self, knobs: dict) -> list[str]:
         """The knobs that changed nothing in this run: refused ("not applied: ..."), or never reached (no
@@ -126,7 +127,13 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         lines = [ln[len(KNOB_LINE):] for ln in stderr.splitlines() if ln.startswith(KNOB_LINE)]
         events = default_window.events(window)
         kept = log if log.parent != Path(tmp) else None
-    steps = next((e.get("step_ms") for e in reversed(events) if e.get("step_ms")), None)
+    closed = next((e for e in reversed(events) if e.get("step_ms")), {})
+    steps, compiled = closed.get("step_ms"), set(closed.get("compiled") or ())
+    compiled_ms = [t for i, t in enumerate(steps or ()) if i in compiled]
+    if compiled and len(compiled) < len(steps):  # a compilation is paid once: it is no step's pace
+        steps = [t for i, t in enumerate(steps) if i not in compiled]
+    else:
+        compiled_ms = []
     losses = next((e.get("values") or [] for e in events if e.get("event") == "losses"), [])
     if not steps:
         tail = [ln for ln in stderr.strip().splitlines() if not ln.startswith(KNOB_LINE)][-1:] or [""]
@@ -136,7 +143,8 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
                      losses, kept)
     median, mean = statistics.median(steps), statistics.fmean(steps)
     stat = typical_statistic(median, mean, None)
-    return Round(steps, stat, median if stat == "median" else mean, lines, proc.returncode, "", losses, kept)
+    return Round(steps, stat, median if stat == "median" else mean, lines, proc.returncode, "", losses, kept,
+                 compiled_ms)
 
 
 def loss_difference(base: list, other: list) -> float | None:
@@ -237,7 +245,9 @@ def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = N
            "losses": v.rounds[0].losses if v.rounds else [],
            "loss_max_rel_diff": (loss_difference(base.rounds[0].losses, v.rounds[0].losses)
                                  if v.knobs and v.rounds and base.rounds else None),
-           "loss_noise_rel": noise}
+           "loss_noise_rel": noise,
+           "compiled_steps_left_out": [len(r.compiled_ms) for r in v.rounds],
+           "compiled_ms_left_out": [round(sum(r.compiled_ms), 3) for r in v.rounds]}
     match = next((f for f in findings if v.knobs and knobs_of(f) == v.knobs), None)  # its fix, no more, no less
     out["finding"] = match.get("kind") if match else None
     pred = (match or {}).get("predicted")

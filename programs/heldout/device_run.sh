@@ -74,5 +74,9 @@ fix-gpt)
   cp /tmp/try/gpt_accum/profile/summary.json "$O/gpt_accum_profile.summary.json"
   plain gpt_accum_plain $H/nanogpt_accum_train.py --steps 80
   plain gpt_accum_compiled_by_hand $H/nanogpt_accum_train.py --steps 80 --compile ;;
+compile)  # after try left out the steps in which torch.compile made a graph
+  advice gpt_accum_compile compile=1 $H/nanogpt_accum_train.py --steps 400
+  plain gpt_accum_plain $H/nanogpt_accum_train.py --steps 80
+  plain gpt_accum_compiled_by_hand $H/nanogpt_accum_train.py --steps 80 --compile ;;
 esac
 echo "done t=$SECONDS" | tee -a "$O/log.txt"
