@@ -67,6 +67,12 @@ class Trace:
         self._launch_rows: dict[tuple, dict[str, np.ndarray]] = {}  # filled while the GPU tables are read
         self._kernel_times = _time_by_id(np.empty(0, np.int64), np.empty(0, np.int64))  # no kernel table: none
         self._runtime_reader: Reader | None = None  # the second connection, while its scan runs
+        self._one_device: int | None = None  # set when some GPU table cannot say which GPU ran its rows
+        odd = reader.odd_strings()
+        if odd:
+            said = {"null": "NULL (read as <string ID>)", "blob": "binary (decoded as UTF-8, bad bytes replaced)"}
+            self.warnings.append("names in the string table that are not text: "
+                                 + ", ".join(f"{n} {said[k]}" for k, n in sorted(odd.items())))
 
     # ---- time and entities ---------------------------------------------------
     def in_session(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -130,12 +136,19 @@ class Trace:
         Rows without a valid time span are dropped and counted.
         """
         cols = self.reader.table_columns(self.reader.gpu_columns(key, self._long_names_of), GPU_OP_TABLES[key])
+        source = self.reader.device_source(key)
+        if source.inferred_from:
+            self.warnings.append(f"the {key} table has no deviceId column: each row's GPU was taken from "
+                                 f"{source.inferred_from}")
+        if self._one_device is not None:
+            cols["device_id"] = np.full(len(cols["start_ns"]), self._one_device, np.int64)
         valid = self.in_session(cols["start_ns"], cols["end_ns"])
         if not valid.all():
             self.warnings.append(f"{int((~valid).sum())} {key} row(s) without a valid start/end (ending before "
                                  "they start, or outside the capture session) were left out")
             cols = {k: v[valid] for k, v in cols.items()}
-        cols = self._on_listed_devices(key, cols)
+        if self._one_device is None:
+            cols = self._on_listed_devices(key, cols)
         for request in self._launch_requests:
             if request[0] == key:
                 keep = np.isin(cols[request[1]], request[2])
@@ -160,11 +173,29 @@ class Trace:
             else np.full(len(cols["start_ns"]), -1, np.int64)
         return kept
 
+    def _one_device_for_unknown(self) -> int | None:
+        """When a GPU table cannot say which GPU ran its rows (no deviceId, nothing to infer it from), every GPU op
+        is put on one GPU, said in a warning: rows on a phantom "GPU -1" beside the real ones would double every
+        idle share and invent an idle GPU. None when every table knows its devices."""
+        unknown = [key for key, table in GPU_OP_TABLES.items()
+                   if self.reader.has(table) and not self.reader.device_source(key).known]
+        if not unknown:
+            return None
+        listed = self.listed_devices
+        target = int(listed.min()) if listed is not None else 0
+        listing = self.reader.gpu_count_listed()
+        self.warnings.append(
+            f"the {' and '.join(unknown)} table{'s have' if len(unknown) > 1 else ' has'} no deviceId column and the "
+            f"report does not say which GPU ran each row ({f'it lists {listing} GPUs' if listing else 'it lists no GPU'})"
+            f": all GPU activity is analyzed as one GPU, GPU {target}")
+        return target
+
     @cached_property
     def gpu_ops(self) -> pd.DataFrame:
         """Every kernel, memcpy and memset: start_ns, end_ns, device_id, pid, kind (code), name_id (kernels' name
         string id, else -1), sorted by start."""
         parts = []
+        self._one_device = self._one_device_for_unknown()
         for code, key in enumerate(GPU_OP_TABLES):
             if self.reader.has(GPU_OP_TABLES[key]):
                 cols = self._read_gpu_table(key)
@@ -192,6 +223,13 @@ class Trace:
         if read is None:
             return empty
         cols, label_of = read
+        unusable = (cols["start_ns"] < 0) | (cols["gtid"] < 0)
+        if unusable.any():
+            self.warnings.append(f"{int(unusable.sum())} NVTX range(s) without a start time or a thread (NULL in the "
+                                 "export) were left out")
+            cols = {k: v[~unusable] for k, v in cols.items()}
+            if not len(cols["start_ns"]):
+                return empty
         keys = np.array(sorted(label_of), dtype=np.int64)
         domains = {(int(pid_of(g)), d): text for (g, d), text in self.reader.nvtx_domain_names().items()}
         labels = [label_of[int(k)] for k in keys]
@@ -300,8 +338,14 @@ class Trace:
             return pd.DataFrame({c: np.empty(0, np.int64) for c in RUNTIME_COLUMNS}).assign(
                 pid=np.empty(0, np.int64), name=pd.Categorical([]))
         self.start_runtime_read()
-        df = pd.DataFrame(self._runtime_read.result())
+        cols = self._runtime_read.result()
         self._runtime_reader = None
+        unusable = (cols["start_ns"] < 0) | (cols["end_ns"] < cols["start_ns"]) | (cols["gtid"] < 0)
+        if unusable.any():
+            self.warnings.append(f"{int(unusable.sum())} CUDA API call(s) without a valid start/end or a thread (NULL "
+                                 "in the export, or ending before they start) were left out")
+            cols = {k: v[~unusable] for k, v in cols.items()}
+        df = pd.DataFrame(cols)
         df["pid"] = pid_of(df["gtid"].to_numpy())
         unknown = set(np.unique(df["name_id"]).tolist()) - set(self.api_names)
         if unknown:  # a call whose name does not start with "cu": resolve it all the same

@@ -38,6 +38,26 @@ FALLBACK_MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 10: "PtoP"}
 FALLBACK_MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 7: "Unknown"}
 
 
+def as_text(value) -> str | None:
+    """A text cell as ``str``: exports written by other tools can store names as BLOBs (decoded as UTF-8, invalid
+    bytes replaced) or numbers (written out); NULL stays None for the caller to name."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class DeviceSource:
+    """How each row of a GPU activity table is put on its GPU: its own ``deviceId`` (NULLs filled by inference), or,
+    when the table has no such column, the GPU inferred for it (``inferred_from`` says from what), or nothing
+    (``known`` False: the caller must not invent a "GPU -1")."""
+    sql: str
+    inferred_from: str | None = None
+    known: bool = True
+
+
 @dataclass
 class ReportInfo:
     path: Path
@@ -93,6 +113,7 @@ class Reader:
         self.conn, self.info = open_report(Path(path))
         self._columns: dict[str, set[str]] = {}
         self._strings: dict[int, str] = {}
+        self._device_sources: dict[str, DeviceSource] = {}
 
     def close(self) -> None:
         self.conn.close()
@@ -128,18 +149,87 @@ class Reader:
             extra["long_id"] = f"CASE WHEN shortName IN ({','.join(map(str, long_names_of))}) THEN demangledName END"
         if table_key == "kernel" and all(self.has(table, c) for c in ("gridX", "gridY", "gridZ")):
             extra["blocks"] = "gridX * gridY * gridZ"  # thread blocks of the launch (the kernel mix's waves)
-        wanted = {"start_ns": "start", "end_ns": "end", "device_id": "deviceId", "gpid": "globalPid", **{
+        wanted = {"start_ns": "start", "end_ns": "end", "device_id": self.device_source(table_key).sql,
+                  "gpid": "globalPid", **{
             "kernel": {"name_id": self.kernel_name_column or "NULL", "corr": "correlationId"},
             "memcpy": {"corr": "correlationId", "bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind",
                        "dst_kind": "dstKind"},
             "memset": {"corr": "correlationId", "bytes": "bytes"}}[table_key]}
-        return {k: c if c == "NULL" or self.has(table, c) else "NULL" for k, c in wanted.items()} | extra
+        return {k: c if k == "device_id" or c == "NULL" or self.has(table, c) else "NULL"
+                for k, c in wanted.items()} | extra
+
+    def device_source(self, table_key: str) -> DeviceSource:
+        """The GPU of each row of a GPU activity table. Without a ``deviceId`` column (or where it is NULL) the GPU is
+        inferred, safely only: the one GPU the report lists, else each row's CUDA context (or stream) looked up in
+        the context table, which names the device every context was created on."""
+        if table_key not in self._device_sources:
+            self._device_sources[table_key] = self._device_source(GPU_OP_TABLES[table_key])
+        return self._device_sources[table_key]
+
+    def _device_source(self, table: str) -> DeviceSource:
+        only = self._only_gpu()
+        by_context = None if only is not None else self._device_by_context(table)
+        if self.has(table, "deviceId"):
+            fallback = str(only) if only is not None else by_context[0] if by_context else None
+            return DeviceSource(f"COALESCE(deviceId, {fallback})" if fallback else "deviceId")
+        if only is not None:
+            return DeviceSource(str(only), f"the one GPU the report lists (GPU {only})")
+        if by_context:
+            return DeviceSource(*by_context)
+        return DeviceSource("NULL", known=False)
+
+    def gpu_count_listed(self) -> int:
+        """How many GPUs the report's device tables name (0 when it has none)."""
+        return len(self._listed_gpus())
+
+    def _listed_gpus(self) -> set[int]:
+        ids = set(self.listed_gpu_ids() or [])
+        if self.has("TARGET_INFO_CUDA_DEVICE", "gpuId"):
+            ids |= {r[0] for r in self.conn.execute("SELECT DISTINCT gpuId FROM TARGET_INFO_CUDA_DEVICE")
+                    if isinstance(r[0], int)}
+        return ids
+
+    def _only_gpu(self) -> int | None:
+        ids = self._listed_gpus()
+        return next(iter(ids)) if len(ids) == 1 else None
+
+    def _device_by_context(self, table: str) -> tuple[str, str] | None:
+        """A CASE over (process, context) -- or (process, stream) where the table has no context column -- giving
+        the device from TARGET_INFO_CUDA_CONTEXT_INFO; only keys that name one device are used."""
+        ctx_table = "TARGET_INFO_CUDA_CONTEXT_INFO"
+        if not all(self.has(ctx_table, c) for c in ("processId", "contextId", "deviceId")):
+            return None
+        contexts = {(p, c): d for p, c, d in self.conn.execute(f"SELECT processId, contextId, deviceId FROM {ctx_table}")
+                    if all(isinstance(v, int) for v in (p, c, d))}
+        if self.has(table, "contextId"):
+            pairs, column, what = contexts, "contextId", f"each row's CUDA context ({ctx_table})"
+        elif self.has(table, "streamId") and all(self.has("TARGET_INFO_CUDA_STREAM", c)
+                                                   for c in ("processId", "contextId", "streamId")):
+            rows = self.conn.execute("SELECT processId, streamId, contextId FROM TARGET_INFO_CUDA_STREAM").fetchall()
+            pairs = {(p, s): contexts[(p, c)] for p, s, c in rows if (p, c) in contexts and isinstance(s, int)}
+            column, what = "streamId", f"each row's CUDA stream (TARGET_INFO_CUDA_STREAM, {ctx_table})"
+        else:
+            return None
+        if self.has(table, "globalPid"):
+            key, cases = f"((globalPid >> 24) & 16777215) * 4294967296 + {column}", {
+                (p << 32) + k: d for (p, k), d in pairs.items()}
+        else:  # no process to tell contexts of different processes apart: only ids on one device serve
+            devices: dict[int, set[int]] = {}
+            for (_, k), d in pairs.items():
+                devices.setdefault(k, set()).add(d)
+            key, cases = column, {k: next(iter(d)) for k, d in devices.items() if len(d) == 1}
+        if not cases:
+            return None
+        return f"CASE {key} " + " ".join(f"WHEN {k} THEN {d}" for k, d in sorted(cases.items())) + " END", what
 
     def runtime_query(self, name_ids: list[int], min_duration_ns: int,
                       launches: list[tuple[str, str, tuple[int, ...]]]) -> tuple[dict[str, str], str]:
         """The one runtime pass as (columns, source) for ``columns``: calls named by ``name_ids``, calls of at
         least ``min_duration_ns``, and the calls that launched the GPU ops of each (table key, column, ids)."""
-        cond = [f"end - start >= {int(min_duration_ns)}"]
+        # Rows without a usable time or thread come too, to be counted and left out (Trace._runtime).
+        cond = [f"end - start >= {int(min_duration_ns)}", "start IS NULL OR end IS NULL OR end < start"]
+        if self.has(RUNTIME, "globalTid"):
+            cond.append("globalTid IS NULL")
         if name_ids:
             cond.append(f"nameId IN ({','.join(map(str, name_ids))})")
         for table_key, column, op_ids in launches:
@@ -220,16 +310,23 @@ class Reader:
         want_list = sorted(want)
         for i in range(0, len(want_list), 900):
             chunk = want_list[i:i + 900]
-            q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(chunk))})"
-            self._strings.update(self.conn.execute(q, chunk).fetchall())
+            q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(chunk))}) AND value IS NOT NULL"
+            self._strings.update((i, as_text(v)) for i, v in self.conn.execute(q, chunk))
         return {int(i): self._strings.get(int(i), f"<string {int(i)}>") for i in ids}
+
+    def odd_strings(self) -> dict[str, int]:
+        """How many StringIds values are NULL or BLOB ({} in every nsys export): names read as ``<string ID>``
+        or decoded with replacement characters, which the analysis says in a warning."""
+        rows = self.conn.execute("SELECT typeof(value), count(*) FROM StringIds "
+                                 "WHERE typeof(value) IN ('null', 'blob') GROUP BY 1").fetchall()
+        return {kind: int(n) for kind, n in rows}
 
     def string_ids(self, like_any: tuple[str, ...], pattern) -> list[int]:
         """Ids of the strings matching ``pattern``; ``like_any`` (SQL LIKE, one must match) narrows the
         scan first so the regex runs on a handful of strings, not on every kernel and range name."""
         where = " OR ".join("value LIKE ?" for _ in like_any)
         rows = self.conn.execute(f"SELECT id, value FROM StringIds WHERE {where}", like_any).fetchall()
-        return sorted(int(i) for i, v in rows if pattern.search(v))
+        return sorted(int(i) for i, v in rows if v is not None and pattern.search(as_text(v)))
 
     # ---- enums ---------------------------------------------------------------
     def enum(self, table: str, fallback: dict[int, str]) -> dict[int, str]:
@@ -249,8 +346,8 @@ class Reader:
 
     def nvtx_ranges(self) -> tuple[dict[str, np.ndarray], dict[int, str]] | None:
         """NVTX push/pop and start/end ranges as columns (start_ns, end_ns: -1 when never closed, gtid, key,
-        domain), and each key's label. Registered strings keep their id as key; unregistered texts
-        (in ``text``) get a negative key each."""
+        domain; start_ns and gtid -1 where NULL, for the caller to count), and each key's label. Registered
+        strings keep their id as key; unregistered texts (in ``text``) get a negative key each."""
         if not self.has("NVTX_EVENTS"):
             return None
         types = ",".join(map(str, RANGE_EVENT_TYPES))
@@ -266,12 +363,12 @@ class Reader:
         cols = self.columns(
             {"start_ns": "n.start", "end_ns": "COALESCE(n.end, -1)", "gtid": "n.globalTid", "key": key,
              "domain": f"COALESCE({domain}, 0)"},
-            f"NVTX_EVENTS n WHERE n.eventType IN ({types}) AND n.start > 0")
+            f"NVTX_EVENTS n WHERE n.eventType IN ({types}) AND (n.start > 0 OR n.start IS NULL)")
         if not len(cols["start_ns"]):
             return None
         keys = np.unique(cols["key"])
         names = self.strings(keys[keys > 0])
-        texts = dict(self.conn.execute("SELECT -rowid, text FROM temp.nvtx_text").fetchall())
+        texts = {k: as_text(t) for k, t in self.conn.execute("SELECT -rowid, text FROM temp.nvtx_text")}
         return cols, {int(k): names.get(int(k)) or texts.get(int(k)) or "" for k in keys}
 
     def nvtx_domain_names(self) -> dict[tuple[int, int], str]:
@@ -280,12 +377,12 @@ class Reader:
             return {}
         rows = self.conn.execute(
             "SELECT globalTid, domainId, COALESCE(text, '') FROM NVTX_EVENTS WHERE eventType = 75").fetchall()
-        return {(int(g), int(d or 0)): t for g, d, t in rows}
+        return {(int(g), int(d or 0)): as_text(t) for g, d, t in rows if isinstance(g, int)}
 
     def api_name_strings(self) -> dict[int, str]:
         """Every string that can name a CUDA runtime/driver call, by id (StringIds: thousands of rows,
         not a DISTINCT over the runtime table's millions)."""
-        return {int(i): str(n) for i, n in self.conn.execute("SELECT id, value FROM StringIds WHERE value GLOB 'cu*'")}
+        return {int(i): as_text(n) for i, n in self.conn.execute("SELECT id, value FROM StringIds WHERE value GLOB 'cu*'")}
 
     def htod_copy_kind(self) -> int | None:
         """The memcpy table's code for host-to-device copies, when the table can tell copy and source kinds."""
@@ -303,9 +400,11 @@ class Reader:
     def gpu_names(self) -> dict[int, str]:
         if self.has("TARGET_INFO_GPU", "name"):
             key = "id" if self.has("TARGET_INFO_GPU", "id") else "deviceId"
-            return {int(i): str(n) for i, n in self.conn.execute(f"SELECT {key}, name FROM TARGET_INFO_GPU")}
+            return {i: as_text(n) for i, n in self.conn.execute(f"SELECT {key}, name FROM TARGET_INFO_GPU")
+                    if isinstance(i, int) and n is not None}
         if self.has("TARGET_INFO_CUDA_GPU", "name"):
-            return {int(i): str(n) for i, n in self.conn.execute("SELECT deviceId, name FROM TARGET_INFO_CUDA_GPU")}
+            return {i: as_text(n) for i, n in self.conn.execute("SELECT deviceId, name FROM TARGET_INFO_CUDA_GPU")
+                    if isinstance(i, int) and n is not None}
         return {}
 
     def sm_counts(self) -> dict[int, int]:
@@ -319,9 +418,10 @@ class Reader:
     def thread_names(self) -> dict[int, str]:
         if not self.has("ThreadNames"):
             return {}
-        rows = self.conn.execute("SELECT globalTid, nameId FROM ThreadNames ORDER BY priority").fetchall()
+        rows = [(g, n) for g, n in self.conn.execute("SELECT globalTid, nameId FROM ThreadNames ORDER BY priority")
+                if isinstance(g, int) and isinstance(n, int)]
         names = self.strings({n for _, n in rows})
-        return {int(g): names[int(n)] for g, n in rows}
+        return {g: names[n] for g, n in rows}
 
     def cpu_cores(self) -> int | None:
         """Logical CPUs of the profiled machine (TARGET_INFO_SYSTEM_ENV ``CpuCores``), or None."""
@@ -336,7 +436,8 @@ class Reader:
     def process_names(self) -> dict[int, str]:
         if not self.has("PROCESSES"):
             return {}
-        return {int(g): str(n or "") for g, n in self.conn.execute("SELECT globalPid, name FROM PROCESSES")}
+        return {g: as_text(n) or "" for g, n in self.conn.execute("SELECT globalPid, name FROM PROCESSES")
+                if isinstance(g, int)}
 
     def host_identity(self) -> str | None:
         """Which machine captured the report (host name and system UID), or None where the export does not
