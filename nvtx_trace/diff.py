@@ -12,9 +12,28 @@ import json
 from pathlib import Path
 
 from nvtx_trace.analyzer.steps import typical_step_ns
-from nvtx_trace.errors import BadReportError
+from nvtx_trace.errors import BadReportError, UsageError
 
 IMPROVED = 0.8  # an impact below this x the earlier one is an improvement; above 1/IMPROVED, worse
+
+
+RUN_FILES = ("summary.json", "report.sqlite", "report.nsys-rep")  # what `run` writes into its folder
+
+
+def refuse_same_run(before: Path, after: Path) -> None:
+    """BEFORE and AFTER must be two runs: the same file twice, or a run folder and a file of its own (its
+    summary.json, its report), compares a run with itself and would say "unchanged" about nothing."""
+    def run_of(path: Path) -> Path | None:
+        path = Path(path)
+        if not path.exists():
+            return None  # load_summary says what is wrong with it
+        path = path.resolve()
+        return path.parent if path.is_file() and path.name in RUN_FILES else path
+
+    b, a = run_of(before), run_of(after)
+    if b is not None and b == a:
+        raise UsageError(f"{before} and {after} are the same run ({b}); give the run before the change and the "
+                         "run after it")
 
 
 def load_summary(path: Path) -> dict:
@@ -34,8 +53,12 @@ def load_summary(path: Path) -> dict:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise BadReportError(f"{path}: not a readable summary.json ({exc})") from None
+        except RecursionError:
+            raise BadReportError(f"{path}: not a summary.json (nested too deeply to read)") from None
         if not isinstance(data, dict) or "findings" not in data:
-            raise BadReportError(f"{path}: not an nvtx-trace summary.json (no findings)")
+            what = "no findings" if isinstance(data, dict) else f"a JSON {type(data).__name__}, not an object"
+            raise BadReportError(f"{path}: not an nvtx-trace summary.json ({what})")
+        check_summary(path, data)
         return data
     from nvtx_trace.analyzer import analyze
     from nvtx_trace.analyzer.inputs import expand
@@ -43,6 +66,64 @@ def load_summary(path: Path) -> dict:
     from nvtx_trace.report.json import to_dict
 
     return json.loads(json.dumps(to_dict(analyze([as_sqlite(p) for p in expand(path)]))))
+
+
+def check_summary(path: Path, data: dict) -> None:
+    """Every field ``compare`` reads has the type it reads (a summary.json edited by hand or by another tool):
+    BadReportError naming the file and the first field that has not, instead of a TypeError deep in compare."""
+
+    def bad(field: str, want: str, got) -> BadReportError:
+        shown = json.dumps(got, allow_nan=True)
+        return BadReportError(f"{path}: {field} should be {want}, not {shown[:40]}"
+                              f"{'...' if len(shown) > 40 else ''}; give a summary.json written by nvtx-trace")
+
+    def check(value, field: str, want: str, ok, optional: bool = True) -> None:
+        if not ((optional and value is None) or ok(value)):
+            raise bad(field, want + (" or null" if optional else ""), value)
+
+    def number(low: float = 0) -> object:  # finite, and within the int64 nanoseconds the tool writes
+        return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v < 2 ** 63 \
+            and v == v and v not in (float("inf"), float("-inf"))
+
+    def is_dict(v) -> bool:
+        return isinstance(v, dict)
+
+    positive = lambda v: number()(v) and v > 0  # noqa: E731
+    check(data.get("report"), "report", "an object", is_dict)
+    check((data.get("report") or {}).get("path"), "report.path", "a text", lambda v: isinstance(v, str))
+    check(data.get("steps"), "steps", "an object", is_dict)
+    steps = data.get("steps") or {}
+    check(steps.get("source"), "steps.source", "a text", lambda v: isinstance(v, str))
+    check(steps.get("summary"), "steps.summary", "an object", is_dict)
+    summary = steps.get("summary") or {}
+    for key in ("step_ns_median", "step_ns_mean"):
+        check(summary.get(key), f"steps.summary.{key}", "a positive number of ns", positive)
+    check(summary.get("statistic"), "steps.summary.statistic", "'median' or 'mean'", lambda v: v in STATISTICS)
+    check(summary.get("modes"), "steps.summary.modes", "an object", is_dict)
+    check(summary.get("gpu_busy_fraction"), "steps.summary.gpu_busy_fraction", "a number from 0 to 1",
+          lambda v: number()(v) and v <= 1)
+    check(data["findings"], "findings", "a list", lambda v: isinstance(v, list), optional=False)
+    for i, finding in enumerate(data["findings"]):
+        at = f"findings[{i}]"
+        check(finding, at, "an object", is_dict, optional=False)
+        check(finding.get("kind"), f"{at}.kind", "a text", lambda v: isinstance(v, str) and v, optional=False)
+        check(finding.get("title"), f"{at}.title", "a text", lambda v: isinstance(v, str), optional=False)
+        check(finding.get("impact_ns"), f"{at}.impact_ns", "a number of ns", number(), optional=False)
+        check(finding.get("evidence"), f"{at}.evidence", "an object", is_dict)
+        check((finding.get("evidence") or {}).get("cause"), f"{at}.evidence.cause", "a text",
+              lambda v: isinstance(v, str))
+        check(finding.get("predicted"), f"{at}.predicted", "an object", is_dict)
+        if finding.get("predicted"):
+            check(finding["predicted"].get("step_ns"), f"{at}.predicted.step_ns", "a positive number of ns",
+                  positive, optional=False)
+            check(finding["predicted"].get("statistic"), f"{at}.predicted.statistic", "'median' or 'mean'",
+                  lambda v: v in STATISTICS)
+    check(data.get("try"), "try", "an object", is_dict)
+    for key in ("predicted_step_ms", "measured_step_ms"):
+        check((data.get("try") or {}).get(key), f"try.{key}", "a positive number of ms", positive)
+
+
+STATISTICS = ("median", "mean")
 
 
 def _key(finding: dict) -> tuple[str, str]:

@@ -89,8 +89,10 @@ def test_step_range_names_the_users_own_step_ranges(tmp_path):
             "WHERE coalesce(e.text, s.value) = 'forward'")]
     assert len(a.steps.table) == len(durations)
     assert a.steps.table["duration_ns"].median() == float(np.median(durations))
-    nothing = analyze(path, step_range="^no such range$")
-    assert nothing.steps is None and "no NVTX range matches --step-range" in nothing.skipped["steps"]
+    from nvtx_trace.errors import UsageError
+
+    with pytest.raises(UsageError, match="matches no NVTX range .*'forward' x30"):  # asked for, never silently none
+        analyze(path, step_range="^no such range$")
 
 
 # The program's own per-iteration times (ms) in the run behind gpt2_plain_nsys_h100.sqlite (its STEPS line;

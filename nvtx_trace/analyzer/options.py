@@ -44,10 +44,13 @@ def _check_regex(option: str, value: str | None, example: str) -> None:
     if value is None:
         return
     try:
-        re.compile(value)
+        pattern = re.compile(value)
     except re.error as exc:
         raise UsageError(f"{option} {value!r} is not a valid regular expression ({exc}); "
                          f"example: {option} {example}") from None
+    if pattern.search(""):  # '', '.*', 'a?': every range name would match
+        raise UsageError(f"{option} {value!r} matches the empty text, so every range; give a regex of the ranges' "
+                         f"names, e.g. {option} {example}")
 
 
 def _check_scheduler(scheduler: str | None, workers: int | None) -> None:

@@ -138,7 +138,9 @@ def find_step_ranges(ranges: pd.DataFrame, step_range: str | None = None) -> tup
     if not len(ranges):
         return ranges, ""
     if step_range is not None:
-        return _user_step_ranges(ranges, step_range), f"user ranges matching {step_range!r}"
+        rows, nested = _user_step_ranges(ranges, step_range)
+        return rows, f"user ranges matching {step_range!r}" + (
+            f"; {nested} matching range(s) nested inside them left out" if nested else "")
     cats = ranges["name"].cat.categories
     codes = ranges["name"].cat.codes.to_numpy()
     index = {c: names.STEP_RE.match(c) for c in cats}
@@ -156,15 +158,21 @@ def find_step_ranges(ranges: pd.DataFrame, step_range: str | None = None) -> tup
     return ranges.iloc[:0], ""
 
 
-def _user_step_ranges(ranges: pd.DataFrame, step_range: str) -> pd.DataFrame:
-    """Ranges whose name matches ``step_range``, on the thread that has most of them, numbered in time order."""
+def _user_step_ranges(ranges: pd.DataFrame, step_range: str) -> tuple[pd.DataFrame, int]:
+    """Ranges whose name matches ``step_range``, on the thread that has most of them, numbered in time order,
+    and how many were left out for lying inside another match: a pattern that also matches ranges within the
+    steps (``step`` matches ``optimizer.step 3`` in ``step 3``) would otherwise cut each step into pieces."""
     pattern = re.compile(step_range)
     rows = ranges[name_mask(ranges["name"], lambda n: bool(pattern.search(n)))]
     if not len(rows):
-        return rows
+        return rows, 0
     main = rows["gtid"].value_counts().idxmax()
-    rows = rows[rows["gtid"] == main].sort_values("start_ns", ignore_index=True)
-    return rows.assign(step=np.arange(len(rows)))
+    rows = rows[rows["gtid"] == main].sort_values(["start_ns", "end_ns"], ascending=[True, False], ignore_index=True)
+    ends = rows["end_ns"].to_numpy()
+    latest_end_before = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
+    outermost = rows["start_ns"].to_numpy() >= latest_end_before
+    rows = rows[outermost].reset_index(drop=True)
+    return rows.assign(step=np.arange(len(rows))), int((~outermost).sum())
 
 
 def _drop_steps_without_optimizer(steps: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:

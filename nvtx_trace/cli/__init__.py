@@ -5,11 +5,25 @@ One module per verb (``nvtx_trace/cli/<verb>.py``), each defining one typer comm
 
 from __future__ import annotations
 
+import signal
 import sys
 
-import typer
 
-from nvtx_trace.errors import NvtxTraceError
+def _interrupted_while_starting(signum, frame) -> None:
+    """Ctrl-C while the command line is still being imported (typer, rich: a few hundred ms): one line and
+    exit 130, as later, not a KeyboardInterrupt traceback from inside some import."""
+    print("nvtx-trace: interrupted", file=sys.stderr)
+    raise SystemExit(130)
+
+
+try:  # only the main thread may set handlers; whoever imports us elsewhere keeps Python's
+    _SIGINT_BEFORE = signal.signal(signal.SIGINT, _interrupted_while_starting)
+except ValueError:
+    _SIGINT_BEFORE = None
+
+import typer  # noqa: E402
+
+from nvtx_trace.errors import NvtxTraceError  # noqa: E402
 
 app = typer.Typer(
     add_completion=False,
@@ -102,6 +116,8 @@ def _register() -> None:
 
 
 _register()
+if _SIGINT_BEFORE is not None:  # imported: Ctrl-C is KeyboardInterrupt again, which main() turns into one line
+    signal.signal(signal.SIGINT, _SIGINT_BEFORE)
 
 
 def _quiet_stdout() -> None:

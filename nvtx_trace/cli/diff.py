@@ -25,9 +25,10 @@ def diff(
     """
     from rich.console import Console
 
-    from nvtx_trace.diff import compare, load_summary
+    from nvtx_trace.diff import compare, load_summary, refuse_same_run
     from nvtx_trace.report import diff_render
 
+    refuse_same_run(before, after)
     outputs = [Path(p) for p in (json_out, html_out) if p and str(p) != "-"]
     check_outputs(outputs, [before, after], force)
     result = compare(load_summary(before), load_summary(after))

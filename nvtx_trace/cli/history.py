@@ -10,11 +10,14 @@ from typing import Optional
 import typer
 
 from nvtx_trace.analyzer.findings import ms
+from nvtx_trace.errors import NvtxTraceError
 
 
 def history(
-    script: Optional[str] = typer.Option(None, "--script", "-s", help="Only runs whose script contains this text."),
-    last: int = typer.Option(20, "--last", "-n", help="Show the newest N runs (0: all)."),
+    script: Optional[str] = typer.Option(None, "--script", "-s", help="Only runs whose script contains this text "
+                                                                       "(any case); none: one line naming the scripts "
+                                                                       "recorded, exit 1."),
+    last: int = typer.Option(20, "--last", "-n", help="Show the newest N runs (0, or more than recorded: all)."),
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON (each with its findings)."),
     path: Optional[Path] = typer.Option(
         None, "--history", help="History database (default: $NVTX_TRACE_HISTORY, else the platform's data folder)."),
@@ -31,11 +34,21 @@ def history(
 
     if last < 0:
         raise UsageError("--last must be >= 0 (0: all runs)")
+    if script is not None and not script.strip():
+        raise UsageError("--script was given an empty text, which every script contains; give part of the "
+                         "script's name (e.g. --script train.py), or leave --script out for every run")
+    if path is not None and path.is_dir():
+        raise UsageError(f"--history {path} is a folder; give the database file (e.g. {path / 'history.db'})")
     where = hist.resolve_path(path)
     if where is None:
         raise UsageError(f"the history is switched off (${hist.ENV}={os.environ.get(hist.ENV)!r}); "
                          "give --history PATH")
-    runs = hist.query(where, script=script, last=last or None)
+    runs = _runs(hist, where, script, last)
+    if script and not runs:
+        recorded = sorted({_short(r.get("script") or "") for r in hist.query(where)} - {""})
+        raise NvtxTraceError(f"no run of a script containing {script!r} in {where} (" + (
+            f"recorded: {', '.join(recorded[:10])}{' ...' if len(recorded) > 10 else ''}" if recorded
+            else "it holds no runs") + "); nvtx-trace history lists them all")
     if json_out:
         print(json.dumps({"history": str(where), "runs": runs}, indent=1))
         return
@@ -45,6 +58,16 @@ def history(
         console.print(f"No runs{what} recorded in {where}", soft_wrap=True, markup=False)
         return
     _table(runs, where, console)
+
+
+def _runs(hist, where: Path, script: str | None, last: int) -> list[dict]:
+    """The runs asked for. The database matches with SQL LIKE, where ``_`` and ``%`` stand for any text: a script
+    given with them is matched here, as the plain text it is (``my_train`` must not find ``myXtrain``)."""
+    limit = last if 0 < last < 2 ** 63 else None  # 0, or more than SQLite can count: all of them
+    if not script or not any(c in script for c in "%_"):
+        return hist.query(where, script=script, last=limit)
+    runs = [r for r in hist.query(where, script=script) if script.lower() in (r.get("script") or "").lower()]
+    return runs[:limit]
 
 
 def _table(runs: list[dict], where: Path, console) -> None:

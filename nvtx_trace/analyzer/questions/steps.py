@@ -12,6 +12,7 @@ from nvtx_trace.analyzer.instrumentation import read_record
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.startup import FIRST_TIME_NS, first_time_code_ns
 from nvtx_trace.analyzer.steps import STEP_PARTS, analyze_steps
+from nvtx_trace.errors import UsageError
 
 
 def _run(ctx: Context) -> None:
@@ -39,10 +40,23 @@ def _run(ctx: Context) -> None:
         a.steps.extend_warmup(first_time_code_ns(ctx.trace, t["start_ns"].to_numpy(), t["end_ns"].to_numpy()),
                               FIRST_TIME_NS)
     if a.steps is None and ctx.step_range is not None:
-        a.skipped["steps"] = f"no NVTX range matches --step-range {ctx.step_range!r}"
-    elif a.steps is None:
+        raise UsageError(f"--step-range {ctx.step_range!r} matches no NVTX range in {ctx.trace.info.path} ("
+                         f"{_range_names(ctx.trace.ranges)}); give a regex of your step ranges' name")
+    if a.steps is not None and ctx.warmup_steps is not None and ctx.warmup_steps >= len(a.steps.table):
+        raise UsageError(f"--warmup-steps {ctx.warmup_steps} leaves no steady step: {ctx.trace.info.path} holds "
+                         f"{len(a.steps.table)} step(s) ({a.steps.how}); give fewer, or leave it out to detect them")
+    if a.steps is None:
         a.skipped["steps"] = ("no step ranges (`step N` from nvtx_autotrace, or user ranges like `step 3`), and the "
                               "kernel sequence shows no repeating iteration")
+
+
+def _range_names(ranges: pd.DataFrame, shown: int = 6) -> str:
+    """The report's most frequent NVTX range names, numbers written as N (``step N``: 30), for a pattern to aim at."""
+    if not len(ranges):
+        return "it has no NVTX ranges"
+    counts = ranges["name"].astype(str).str.replace(r"\d+", "N", regex=True).value_counts()
+    listed = ", ".join(f"{name!r} x{n}" for name, n in counts.head(shown).items())
+    return f"its most frequent ranges: {listed}" + (f" and {len(counts) - shown} more" if len(counts) > shown else "")
 
 
 def _infer(trace):
