@@ -106,11 +106,16 @@ def test_a_kernel_table_without_device_ids_runs_on_the_one_gpu_listed(tmp_path, 
     assert "GPU -1" not in text
 
 
-def test_without_device_ids_each_gpu_is_found_from_its_cuda_context(tmp_path, ddp):
-    path = changed(tmp_path, DDP, f"ALTER TABLE {KERNEL} DROP COLUMN deviceId")
+@pytest.mark.parametrize("via", ["context", "stream"])
+def test_without_device_ids_each_gpu_is_found_from_its_cuda_context(tmp_path, ddp, via):
+    """Both processes' contexts are context 1: only (process, context) -- or (process, stream) where the table has
+    no context column either -- names the GPU, from the context table."""
+    drop = ["deviceId"] + (["contextId"] if via == "stream" else [])
+    path = changed(tmp_path, DDP, *(f"ALTER TABLE {KERNEL} DROP COLUMN {c}" for c in drop))
     summary, text = analyzed_by_cli(path, tmp_path)
     warned(summary, text, "the kernel table has no deviceId column: each row's GPU was taken from each row's CUDA "
-                          "context (TARGET_INFO_CUDA_CONTEXT_INFO)")
+                          + {"context": "context (TARGET_INFO_CUDA_CONTEXT_INFO)",
+                             "stream": "stream (TARGET_INFO_CUDA_STREAM, TARGET_INFO_CUDA_CONTEXT_INFO)"}[via])
     got = analyze(path)
     assert [d.device_id for d in got.idle.devices] == [0, 1]
     for dev in got.idle.devices:
