@@ -345,7 +345,7 @@ def test_a_step_that_compiles_a_new_graph_is_left_out_of_the_timing(tmp_path):
     of 378.7 ms in a round whose window held the evaluation graph's compilation) while the same change by hand ran
     1.21x faster. Here a real torch.compile on the CPU meets a second graph (no_grad, a new shape) at step 30,
     inside the timed window: that step, and only that one, is left out and said; the rest keep their pace."""
-    from nvtx_trace.runner.whatif import Round, Variant, row, time_once
+    from nvtx_trace.runner.whatif import Variant, row, time_once
 
     script = ROOT / "programs" / "compile_midway_train.py"
     r = time_once([str(script), "--steps", "400", "--eval-at", "30"], {}, cwd=tmp_path, timeout=300)
