@@ -356,15 +356,16 @@ def _startup_seconds() -> float:
         t = time.monotonic()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         times.append(time.monotonic() - t)
-    return sorted(times)[1]
+    return max(times)  # the slowest: a signal inside the interpreter's own start-up is beyond our code
 
 
-@pytest.mark.parametrize("after", [0.05, 0.1, 0.2, 0.3])
+@pytest.mark.parametrize("after", [0.1, 0.2, 0.3])
 def test_ctrl_c_while_the_command_line_starts_is_exit_130_without_a_traceback(after):
     """Before: a KeyboardInterrupt traceback from inside typer's or rich's imports."""
+    delay = _startup_seconds() + after  # measured before the command starts, so the signal lands where meant
     proc = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(USER)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(_startup_seconds() + after)
+    time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     lines = [line for line in err.splitlines() if line.strip()]

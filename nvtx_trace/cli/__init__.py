@@ -12,8 +12,12 @@ import sys
 def _interrupted_while_starting(signum, frame) -> None:
     """Ctrl-C while the command line is still being imported (typer, rich: a few hundred ms): one line and
     exit 130, as later, not a KeyboardInterrupt traceback from inside some import."""
-    print("nvtx-trace: interrupted", file=sys.stderr)
-    raise SystemExit(130)
+    # nothing is written yet, so leave at once: an exception raised here can land inside importlib's own
+    # callbacks, which print it as "Exception ignored" with a traceback
+    import os
+
+    os.write(2, b"nvtx-trace: interrupted\n")
+    os._exit(130)
 
 
 try:  # only the main thread may set handlers; whoever imports us elsewhere keeps Python's
