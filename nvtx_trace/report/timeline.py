@@ -166,13 +166,17 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
     if gap_rows:
         gaps = pd.concat(gap_rows, ignore_index=True)
         # Smallest cause first, largest drawn last (on top): zoomed out, sub-pixel gaps overlap and the
-        # colour a user sees should be the cause that dominates; the legend still lists the largest first.
+        # colour a user sees should be the cause that dominates. The legend lists them as the headline does:
+        # largest in the steady window first (the view the page opens on), then by the whole trace.
         totals = gaps.groupby("cause")["duration_ns"].sum().sort_values()
-        for rank, (cause, _) in enumerate(totals.items()):
+        wc = getattr(a, "window_causes", None)
+        in_window = wc.groupby("cause")["idle_ns"].sum() if wc is not None and len(wc) else pd.Series(dtype=float)
+        listed = sorted(totals.index, key=lambda c: (-in_window.get(c, 0), -totals[c]))
+        for cause in totals.index:
             g = gaps[gaps["cause"] == cause]
             bars = _bars(f"idle: {CAUSES.get(cause, cause)}", g["lane"], g["start_ns"], g["end_ns"], t0,
                          _gap_texts(g, t0), CAUSE_COLORS.get(cause, "#9e9e9e"), True, "cat:" + cause)
-            bars["legendrank"] = 1000 - rank
+            bars["legendrank"] = 1000 + listed.index(cause)
             data.append(bars)
             items += len(g)
 
@@ -421,6 +425,7 @@ def _layout(a, labels: list[str], t0: int, nvtx_first: int) -> dict:
                   "range": [len(labels) - 0.5, -0.5], "fixedrange": True, "automargin": True, "zeroline": False,
                   "ticklabelstandoff": 6,
                   "showgrid": False},
+        "showlegend": True,  # even with one entry: every colour drawn is named
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
         "shapes": shapes,
         "plot_bgcolor": "white",
