@@ -288,7 +288,7 @@ def _room_for_legend(layout: dict, entries: list[str], width_px: int = 1150) -> 
             rows, used = rows + 1, 0.0
         used += w
     plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
-    layout["margin"]["t"] = 30 + 21 * rows
+    layout["margin"]["t"] = 44 + 21 * rows
     layout["height"] = plot_px + layout["margin"]["t"] + layout["margin"]["b"]
 
 
@@ -426,7 +426,7 @@ def _layout(a, labels: list[str], t0: int, nvtx_first: int) -> dict:
                   "ticklabelstandoff": 6,
                   "showgrid": False},
         "showlegend": True,  # even with one entry: every colour drawn is named
-        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
+        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}, "tracegroupgap": 0},
         "shapes": shapes,
         "plot_bgcolor": "white",
     }
