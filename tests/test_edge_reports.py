@@ -174,13 +174,20 @@ def test_a_non_integer_value_is_a_bad_report_not_a_crash(tmp_path):
         analyze(path)
 
 
-def test_a_cpu_only_report_has_no_step_breakdown_and_null_gpu_columns():
+def test_a_cpu_only_report_breaks_steps_down_by_the_training_thread_with_null_gpu_columns():
+    """No GPU activity: the per-step breakdown is the training thread's (waits and its own CPU work), and what
+    was not captured (GPU busy, copies, host syncs) is null, never 0."""
     from nvtx_trace.report import json as json_report
 
     a = analyze(SAMPLES / "cpu_slow_loader.sqlite")
-    assert a.step_breakdown is None
-    rows = __import__("json").loads(json_report.render(a))["steps"]["table"]
+    d = __import__("json").loads(json_report.render(a))
+    rows = d["steps"]["table"]
     assert all(r["gpu_busy_ns"] is None and r["sync_wait_ns"] is None and r["loader_wait_ns"] >= 0 for r in rows)
+    parts = d["step_breakdown"]
+    assert [p["step"] for p in parts] == [r["step"] for r in rows]
+    for p, r in zip(parts, rows):
+        assert p["compute_ns"] is p["copy_ns"] is p["sync_ns"] is p["other_ns"] is None
+        assert p["loader_ns"] == r["loader_wait_ns"] and p["loader_ns"] + p["cpu_ns"] == p["duration_ns"]
 
 
 def test_instrumentation_cost_is_taken_out_of_cpu_bound_findings(tmp_path):

@@ -433,3 +433,274 @@ def test_without_plotly_the_html_is_one_line_and_a_run_keeps_its_other_outputs(t
     assert result.written == [tmp_path / "summary.json"] and result.error is None
     assert result.problems == ["no HTML summary: the HTML summary needs plotly, which is not installed here: "
                                "pip install plotly"]
+
+
+# ---- the timeline's legend and step labels, the per-step breakdown of a run without GPU activity ------------
+
+LEGEND_SAMPLES = ["cpu_slow_loader", "resnet_flawed_user", "resnet50_2workers_h100"]
+
+
+def page_figures(page: str) -> dict:
+    """The figures as the page embeds them (what the browser draws), by div id, with their page-side specs."""
+    raw = re.search(r'<script type="application/json" id="nvtx-trace-data">(.*?)</script>', page, re.S).group(1)
+    return {f["div"]: f for f in json.loads(raw)["figures"]}
+
+
+def painted(t: dict) -> set[str]:
+    """The colours a trace paints with meaning: bars' fill, lines, area fills, markers (not the step labels'
+    text, not the white outline that keeps neighbouring step bars apart)."""
+    if t["type"] == "bar":
+        c = t["marker"]["color"]
+        return set(c) if isinstance(c, list) else {c}
+    mode = t.get("mode", "")
+    return ({t["line"]["color"]} if "lines" in mode else set()) | ({t["fillcolor"]} if t.get("fill") else set()) \
+        | ({t["marker"]["color"]} if "markers" in mode else set())
+
+
+def draws(t: dict) -> bool:
+    return any(x is not None for x in t.get("x", []))
+
+
+def assert_legend_names_every_colour(fig: dict) -> list[dict]:
+    """Every colour drawn belongs to exactly one legend entry of that colour, and every entry's colour is drawn;
+    returns the entries (traces with showlegend) in legend order."""
+    data = fig["data"]
+    holders = [t for t in data if t.get("showlegend")]
+    by_group = {}
+    for t in holders:
+        assert t.get("legendgroup") and t["legendgroup"] not in by_group, t["name"]
+        by_group[t["legendgroup"]] = t
+    used = set()
+    for t in data:
+        if not draws(t) or not painted(t):
+            continue
+        assert t.get("legendgroup") in by_group, f"{t['name']} draws {painted(t)} but no legend entry names it"
+        assert painted(t) <= painted(by_group[t["legendgroup"]]), (t["name"], by_group[t["legendgroup"]]["name"])
+        used |= painted(t)
+    # The steady window is a shaded rectangle (a layout shape), named by its own entry; the one line shape only
+    # divides the GPU and step lanes from the NVTX lanes.
+    shades = {s["fillcolor"] for s in fig["layout"]["shapes"] if s["type"] == "rect"}
+    used |= shades
+    listed = set().union(*(painted(t) for t in holders)) if holders else set()
+    assert listed == used, (f"named but not drawn: {listed - used}", f"drawn but not named: {used - listed}")
+    names = [t["name"] for t in holders]
+    assert all(names) and len(set(names)) == len(names), names
+    colours = [frozenset(painted(t)) for t in holders]
+    assert len(set(colours)) == len(colours), "two legend entries of one colour"
+    return sorted(holders, key=lambda t: t.get("legendrank", 1000))
+
+
+@pytest.mark.parametrize("name", LEGEND_SAMPLES + ["resnet_ddp_flawed", "synthetic"])
+def test_the_timeline_legend_names_exactly_the_colours_it_draws(name):
+    if name == "synthetic":  # every idle cause, NVTX on an autograd thread and in four worker processes
+        a, ranges, threads = synthetic_analysis(n_busy=20_000, n_ranges=4_000)
+        page = html_report.render(a, ranges=ranges, thread_labels=threads)
+    else:
+        page = html_report.render(analyze(ROOT / "sample_reports" / f"{name}.sqlite"))
+    fig = page_figures(page)["timeline"]["figure"]
+    entries = assert_legend_names_every_colour(fig)
+    assert fig["layout"]["showlegend"] is True
+    names = [t["name"] for t in entries]
+    assert any(n.split(" · ")[0] == "step" for n in names)
+    assert ("step boundary" in names) == (name != "synthetic")  # 2,000 boundaries: drawn on the steps lane only
+    if name == "cpu_slow_loader":  # no GPU: NVTX colours, steps, the steady window
+        assert not any(n.startswith(("idle:", "GPU")) for n in names), names
+        assert any(n.startswith("data-loading ranges") for n in names), names
+    else:
+        assert names[:2] == ["GPU utilization (height: busy share of a time bin)",
+                             "GPU busy (shade: busy share of a block)"], names
+        assert any(n.startswith("idle: ") for n in names), names
+        if name != "synthetic":  # loader-bound samples: the largest cause first, one entry with its ranges
+            assert names[2] == "idle: waiting for the next batch · data-loading ranges (waits, worker fetches)"
+
+
+def step_label_view(tools: DevTools) -> dict:
+    """The steps lane as drawn now: each step bar's middle, whether it lies in view, its label, its key for the
+    every-k-th rule; k and the lane's name; the page boxes of the labels drawn inside the plot area."""
+    return tools.js("""(function () {
+        var gd = document.getElementById('timeline');
+        var spec = JSON.parse(document.getElementById('nvtx-trace-data').textContent).figures
+            .filter(function (f) { return f.div === 'timeline'; })[0].step_labels;
+        var r = gd._fullLayout.xaxis.range.map(Number), t = gd.data[spec.index];
+        var area = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        var boxes = Array.prototype.map.call(gd.querySelectorAll('.scatterlayer .textpoint text'), function (e) {
+            var b = e.getBoundingClientRect();
+            return {text: e.textContent, l: b.left, r: b.right, t: b.top, b: b.bottom};
+        }).filter(function (b) {
+            var x = (b.l + b.r) / 2;
+            return b.text && x >= area.left && x <= area.right;
+        });
+        return {k: Number(gd.getAttribute('data-step-label-every')), tick: gd._fullLayout.yaxis.ticktext[spec.lane],
+                lane_name: spec.lane_name, range: r, view: gd._stepLabelView,
+                bars: t.x.map(function (x, i) {
+                    return {x: x, key: spec.keys[i], text: t.text[i], long: spec.long[i], short: spec.short[i],
+                            shown: x >= r[0] && x <= r[1]}; }),
+                boxes: boxes};
+    })()""")
+
+
+def assert_step_labels_follow_the_rule(view: dict) -> int:
+    """Every step bar in view is labelled, or, with k > 1, exactly those whose key is a multiple of k, and the
+    lane's name says so; no two labels drawn overlap. Returns k."""
+    k = view["k"]
+    in_view = [b for b in view["bars"] if b["shown"]]
+    assert k >= 1 and in_view, view["range"]
+    for b in in_view:
+        assert bool(b["text"]) == (b["key"] % k == 0), (k, b)
+        assert not b["text"] or b["text"] in (b["long"], b["short"]), b
+    if k == 1:
+        assert view["tick"] == view["lane_name"]
+    else:
+        assert f"every {k}" in view["tick"] and "labelled" in view["tick"], view["tick"]
+    labelled = sum(1 for b in in_view if b["text"])
+    assert len(view["boxes"]) >= labelled - 2, "labels in view were not drawn"  # two may sit at the edges
+    boxes = sorted(view["boxes"], key=lambda b: b["l"])
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            if b["l"] >= a["r"]:
+                break
+            assert b["t"] >= a["b"] or a["t"] >= b["b"], f"labels {a['text']} and {b['text']} overlap"
+    return k
+
+
+def zoom(tools: DevTools, update: str) -> dict:
+    """Relayout the timeline, wait for the labels to follow the new view, and return it."""
+    before = tools.js("document.getElementById('timeline')._stepLabelView")
+    relayout = f"Plotly.relayout(document.getElementById('timeline'), {update}).then(function () {{ return 1; }})"
+    tools.call("Runtime.evaluate", expression=relayout, awaitPromise=True, returnByValue=True)
+    deadline = time.monotonic() + 30
+    while True:
+        view = step_label_view(tools)
+        if view["view"] != before and view["view"] == ",".join(str(x) for x in view["range"]) + "/" + str(
+                tools.js("document.getElementById('timeline')._fullLayout.xaxis._length")):
+            time.sleep(0.3)
+            again = step_label_view(tools)
+            if again["view"] == view["view"]:
+                return again
+        assert time.monotonic() < deadline, "the step labels did not follow the zoom"
+        time.sleep(0.1)
+
+
+def open_devtools(chromium: str, page: Path, tmp: Path) -> DevTools:
+    tools = DevTools(chromium, tmp / "profile")
+    tools.call("Emulation.setDeviceMetricsOverride", width=1400, height=1000, deviceScaleFactor=1, mobile=False)
+    tools.call("Page.navigate", url=page.resolve().as_uri())
+    deadline = time.monotonic() + 60
+    while tools.js("document.documentElement.getAttribute('data-plots-rendered')") is None:
+        assert time.monotonic() < deadline, "the charts were never drawn"
+        time.sleep(0.05)
+    assert tools.js("document.documentElement.getAttribute('data-errors')") is None
+    return tools
+
+
+@pytest.mark.parametrize("name", LEGEND_SAMPLES)
+def test_the_legend_is_on_the_page_and_every_step_in_view_is_labelled(name, chromium, tmp_path):
+    """At the page's opening view (1400 px wide) each step of the window carries its label; zoomed out to the
+    whole trace, or into three steps, the labels follow the rule; the legend is drawn without hovering, one
+    entry per colour, each with its swatch."""
+    page = html_report.write(analyze(ROOT / "sample_reports" / f"{name}.sqlite"), tmp_path / f"{name}.html")
+    entries = assert_legend_names_every_colour(page_figures(page.read_text())["timeline"]["figure"])
+    tools = open_devtools(chromium, page, tmp_path)
+    try:
+        legend = tools.js("""Array.prototype.map.call(document.querySelectorAll('#timeline .legend .traces'),
+            function (e) {
+                var b = e.getBoundingClientRect(), fills = [];
+                e.querySelectorAll('path').forEach(function (p) {
+                    var s = getComputedStyle(p); fills.push(s.fill, s.stroke); });
+                return {text: e.querySelector('.legendtext').textContent, w: b.width, h: b.height, fills: fills};
+            })""")
+        assert [x["text"] for x in legend] == [t["name"] for t in entries]
+        for x, t in zip(legend, entries):
+            assert x["w"] > 0 and x["h"] > 0, x
+            rgb = {_rgb(c) for c in painted(t)}
+            assert rgb & {_rgb(c) for c in x["fills"] if c.startswith("rgb")}, (x, painted(t))
+        opening = step_label_view(tools)
+        assert assert_step_labels_follow_the_rule(opening) == 1, "a step of the opening view lost its label"
+        assert all(b["text"] for b in opening["bars"] if b["shown"])
+        whole = zoom(tools, "{'xaxis.autorange': true}")
+        assert whole["range"][1] - whole["range"][0] > opening["range"][1] - opening["range"][0]
+        assert_step_labels_follow_the_rule(whole)
+        xs = [b["x"] for b in opening["bars"] if b["shown"]]
+        mid = len(xs) // 2
+        close = zoom(tools, f"{{'xaxis.range': [{xs[mid - 2]}, {xs[mid + 2]}]}}")
+        assert assert_step_labels_follow_the_rule(close) == 1
+        assert sum(b["shown"] for b in close["bars"]) >= 3
+        assert tools.js("document.documentElement.getAttribute('data-errors')") is None
+    finally:
+        tools.close()
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    """'#ef6c00', 'rgb(239, 108, 0)' or 'rgba(46,125,50,0.5)' as an (r, g, b) triple (the alpha left out)."""
+    if colour.startswith("#"):
+        return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return tuple(int(float(v)) for v in re.findall(r"[\d.]+", colour)[:3])
+
+
+def test_thousands_of_steps_are_labelled_every_kth_and_the_lane_says_which(chromium, tmp_path):
+    """2,000 steps drawn as 1,000 bars of two: at the opening view labels cannot all fit, so every k-th bar
+    is labelled (k > 1, the lane's name says it); zoomed into a few bars, each has its label again."""
+    a, ranges, threads = synthetic_analysis(n_busy=20_000, n_ranges=4_000)
+    page = tmp_path / "steps.html"
+    page.write_text(html_report.render(a, ranges=ranges, thread_labels=threads))
+    tools = open_devtools(chromium, page, tmp_path)
+    try:
+        opening = step_label_view(tools)
+        k = assert_step_labels_follow_the_rule(opening)
+        assert k > 1 and "every" in opening["tick"] and "bar" in opening["tick"], opening["tick"]
+        assert opening["bars"][0]["long"] == "steps 0-1"
+        xs = [b["x"] for b in opening["bars"]]
+        close = zoom(tools, f"{{'xaxis.range': [{xs[500]}, {xs[504]}]}}")
+        assert assert_step_labels_follow_the_rule(close) == 1
+    finally:
+        tools.close()
+
+
+def test_a_run_without_gpu_activity_gets_per_step_bars_whose_loader_waits_are_the_sql_ones(chromium, tmp_path):
+    """The CPU sample (`nvtx-trace run` under Debian's nsys 2022.4, no GPU): one bar per step, warm-up first,
+    each split into waiting for data and the rest; the waits are recomputed here from the report in plain SQL:
+    the training process's `dataloader.next` ranges, clipped to each `step N` range that holds an optimizer
+    step (the last `step N`, opened by the final optimizer step and running until exit, is not a step)."""
+    import sqlite3
+
+    path = ROOT / "sample_reports" / "cpu_slow_loader.sqlite"
+    con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    text = "COALESCE(s.value, n.text)"
+    named = f"FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId WHERE n.end IS NOT NULL AND {text}"
+    sql = f"""
+        WITH main AS (SELECT n.globalTid AS tid {named} LIKE 'step %' GROUP BY n.globalTid
+                      ORDER BY count(*) DESC LIMIT 1),
+             step AS (SELECT CAST(substr({text}, 6) AS INTEGER) AS k, n.start, n.end {named} LIKE 'step %'
+                      AND n.globalTid = (SELECT tid FROM main)),
+             opt AS (SELECT n.end {named} LIKE 'optimizer.step %'),
+             wait AS (SELECT n.start, n.end {named} LIKE 'dataloader.next [%'
+                      AND (n.globalTid >> 24) = ((SELECT tid FROM main) >> 24))
+        SELECT step.k, step.end - step.start,
+               (SELECT COALESCE(sum(max(0, min(wait.end, step.end) - max(wait.start, step.start))), 0) FROM wait)
+        FROM step WHERE EXISTS (SELECT 1 FROM opt WHERE opt.end BETWEEN step.start AND step.end) ORDER BY step.start"""
+    want = con.execute(sql).fetchall()
+    con.close()
+    assert len(want) == 12 and all(w > 0 for _, _, w in want[:8]), want
+
+    a = analyze(path)
+    d = json.loads(json_report.render(a))
+    rows = d["step_breakdown"]
+    assert [(r["step"], r["duration_ns"], r["loader_ns"]) for r in rows] == [tuple(w) for w in want]
+    assert all(r["cpu_ns"] == r["duration_ns"] - r["loader_ns"] for r in rows)
+    assert all(r[k] is None for r in rows for k in ("compute_ns", "copy_ns", "sync_ns", "other_ns"))
+    page = html_report.write(a, tmp_path / "cpu.html")
+    raw = page.read_text()
+    chart = page_figures(raw)["steps-chart"]["figure"]
+    bars = {t["name"]: t for t in chart["data"]}
+    assert list(bars) == ["waiting for data (in the DataLoader)", "the rest: the training thread's own CPU work"]
+    steady = d["steps"]["summary"]["steady_steps"]
+    warm = [str(r["step"]) for r in rows if r["warmup"]]
+    for t in bars.values():  # one bar per step, warm-up ones first, then one per steady step
+        assert t["x"] == warm + [str(r["step"]) for r in rows if not r["warmup"]]
+        assert len(t["x"]) - len(warm) == steady == 11
+    assert bars["waiting for data (in the DataLoader)"]["y"] == [round(w / 1e6, 4) for _, _, w in want]
+    assert "No per-step breakdown" not in raw and "Where the time goes: cpu_slow_loader.sqlite" in raw
+    assert "GPU busy n/a" not in raw and "No GPU activity traced; waiting for data" in raw
+    dom, console = open_page(chromium, page, tmp_path, screenshot=ARTIFACTS / "html-report-cpu_slow_loader.png")
+    assert_rendered(dom, console, figures=2)
+    assert dom.count('class="legendtext"') >= 2 + 5  # the step chart's two parts and the timeline's colours

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -61,7 +62,14 @@ def test_analyze_of_a_run_s_report_gives_the_run_s_answer(tmp_path):
     assert steps["capture_first_step"] == first and steps["warmup_steps"] == 0
     assert summary["steps"]["table"][0]["step"] == first
     assert summary["window"]["program"] == "slow_loader_train.py"  # the page's title, from either door
-    assert "<title>nvtx-trace: slow_loader_train.py (report.sqlite)</title>" in (tmp_path / "r" / "summary.html").read_text()
+    page = (tmp_path / "r" / "summary.html").read_text()
+    assert "<title>nvtx-trace: slow_loader_train.py (report.sqlite)</title>" in page
+    # No GPU on this machine, yet the page breaks each step down: one bar per step, its waits the steps table's.
+    figures = json.loads(re.search(r'id="nvtx-trace-data">(.*?)</script>', page, re.S).group(1))["figures"]
+    bars = {t["name"]: t for f in figures if f["div"] == "steps-chart" for t in f["figure"]["data"]}
+    table = summary["steps"]["table"]
+    assert bars["waiting for data (in the DataLoader)"]["x"] == [str(r["step"]) for r in table]
+    assert [r["loader_ns"] for r in summary["step_breakdown"]] == [r["loader_wait_ns"] for r in table]
     for door in ("r/report.sqlite", "r/report.nsys-rep"):
         nvtx_trace("analyze", door, "--json", "again.json", "--force", cwd=tmp_path)
         again = json.loads((tmp_path / "again.json").read_text())

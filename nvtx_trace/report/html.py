@@ -59,7 +59,7 @@ def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread
         notes.append(thread_labels.pop("error"))
     tl = timeline.build(a, ranges, thread_labels or {}, max_points=max_points)
     if tl.figure["data"]:
-        figures.append({"div": "timeline", "figure": tl.figure})
+        figures.append({"div": "timeline", "figure": tl.figure, "step_labels": tl.step_labels})
     notes += tl.notes
     bd = a.step_breakdown
     step_note = None
@@ -67,17 +67,19 @@ def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread
         fig, step_note = stepchart.figure(bd)
         figures.append({"div": "steps-chart", "figure": fig})
     js = _plotly_js()
+    report = Path(str(a.path)).name
+    named = f"{program} ({report})" if (program := (a.window or {}).get("program")) else report
     fields = {
-        "title": esc(f"nvtx-trace: {program} ({Path(str(a.path)).name})" if (program := (a.window or {}).get("program"))
-                     else f"nvtx-trace: {Path(str(a.path)).name}"),
-        "report_name": esc(Path(str(a.path)).name),
+        "title": esc(f"nvtx-trace: {named}"),
+        # A run without GPU activity has no idle GPU to explain: its page is about where the steps' time goes.
+        "heading": esc(f"{'Why the GPU idles' if d['devices'] else 'Where the time goes'}: {named}"),
         "meta": esc(f"nsys {a.nsys_version or '?'}, export schema {a.schema_version or '?'}, "
                     f"nvtx-trace {__version__}; gaps counted from {ms(a.min_gap_ns)}"),
         "headline": _headline(d),
         "findings": _findings(d),
-        "timeline_section": _timeline_section(tl, notes, max_points) if tl.figure["data"] else
+        "timeline_section": _timeline_section(tl, notes, max_points, gpu=bool(d["devices"])) if tl.figure["data"] else
         "<p class='muted'>No GPU activity or NVTX ranges to draw.</p>",
-        "steps_section": _steps_section(d, step_note) if bd is not None else _no_step_chart(a),
+        "steps_section": _steps_section(bd, step_note) if bd is not None else _no_step_chart(),
         "tables": html_tables(a, d),
         "plotly_js": js,
         "data_json": script_json({"figures": figures}),
@@ -161,11 +163,12 @@ def _headline(d: dict) -> str:
                   if s["warmup_steps"] else "") + ")</div>"
                if s.get("capture_first_step") is not None else
                f"({num(s['warmup_steps'], str(s['warmup_steps']), 'steps.summary.warmup_steps')} warm-up left out)"
-               "</div>") +
-            f"<div>GPU busy {num(s['gpu_busy_fraction'], _pct(s['gpu_busy_fraction']), 'steps.summary.gpu_busy_fraction')}"
-            + (f" ({num(spin, _pct(spin), 'steps.summary.collective_wait_fraction')} spinning in collectives for a "
-               "peer)" if (spin := s.get("collective_wait_fraction")) is not None and spin >= 0.01 else "") +
-            ", waiting for data "
+               "</div>")
+            + (f"<div>GPU busy {num(s['gpu_busy_fraction'], _pct(s['gpu_busy_fraction']), 'steps.summary.gpu_busy_fraction')}"
+               + (f" ({num(spin, _pct(spin), 'steps.summary.collective_wait_fraction')} spinning in collectives for a "
+                  "peer)" if (spin := s.get("collective_wait_fraction")) is not None and spin >= 0.01 else "") + ", "
+               if s["gpu_busy_fraction"] is not None else "<div>No GPU activity traced; ") +
+            "waiting for data "
             f"{num(s['loader_wait_fraction'], _pct(s['loader_wait_fraction']), 'steps.summary.loader_wait_fraction')}"
             f" of step time</div></div>")
     inst, prof = d.get("instrumentation"), d.get("profiler")
@@ -218,13 +221,10 @@ def _headline(d: dict) -> str:
     return "<div class='cards'>" + "".join(cards) + "</div>"
 
 
-def _no_step_chart(a) -> str:
-    """Why there is no per-step chart, in the report's own terms (never 'no steps' when there are steps)."""
-    if a.steps is not None and len(a.steps.table):
-        why = f"{len(a.steps.table)} steps, but no GPU activity to break them down by"
-    else:
-        why = "no step ranges (<code>step N</code>) and no repeating kernel sequence to infer steps from"
-    return f"<p class='muted'>No per-step breakdown: {why}.</p>"
+def _no_step_chart() -> str:
+    """Why there is no per-step chart: the breakdown exists whenever there are steps."""
+    return ("<p class='muted'>No per-step breakdown: no step ranges (<code>step N</code>) and no repeating kernel "
+            "sequence to infer steps from.</p>")
 
 
 def _profiler_line(prof: dict) -> str:
@@ -280,11 +280,15 @@ def _records_table(records: list[dict], more: int = 0) -> str:
     return f"<table class='data'><tr>{head}</tr>{body}</table>{extra}"
 
 
-def _timeline_section(tl, notes: list[str], max_points: int) -> str:
-    out = ("<p class='muted'>Drag to zoom into a time range, double-click to zoom out; hover a coloured gap "
-           "to see why the GPU was idle, or an NVTX range to see its name. Colours of gaps and NVTX ranges "
-           "match: an orange gap lies under an orange data-loading range. The view opens on the steady state "
-           "(shaded) that the findings are measured over; double-click the chart to see the whole trace.</p>")
+def _timeline_section(tl, notes: list[str], max_points: int, gpu: bool) -> str:
+    out = ("<p class='muted'>Drag to zoom into a time range, double-click to zoom out. The legend above the chart "
+           "names every colour (click an entry to hide it). "
+           + ("Hover a coloured gap to see why the GPU was idle, or an NVTX range to see its name; colours of gaps "
+              "and NVTX ranges match: an orange gap lies under an orange data-loading range. " if gpu else
+              "Hover an NVTX range to see its name and time. ")
+           + "Each step is labelled with its number; where labels would overlap, every k-th is, and the steps "
+           "lane says which. The view opens on the steady state (shaded) that the findings are measured over; "
+           "double-click the chart to see the whole trace.</p>")
     if tl.notes:
         out += ("<div class='note'><b>Aggregated to keep this page small, fast and readable</b> "
                 f"({tl.items:,} items drawn, budget {max_points:,}; raise it with "
@@ -294,10 +298,20 @@ def _timeline_section(tl, notes: list[str], max_points: int) -> str:
     return out + "<div id='timeline' class='plot'></div>"
 
 
-def _steps_section(d: dict, note: str | None) -> str:
-    out = ("<p class='muted'>Each bar is one step's wall time, split by what the GPU was doing. Idle time is "
-           "split among causes as in the headline; “other” is idle time of other causes or in gaps shorter "
-           "than the minimum gap.</p>")
+def _steps_section(bd, note: str | None) -> str:
+    if stepchart.without_gpu(bd):
+        measured = {col for col, _, _ in stepchart.parts(bd)}
+        out = ("<p class='muted'>This report holds no GPU activity, so each bar is one step's wall time on the "
+               "training thread: "
+               + ("waiting for data (its loader wait ranges inside the step), " if "loader_ns" in measured else "")
+               + ("host syncs, " if "sync_ns" in measured else "")
+               + "and the rest, its own CPU work (forward, backward, optimizer, anything else)."
+               + ("" if "loader_ns" in measured else " No loader wait ranges were captured.")
+               + ("" if "sync_ns" in measured else " Host syncs are not measured without CUDA tracing.") + "</p>")
+    else:
+        out = ("<p class='muted'>Each bar is one step's wall time, split by what the GPU was doing. Idle time is "
+               "split among causes as in the headline; “other” is idle time of other causes or in gaps shorter "
+               "than the minimum gap.</p>")
     if note:
         out += f"<div class='note'>{esc(note)}.</div>"
     return out + "<div id='steps-chart' class='plot'></div>"

@@ -51,12 +51,18 @@ def range_categories(range_names: pd.Series) -> np.ndarray:
 
 
 def build(ranges: pd.DataFrame, thread_labels: dict[int, str], cap: int, labels: list[str],
-                notes: list[str], t0: int):
+          notes: list[str], t0: int, steps_drawn: pd.DataFrame | None = None):
     """Assign each range a lane (thread x depth), keep the longest per lane within ``cap`` in total. The tool's
-    own capture range and records are not the program's work: they get no lane."""
+    own capture range and records are not the program's work: they get no lane; nor do the step ranges the
+    steps lane already draws (``steps_drawn``: start_ns, end_ns), so each step is drawn and labelled once."""
     own = ranges["name"].astype(str)
     ranges = ranges[~(own.isin([names.CAPTURE_RANGE]) | own.str.startswith(
         (names.INSTRUMENTATION_PREFIX, names.CALIBRATION, names.SETTINGS_PREFIX, names.WINDOW_PREFIX)))]
+    if steps_drawn is not None and len(steps_drawn) and len(ranges):
+        drawn = pd.MultiIndex.from_arrays([steps_drawn["start_ns"].to_numpy(np.int64),
+                                           steps_drawn["end_ns"].to_numpy(np.int64)])
+        at = pd.MultiIndex.from_arrays([ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)])
+        ranges = ranges[~(at.isin(drawn) & (range_categories(ranges["name"].astype(str)) == "step"))]
     per_thread = ranges.groupby("gtid").size().sort_values(ascending=False)
     threads = list(per_thread.index[:MAX_THREADS])
     if len(per_thread) > MAX_THREADS:

@@ -7,26 +7,42 @@ import pandas as pd
 
 from nvtx_trace.analyzer.findings import ms
 
-PARTS = [  # column, legend, colour
+PARTS = [  # column, legend, colour: a report with GPU activity (the GPU's view)
     ("compute_ns", "GPU computing", "#2e7d32"),
     ("loader_ns", "GPU idle: waiting for data", "#ef6c00"),
     ("copy_ns", "GPU idle: host-side copies", "#6a1b9a"),
     ("sync_ns", "GPU idle: host syncs", "#c62828"),
     ("other_ns", "GPU idle: other causes, short gaps", "#9e9e9e"),
 ]
+HOST_PARTS = [  # without GPU activity (the training thread's view), each drawn only where it was measured
+    ("loader_ns", "waiting for data (in the DataLoader)", "#ef6c00"),
+    ("sync_ns", "host syncs", "#c62828"),
+    ("cpu_ns", "the rest: the training thread's own CPU work", "#5c6bc0"),
+]
 MAX_BARS = 400
+
+
+def without_gpu(bd: pd.DataFrame) -> bool:
+    """The breakdown of a report with no GPU activity: its GPU parts are all unmeasured."""
+    return bool(bd["compute_ns"].isna().all())
+
+
+def parts(bd: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """The parts this breakdown measured, as drawn (column, legend, colour)."""
+    return [p for p in (HOST_PARTS if without_gpu(bd) else PARTS) if bd[p[0]].notna().any()]
 
 
 def figure(bd: pd.DataFrame) -> tuple[dict, str | None]:
     """Stacked bars, one per step (or per run of steps beyond MAX_BARS); returns (figure, note)."""
     note = None
+    drawn = parts(bd)
     k = max(1, int(np.ceil(len(bd) / MAX_BARS)))
     if k > 1:  # warm-up steps keep their own bars: averaged in, one 8 s step would hide the rest
         n_steps = len(bd)
         warm = bd[bd["warmup"].astype(bool)]
         rest = bd[~bd["warmup"].astype(bool)].reset_index(drop=True)
         grp = np.arange(len(rest)) // k
-        agg = {c: "mean" for c, _, _ in PARTS}
+        agg = {c: "mean" for c, _, _ in drawn}
         agg.update(step="first", duration_ns="mean", warmup="all")
         last = rest.groupby(grp)["step"].last().to_numpy()
         rest = rest.groupby(grp).agg(agg).reset_index(drop=True)
@@ -36,7 +52,7 @@ def figure(bd: pd.DataFrame) -> tuple[dict, str | None]:
     else:
         xlabels = [str(x) for x in bd["step"]]
     data = []
-    for col, label, color in PARTS:
+    for col, label, color in drawn:
         v = bd[col].to_numpy(np.float64)
         text = [f"<b>step {x}</b>{' (warm-up)' if w else ''}<br>{label}: {ms(n)} of {ms(d)}"
                 for x, w, n, d in zip(xlabels, bd["warmup"], v, bd["duration_ns"])]

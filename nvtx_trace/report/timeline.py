@@ -13,6 +13,12 @@ user can see at full width stays true:
 Everything dropped or merged is counted in ``Timeline.notes`` so the page can
 say so and name the option (``--html-max-points``) that controls it.
 
+Every colour drawn is named in the legend: traces of one meaning share a
+legend group (an orange gap and an orange data-loading range are one entry),
+and ``_legend`` gives each group one entry named for what it holds. Step labels
+are a text trace of their own, thinned by the page to what fits at the current
+zoom (every k-th step, the lane's name saying which), never hidden one by one.
+
 Lanes use a numeric y axis (one row per lane) so that busy lanes can be one
 SVG path (a ``scatter`` line with ``None`` separators: cheap) while gaps and
 NVTX ranges are horizontal bars (hover works anywhere on them).
@@ -43,6 +49,16 @@ CAUSE_COLORS = {
     "unattributed": "#9e9e9e",
 }
 STEP_COLOR = "#b0bec5"
+WARMUP_COLOR = "#ffe082"
+BOUNDARY_COLOR = "rgba(55,71,79,0.35)"
+WINDOW_COLOR = "rgba(46,125,50,0.06)"
+UTILIZATION_FILL = "rgba(46,125,50,0.55)"
+NVTX_NAMES = {  # NVTX ranges by colour category (nvtx_lanes.range_categories)
+    "dataloader": "data-loading ranges (waits, worker fetches)", "sync": "sync ranges", "copy": "copy ranges",
+    "optimizer": "optimizer ranges", "backward": "backward ranges", "forward": "forward ranges",
+    "other_range": "other NVTX ranges", "step": "step ranges",
+}
+STEP_LANE = "steps"
 
 
 @dataclass
@@ -50,6 +66,7 @@ class Timeline:
     figure: dict
     notes: list[str] = field(default_factory=list)  # what was aggregated, for the page
     items: int = 0  # drawn intervals (busy blocks + gaps + ranges + steps)
+    step_labels: dict | None = None  # what the page needs to label the steps lane at any zoom (see _step_labels)
 
 
 def cap_busy(starts: np.ndarray, ends: np.ndarray, cap: int, min_hole: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
@@ -102,6 +119,7 @@ def _bars(name: str, lanes, start_ns, end_ns, t0: int, text, color, legend: bool
     }
     if label_inside is not None and len(start_ns) <= MAX_LABELLED_BARS:
         trace.update({"text": list(label_inside), "textposition": "inside", "insidetextanchor": "start",
+                      "textangle": 0,  # a name turned on its side in a narrow bar is unreadable: hidden instead
                       "textfont": {"size": 10, "color": label_color}, "cliponaxis": True})
     else:
         trace["textposition"] = "none"
@@ -148,42 +166,61 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
     if gap_rows:
         gaps = pd.concat(gap_rows, ignore_index=True)
         # Smallest cause first, largest drawn last (on top): zoomed out, sub-pixel gaps overlap and the
-        # colour a user sees should be the cause that dominates; the legend still lists the largest first.
+        # colour a user sees should be the cause that dominates. The legend lists them as the headline does:
+        # largest in the steady window first (the view the page opens on), then by the whole trace.
         totals = gaps.groupby("cause")["duration_ns"].sum().sort_values()
-        for rank, (cause, _) in enumerate(totals.items()):
+        wc = getattr(a, "window_causes", None)
+        in_window = wc.groupby("cause")["idle_ns"].sum() if wc is not None and len(wc) else pd.Series(dtype=float)
+        listed = sorted(totals.index, key=lambda c: (-in_window.get(c, 0), -totals[c]))
+        for cause in totals.index:
             g = gaps[gaps["cause"] == cause]
             bars = _bars(f"idle: {CAUSES.get(cause, cause)}", g["lane"], g["start_ns"], g["end_ns"], t0,
-                         _gap_texts(g, t0), CAUSE_COLORS.get(cause, "#9e9e9e"), True, "gap:" + cause)
-            bars["legendrank"] = 1000 - rank
+                         _gap_texts(g, t0), CAUSE_COLORS.get(cause, "#9e9e9e"), True, "cat:" + cause)
+            bars["legendrank"] = 1000 + listed.index(cause)
             data.append(bars)
             items += len(g)
 
-    # ---- steps lane and boundaries ----
-    step_lane = None
+    # ---- steps lane (warm-up and steady steps, their labels) and boundaries ----
+    step_lane, step_labels = None, None
     if a.steps is not None and len(a.steps.table):
         step_lane = len(labels)
-        labels.append("steps")
+        labels.append(STEP_LANE)
         st = a.steps.table
         step_cap = max(20, min(max_points // 20, 1000))
         shown = _group_steps(st, step_cap)
         if len(shown) < len(st):
             notes.append(f"{len(st):,} steps drawn as {len(shown):,} groups of consecutive steps")
-        color = np.where(shown["warmup"], "#ffe082", np.where(np.arange(len(shown)) % 2, STEP_COLOR, "#90a4ae"))
-        data.append(_bars("steps", [step_lane] * len(shown), shown["start_ns"], shown["end_ns"], t0,
-                          shown["text"], color.tolist(), False, "steps", label_inside=shown["label"],
-                          label_color="#263238"))
+        outline = {"color": "white", "width": 1} if len(shown) <= 200 else {"width": 0}  # neighbours apart
+        for warm, name, color, group in ((True, "warm-up step", WARMUP_COLOR, "warmup"),
+                                         (False, "step", STEP_COLOR, "cat:step")):
+            sel = shown[shown["warmup"] == warm]
+            if len(sel):
+                bars = _bars(name, [step_lane] * len(sel), sel["start_ns"], sel["end_ns"], t0, sel["text"], color,
+                             True, group)
+                bars["marker"]["line"] = outline
+                data.append(bars)
+        step_labels = _step_labels(shown, step_lane, len(data), t0)
+        data.append(step_labels.pop("trace"))
         items += len(shown)
 
-    # ---- NVTX lanes: one per thread and nesting depth, longest ranges first ----
+    # ---- NVTX lanes: one per thread and nesting depth, longest ranges first; one trace per colour ----
     nvtx_first = len(labels)
     if ranges is not None and len(ranges):
-        lanes, texts = nvtx_lanes.build(ranges, thread_labels, max(50, max_points // 4), labels, notes, t0)
+        steps_drawn = a.steps.table if step_lane is not None else None
+        lanes, texts = nvtx_lanes.build(ranges, thread_labels, max(50, max_points // 4), labels, notes, t0,
+                                        steps_drawn=steps_drawn)
         if lanes is not None and len(lanes):
-            bars = _bars("NVTX ranges", lanes["lane"], lanes["start_ns"], lanes["end_ns"], t0, texts,
-                         [CAUSE_COLORS.get(c, STEP_COLOR) for c in lanes["cat"]], False, "nvtx",
-                         label_inside=lanes["name"].astype(str).tolist())
-            bars["marker"]["opacity"] = np.where(lanes["n"] > 1, 0.5, 1.0).tolist()
-            data.append(bars)
+            texts = np.asarray(texts, dtype=object)
+            for cat in NVTX_NAMES:
+                sel = (lanes["cat"] == cat).to_numpy()
+                if not sel.any():
+                    continue
+                part = lanes[sel]
+                bars = _bars(NVTX_NAMES[cat], part["lane"], part["start_ns"], part["end_ns"], t0, texts[sel],
+                             CAUSE_COLORS.get(cat, STEP_COLOR), True, "cat:" + cat,
+                             label_inside=part["name"].astype(str).tolist())
+                bars["marker"]["opacity"] = np.where(part["n"] > 1, 0.5, 1.0).tolist()
+                data.append(bars)
             items += len(lanes)
 
     # Step boundaries across every lane: one dashed path, not one shape per step.
@@ -194,13 +231,90 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
             xs = np.empty(bounds.size * 3, dtype=object)
             xs[0::3] = xs[1::3] = _sec(bounds, t0)
             xs[2::3] = None
-            data.append({"type": "scatter", "mode": "lines", "name": "step boundary", "showlegend": False,
-                         "x": xs.tolist(), "y": [-0.5, len(labels) - 0.5, None] * int(bounds.size),
-                         "line": {"color": "rgba(55,71,79,0.35)", "width": 1, "dash": "dot"}, "hoverinfo": "skip"})
+            data.append({"type": "scatter", "mode": "lines", "name": "step boundary", "legendgroup": "boundary",
+                         "showlegend": True, "x": xs.tolist(), "y": [-0.5, len(labels) - 0.5, None] * int(bounds.size),
+                         "line": {"color": BOUNDARY_COLOR, "width": 1, "dash": "dot"}, "hoverinfo": "skip"})
         else:
             notes.append(f"step boundaries are drawn only on the steps lane ({bounds.size:,} of them)")
-    figure = {"data": data, "layout": _layout(a, labels, t0, nvtx_first)}
-    return Timeline(figure=figure, notes=notes, items=items)
+    layout = _layout(a, labels, t0, nvtx_first)
+    if any(sh.get("fillcolor") == WINDOW_COLOR for sh in layout["shapes"]):
+        data.append(_window_key())
+    _legend(data)
+    _room_for_legend(layout, [t["name"] for t in data if t.get("showlegend")])
+    figure = {"data": data, "layout": layout}
+    return Timeline(figure=figure, notes=notes, items=items, step_labels=step_labels)
+
+
+# Legend order: GPU lanes, idle causes (largest first, their own ranks), NVTX-only colours, then the steps.
+LEGEND_RANKS = {"utilization": 0, "busy": 1, "cat:step": 3000, "warmup": 3001, "boundary": 3002, "window": 3003}
+
+
+def _legend(data: list[dict]) -> None:
+    """One legend entry per colour: the first trace of each legend group shows it, named for all the group
+    holds (an idle-gap cause and the NVTX ranges of the same colour are one entry, toggled together)."""
+    groups: dict[str, list[dict]] = {}
+    for t in data:
+        if t.get("legendgroup"):
+            groups.setdefault(t["legendgroup"], []).append(t)
+        else:
+            t["showlegend"] = False
+    for group, traces in groups.items():
+        cat = group[4:] if group.startswith("cat:") else None
+        gap = next((t for t in traces if cat and t["name"].startswith("idle: ")), None)
+        nvtx = cat is not None and any(t["name"] == NVTX_NAMES.get(cat) for t in traces)
+        steps = [t["name"] for t in traces if t["name"] == "step"]
+        if cat == "step":
+            name = " · ".join(x for x in ("step" if steps else None, NVTX_NAMES[cat] if nvtx else None) if x)
+        elif cat is not None:
+            name = " · ".join(x for x in (gap["name"] if gap else None, NVTX_NAMES[cat] if nvtx else None) if x)
+        else:
+            name = traces[0]["name"]
+        holder = gap or traces[0]
+        for t in traces:
+            t["showlegend"] = t is holder
+        holder["name"] = name
+        rank = holder["legendrank"] if gap is not None else LEGEND_RANKS.get(group, 2000)  # gaps: largest first
+        for t in traces:  # a group is placed by its traces' ranks: all of them the holder's
+            t["legendrank"] = rank
+
+
+def _room_for_legend(layout: dict, entries: list[str], width_px: int = 1150) -> None:
+    """A top margin that holds the legend's rows (as they wrap on a page about ``width_px`` wide) below the
+    modebar's row, and a height that keeps each lane LANE_PX tall whatever the legend takes."""
+    rows, used = 1, 0.0
+    for name in entries:
+        w = 46 + 6.2 * len(name)  # swatch, gaps, 11 px text
+        if used and used + w > width_px:
+            rows, used = rows + 1, 0.0
+        used += w
+    plot_px = layout["height"] - layout["margin"]["t"] - layout["margin"]["b"]
+    layout["margin"]["t"] = 44 + 21 * rows
+    layout["height"] = plot_px + layout["margin"]["t"] + layout["margin"]["b"]
+
+
+def _window_key() -> dict:
+    """A legend entry for the shaded steady window (a layout shape has none of its own)."""
+    return {"type": "scatter", "mode": "markers", "name": "steady window (the findings' figures)",
+            "legendgroup": "window", "x": [None], "y": [None], "hoverinfo": "skip",
+            "marker": {"symbol": "square", "size": 14, "color": WINDOW_COLOR,
+                       "line": {"color": "rgba(46,125,50,0.5)", "width": 1}}}
+
+
+def _step_labels(shown: pd.DataFrame, lane: int, trace_index: int, t0: int) -> dict:
+    """A text trace at each drawn step's middle, and what the page needs to thin it at any zoom: labels long
+    (``step 12``) and short (``12``), and the number each is counted by for "every k-th" (the step's own
+    number when drawn steps are numbered 0, 1, 2, ...; else the bar's index), so thinned labels read
+    10, 20, 30 whatever the zoom."""
+    mid = _sec((shown["start_ns"].to_numpy(np.int64) + shown["end_ns"].to_numpy(np.int64)) // 2, t0)
+    first = shown["first"].to_numpy(np.int64)
+    single = bool((shown["first"] == shown["last"]).all())
+    keys = first if single and (len(first) < 2 or (np.diff(first) == 1).all()) else np.arange(len(shown))
+    trace = {"type": "scatter", "mode": "text", "name": "step labels", "x": mid, "y": [lane] * len(shown),
+             "text": shown["label"].tolist(), "textposition": "middle center", "cliponaxis": True,
+             "textfont": {"size": 10, "color": "#263238"}, "hoverinfo": "skip", "showlegend": False}
+    return {"trace": trace, "index": trace_index, "lane": lane, "lane_name": STEP_LANE,
+            "long": shown["label"].tolist(), "short": shown["short"].tolist(), "keys": keys.tolist(),
+            "unit": "step" if single else "bar"}
 
 
 def _gpu_lane_name(a, device_id: int) -> str:
@@ -224,9 +338,10 @@ def _utilization_trace(dev, lane: int, t0: int, bins: int) -> dict:
     base = lane + 0.42
     text = [f"GPU {dev.device_id} busy {p:.0%}<br>{(a - t0) / 1e9:.3f}-{(b - t0) / 1e9:.3f} s"
             for a, b, p in zip(edges[:-1], edges[1:], share)]
-    return {"type": "scatter", "mode": "lines", "name": "GPU utilization", "showlegend": False,
+    return {"type": "scatter", "mode": "lines", "name": "GPU utilization (height: busy share of a time bin)",
+            "legendgroup": "utilization",
             "x": x.tolist() + [x[-1], x[0]], "y": y.tolist() + [base, base], "fill": "toself",
-            "fillcolor": "rgba(46,125,50,0.55)", "line": {"color": BUSY_COLOR, "width": 1},
+            "fillcolor": UTILIZATION_FILL, "line": {"color": BUSY_COLOR, "width": 1},
             "hovertext": list(np.repeat(text, 2)) + ["", ""], "hoverinfo": "text", "hoveron": "points"}
 
 
@@ -245,7 +360,7 @@ def _busy_traces(dev, s: np.ndarray, e: np.ndarray, lane: int, t0: int, first: b
         xs = np.empty(sel.size * 3, dtype=object)
         xs[0::3], xs[1::3], xs[2::3] = _sec(s[sel], t0), _sec(e[sel], t0), None
         out.append({"type": "scatter", "mode": "lines", "name": "GPU busy (shade: busy share of a block)",
-                    "legendgroup": "busy", "legendrank": 1, "showlegend": first and lv == 5, "x": xs.tolist(),
+                    "legendgroup": "busy", "x": xs.tolist(),
                     "y": [lane, lane, None] * int(sel.size), "hoverinfo": "skip",  # hover belongs to the gaps
                     "line": {"color": BUSY_COLOR, "width": LANE_PX * 0.62}, "opacity": 0.25 + 0.75 * lv / 5})
     return out
@@ -273,8 +388,8 @@ def _group_steps(st: pd.DataFrame, cap: int) -> pd.DataFrame:
                               busy=("gpu_busy_ns", "sum"), total=("duration_ns", "sum"), warmup=("warmup", "all"),
                               loader=("loader_wait_ns", "sum"))
     one = out["first"] == out["last"]
-    out["label"] = np.where(one, "step " + out["first"].astype(str),
-                            "steps " + out["first"].astype(str) + "-" + out["last"].astype(str))
+    out["short"] = np.where(one, out["first"].astype(str), out["first"].astype(str) + "-" + out["last"].astype(str))
+    out["label"] = np.where(one, "step ", "steps ") + out["short"]
     busy = out["busy"] / out["total"].where(out["total"] > 0, 1)
     wait = out["loader"] / out["total"].where(out["total"] > 0, 1)
     out["text"] = [f"<b>{lab}</b>{' (warm-up)' if w else ''}<br>{'mean ' if not o else ''}step time {ms(d)}"
@@ -291,14 +406,14 @@ def _layout(a, labels: list[str], t0: int, nvtx_first: int) -> dict:
         x0, x1 = (w["start_ns"] - t0) / 1e9, (w["end_ns"] - t0) / 1e9
         shapes.append({"type": "rect", "xref": "x", "yref": "paper", "layer": "below",
                        "x0": x0, "x1": x1, "y0": 0, "y1": 1,
-                       "fillcolor": "rgba(46,125,50,0.06)", "line": {"width": 0}})
+                       "fillcolor": WINDOW_COLOR, "line": {"width": 0}})
         pad = 0.02 * (x1 - x0)
         xrange = [x0 - pad, x1 + pad]  # open on the steady state the findings describe
     if 0 < nvtx_first < len(labels):
         shapes.append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1,
                        "y0": nvtx_first - 0.5, "y1": nvtx_first - 0.5, "line": {"color": "#cfd8dc", "width": 1}})
     return {
-        "height": 110 + LANE_PX * max(len(labels), 1) + 60,
+        "height": 30 + LANE_PX * max(len(labels), 1) + 60 + 40,  # margins + lanes + the time axis
         "margin": {"l": 10, "r": 10, "t": 30, "b": 40},
         "barmode": "overlay", "bargap": 0, "hovermode": "closest", "dragmode": "zoom",
         "uniformtext": {"minsize": 8, "mode": "hide"},
@@ -310,7 +425,8 @@ def _layout(a, labels: list[str], t0: int, nvtx_first: int) -> dict:
                   "range": [len(labels) - 0.5, -0.5], "fixedrange": True, "automargin": True, "zeroline": False,
                   "ticklabelstandoff": 6,
                   "showgrid": False},
-        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}},
+        "showlegend": True,  # even with one entry: every colour drawn is named
+        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0, "font": {"size": 11}, "tracegroupgap": 0},
         "shapes": shapes,
         "plot_bgcolor": "white",
     }

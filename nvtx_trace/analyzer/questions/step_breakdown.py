@@ -1,9 +1,12 @@
-"""Where did each step's wall time go, from the GPU's view?
+"""Where did each step's wall time go?
 
-Each step's duration is split into GPU compute (busy) and GPU idle, and the idle part into the causes
-the gap analysis found (waiting for data, host-side copies, host syncs) plus "other idle" (other causes
-and gaps shorter than ``--min-gap-ms``). A gap that straddles two steps is shared between them in
-proportion to its overlap with each, so every row adds up to the step time.
+With GPU activity, from the GPU's view: each step's duration is split into GPU compute (busy) and GPU
+idle, and the idle part into the causes the gap analysis found (waiting for data, host-side copies, host
+syncs) plus "other idle" (other causes and gaps shorter than ``--min-gap-ms``). A gap that straddles two
+steps is shared between them in proportion to its overlap with each, so every row adds up to the step time.
+
+Without GPU activity (a CPU run), from the training thread's view, with what was measured: its waits for
+the next batch and its host syncs inside the step (each where captured), and the rest, its own CPU work.
 """
 
 from __future__ import annotations
@@ -18,10 +21,17 @@ def _run(ctx: Context) -> None:
     ctx.result.step_breakdown = breakdown(ctx.result)
 
 
+GPU_PARTS = ("compute_ns", "loader_ns", "copy_ns", "sync_ns", "other_ns")
+HOST_PARTS = ("loader_ns", "sync_ns", "cpu_ns")
+
+
 def breakdown(a) -> pd.DataFrame | None:
-    """step, warmup, duration_ns, compute_ns, loader_ns, copy_ns, sync_ns, other_ns; None without steps."""
-    if a.steps is None or not len(a.steps.table) or "gpu_busy" not in a.steps.measured:
-        return None  # without GPU data there is nothing to break a step into
+    """step, warmup, duration_ns and its parts: GPU_PARTS with GPU activity, else HOST_PARTS (the others
+    NaN: not measured); None without steps."""
+    if a.steps is None or not len(a.steps.table):
+        return None
+    if "gpu_busy" not in a.steps.measured:
+        return host_breakdown(a.steps)
     st = a.steps.table.sort_values("start_ns", ignore_index=True)
     s, e = st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64)
     out = pd.DataFrame({"step": st["step"].to_numpy(), "warmup": st["warmup"].to_numpy(),
@@ -50,6 +60,25 @@ def breakdown(a) -> pd.DataFrame | None:
     for col in shares:
         out[col] = out[col] * scale
     out["other_ns"] = np.maximum(idle - out[list(shares)].sum(axis=1), 0)
+    out["cpu_ns"] = np.nan
+    return out
+
+
+def host_breakdown(steps) -> pd.DataFrame:
+    """A run without GPU activity: the steps table's own loader and sync waits (the training process's, already
+    clipped to each step), NaN where not captured; ``cpu_ns`` is the rest of the step."""
+    st = steps.table.sort_values("start_ns", ignore_index=True)
+    out = pd.DataFrame({"step": st["step"].to_numpy(), "warmup": st["warmup"].to_numpy(),
+                        "duration_ns": st["duration_ns"].to_numpy(np.int64)})
+    for col in GPU_PARTS:
+        out[col] = np.nan
+    waited = np.zeros(len(st))
+    for col, part in (("loader_ns", "loader_wait"), ("sync_ns", "sync_wait")):
+        if part in steps.measured:
+            out[col] = st[f"{part}_ns"].to_numpy(np.float64)
+            waited += np.nan_to_num(out[col].to_numpy())
+    # A sync inside a loader wait (pin-memory thread) would count twice: never more waiting than the step.
+    out["cpu_ns"] = np.maximum(out["duration_ns"] - waited, 0)
     return out
 
 
@@ -66,15 +95,13 @@ def _gaps_of_step_device(a):
     return a.idle.gaps[a.idle.gaps["device_id"] == dev.device_id]
 
 
-
-
 def _json(a) -> dict:
     bd = a.step_breakdown
     if bd is None:
         return {"step_breakdown": None}
     out = bd.astype(object)
-    for col in ("duration_ns", "compute_ns", "loader_ns", "copy_ns", "sync_ns", "other_ns"):
-        out[col] = [int(round(v)) for v in bd[col]]
+    for col in ("duration_ns", *GPU_PARTS, "cpu_ns"):  # NaN: not measured in this report (null, never 0)
+        out[col] = [None if pd.isna(v) else int(round(v)) for v in bd[col]]
     return {"step_breakdown": out}
 
 
