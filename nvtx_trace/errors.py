@@ -33,6 +33,13 @@ class NsysFailedError(NvtxTraceError):
     exit_code = 5
 
 
+class OutputError(NvtxTraceError):
+    """An output could not be written (full disk, read-only file system, /proc, a closed or full stdout):
+    the line names the output, never the input."""
+
+    exit_code = 1
+
+
 class MissingDependencyError(NvtxTraceError):
     """A package an output needs is not installed (plotly for HTML): says what to install."""
 

@@ -23,6 +23,7 @@ own output changes nothing (``RedactSummary.total == 0``).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sqlite3
@@ -31,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nvtx_trace.analyzer.opening import open_export
-from nvtx_trace.errors import BadReportError, UsageError
-from nvtx_trace.report.outputs import check_outputs
+from nvtx_trace.errors import BadReportError
+from nvtx_trace.report.outputs import cannot_write, check_outputs
 
 REDACTED = "[redacted]"
 
@@ -121,13 +122,32 @@ def redact(report, out, force: bool = False) -> RedactSummary:
             dest.close()
         os.replace(tmp, out)
     except sqlite3.DatabaseError as exc:
+        if _writing_failed(exc):  # the copy could not be written: the output's fault, not the input's
+            raise cannot_write(out, OSError(errno.ENOSPC if _full(exc) else errno.EIO, str(exc))) from None
         raise BadReportError(f"{report}: cannot be copied and redacted ({exc}); export it again") from None
     except OSError as exc:
-        raise UsageError(f"cannot write {out} ({exc.strerror or exc})") from None
+        raise cannot_write(out, exc) from None
     finally:
         source.close()
-        tmp.unlink(missing_ok=True)
+        for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):  # nothing half-written stays behind
+            try:
+                leftover.unlink(missing_ok=True)
+            except OSError:
+                pass
     return summary
+
+
+# SQLite's primary result codes for a copy that could not be written (SQLITE_FULL, _IOERR, _READONLY, _CANTOPEN,
+# _PERM): the input is opened read-only, so these come from the output.
+_WRITE_FAILURES = {13: "full", 10: "I/O error", 8: "read-only", 14: "cannot open", 3: "permission denied"}
+
+
+def _writing_failed(exc: sqlite3.DatabaseError) -> bool:
+    return (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF in _WRITE_FAILURES
+
+
+def _full(exc: sqlite3.DatabaseError) -> bool:
+    return (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == 13
 
 
 def _check_paths(report: Path, out: Path, force: bool) -> None:

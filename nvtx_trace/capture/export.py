@@ -22,7 +22,7 @@ from nvtx_trace.analyzer.opening import SQLITE_MAGIC
 from nvtx_trace.capture.locate import Nsys, find_nsys
 from nvtx_trace.capture.nsys_log import NsysLog, run_step, tail
 from nvtx_trace.capture.paths import REPORT_SUFFIXES, stem_of, with_suffix
-from nvtx_trace.capture.qdstrm import import_qdstrm
+from nvtx_trace.capture.qdstrm import import_copy
 from nvtx_trace.errors import BadReportError, NsysFailedError, NsysNotFoundError
 
 Progress = Callable[[str], None]
@@ -197,7 +197,7 @@ def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
     if suffix == ".qdstrm":
         rep = target.with_suffix(".nsys-rep")
         if not (rep.is_file() and rep.stat().st_mtime >= path.stat().st_mtime):
-            rep = import_qdstrm(nsys, path, rep, progress=progress)
+            rep = import_copy(nsys, path, rep, progress=progress)  # the importer appends to its input
     return export_sqlite(nsys, rep, target, progress=progress, source=path)
 
 

@@ -27,7 +27,7 @@ except ValueError:
 
 import typer  # noqa: E402
 
-from nvtx_trace.errors import NvtxTraceError  # noqa: E402
+from nvtx_trace.errors import NvtxTraceError, OutputError  # noqa: E402
 
 app = typer.Typer(
     add_completion=False,
@@ -130,9 +130,54 @@ def _quiet_stdout() -> None:
 
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, 1)
     except (OSError, ValueError):
         pass
+
+
+class _ReaderLeft(Exception):
+    """The pipe's reader left (``| head -1``): not a fault to report, the files were written before."""
+
+
+class _GuardedStdout:
+    """sys.stdout while a command runs: a closed or full stdout (``>&-``, ``> /dev/full``) becomes one line
+    naming stdout, not a traceback or a silent loss; a reader that left ends the command quietly."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _do(self, call, *args):
+        if self._stream is None:
+            raise OutputError(self._lost("it is closed"))
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise _ReaderLeft() from None
+        except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
+            raise OutputError(self._lost(getattr(exc, "strerror", None) or str(exc))) from None
+
+    @staticmethod
+    def _lost(why: str) -> str:
+        return (f"cannot write to stdout ({why}); what it should have shown is lost (files named by options were "
+                "written before it), send stdout to a file or a terminal")
+
+    def write(self, text):
+        return self._do(lambda t: self._stream.write(t), text)
+
+    def writelines(self, lines):
+        return self._do(lambda ls: self._stream.writelines(ls), lines)
+
+    def flush(self):
+        return self._do(lambda: self._stream.flush())
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream is not None and self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,17 +187,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nvtx-trace: error: {words[0]} is not a command; to profile it: nvtx-trace run "
               f"{' '.join(words)}", file=sys.stderr)
         return 2
+    stdout = sys.stdout
+    sys.stdout = _GuardedStdout(stdout)
+    try:
+        code = _command(argv)
+        sys.stdout.flush()  # a full stdout is found here, not in the interpreter's last flush
+        return code
+    except OutputError as err:
+        print(f"nvtx-trace: error: {err}", file=sys.stderr)
+        _quiet_stdout()
+        return err.exit_code
+    except _ReaderLeft:  # `... --json - | head -1`: the files were written first; 141 as for SIGPIPE
+        _quiet_stdout()
+        return 141
+    finally:
+        sys.stdout = stdout
+
+
+def _command(argv: list[str] | None) -> int:
+    """The command itself; its errors as one line and an exit code."""
     try:
         code = app(args=argv, standalone_mode=False, prog_name="nvtx-trace")
+    except OutputError:
+        raise
     except NvtxTraceError as err:
         print(f"nvtx-trace: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("nvtx-trace: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `... --json - | head -1`: the reader left; files were already written
-        _quiet_stdout()
-        return 0
+    except BrokenPipeError:  # a write to stdout outside the guard
+        raise _ReaderLeft() from None
     except SystemExit as exc:  # typer's own exits (--help, run's pass-through code)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:  # click's usage errors (typer vendors its own click: match by shape, not class)

@@ -68,7 +68,7 @@ def analyze(
         if problem:
             raise BadReportError(f"{report} {problem}; pass the report file itself")
     outputs = [Path(p) for p in (json_out, html_out) if p and str(p) != "-"]
-    check_outputs(outputs, paths, force)
+    check_outputs(outputs, [*reports, *paths], force)  # a folder given is an input as a whole
     err = Console(stderr=True)
     what = "Analyzing…" if len(paths) == 1 else f"Analyzing {len(paths)} reports…"
     with err.status(what, spinner="dots"):

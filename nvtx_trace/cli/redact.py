@@ -34,5 +34,5 @@ def redact(
     out = out or default_output(report)
     summary = redact_report(report, out, force=force)
     for line in summary.lines():
-        typer.echo(line)
+        print(line)
     print(f"Wrote {out}", file=sys.stderr)

@@ -1,18 +1,23 @@
-"""Checks of every path a command will write, made before any work starts.
+"""Checks of every path a command will write, made before any work starts, and the one way files are written.
 
-An output is never the input (compared by device and inode, so hard links and
-symlinks are caught, not by resolved path), never a directory, never silently
-overwritten, and its folder must exist and be writable: a bad ``--json`` path
-is one clear line at once, not a traceback after minutes of analysis.
+An output is never an input, whatever the form: the file itself (compared by device and inode, so hard
+links and symlinks are caught, not by resolved path), a file the input is read through (the export beside a
+``.nsys-rep``, the import of a ``.qdstrm``), or any file inside a folder given as input (a run folder is read
+through its summary.json, report.sqlite or rank reports: writing one of them would change what it says). An
+output is never a directory, never silently overwritten, and its folder must take a new file (tried, not
+guessed from permissions: root may write anywhere but /proc or a read-only mount). A bad ``--json`` path is
+one clear line at once, not a traceback after minutes of analysis; a write that fails later (a full disk) is
+one line naming the output, and leaves the old file whole and no partial one.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from pathlib import Path
 
-from nvtx_trace.errors import UsageError
+from nvtx_trace.errors import OutputError, UsageError
 
 
 def same_file(a, b) -> bool:
@@ -22,6 +27,52 @@ def same_file(a, b) -> bool:
     except (OSError, ValueError):
         return False
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def same_path(a, b) -> bool:
+    """One file, or one path where neither exists yet (both spelled out: ``./o`` is ``o``)."""
+    if same_file(a, b):
+        return True
+    return any(x == y for x in _spellings(a) for y in _spellings(b))
+
+
+def _spellings(path) -> set[str]:
+    """The absolute spellings of ``path``: as written, and with its symlinks followed."""
+    try:
+        return {os.path.abspath(path), os.path.realpath(path)}
+    except (OSError, ValueError):
+        return {os.path.abspath(path)}
+
+
+def inside(path, folder) -> bool:
+    """True when ``path`` lies in ``folder`` at any depth, by any spelling (a symlinked folder included)."""
+    if not os.path.isdir(folder):
+        return False
+    for spelling in _spellings(path):
+        parent = os.path.dirname(spelling)
+        while True:
+            if same_file(parent, folder):
+                return True
+            up = os.path.dirname(parent)
+            if up == parent:
+                break
+            parent = up
+    return False
+
+
+def read_through(source: Path) -> list[Path]:
+    """The files reading ``source`` uses or makes beside it: a report's export, a raw capture's import, an
+    SQLite file's journal. Writing an output over one of them would change what the input says."""
+    from nvtx_trace.capture.paths import stem_of, with_suffix
+
+    name = source.name
+    if name.endswith((".nsys-rep", ".qdrep")):
+        return [with_suffix(stem_of(source), ".sqlite")]
+    if name.endswith(".qdstrm"):
+        return [with_suffix(stem_of(source), ".nsys-rep"), with_suffix(stem_of(source), ".sqlite")]
+    if name.endswith(".sqlite"):
+        return [source.with_name(name + tail) for tail in ("-wal", "-shm", "-journal")]
+    return []
 
 
 def describe_unreadable(path: Path) -> str | None:
@@ -37,15 +88,31 @@ def describe_unreadable(path: Path) -> str | None:
     return None
 
 
+def check_not_an_input(out: Path, inputs) -> None:
+    """UsageError (one line) when writing ``out`` would change an input: the input itself, a file it is read
+    through, or anything inside an input folder."""
+    for source in inputs:
+        source = Path(source)
+        if same_file(out, source):
+            raise UsageError(f"{out} is the input {source} (the same file); choose another output path")
+        if source.is_dir():
+            if inside(out, source):
+                raise UsageError(f"{out} is inside {source}, a folder given as input (what it holds is what is "
+                                 "read); write the output elsewhere")
+            continue
+        for used in read_through(source):
+            if same_path(out, used):
+                raise UsageError(f"{out} is {used.name}, which the input {source} is read through; "
+                                 "choose another output path")
+
+
 def check_outputs(outputs: list[Path], inputs: list[Path], force: bool) -> None:
     """UsageError (one line) for the first output path that cannot or must not be written."""
     for i, out in enumerate(outputs):
         for other in outputs[:i]:
-            if same_file(out, other) or os.path.abspath(out) == os.path.abspath(other):
+            if same_path(out, other):
                 raise UsageError(f"{other} and {out} are the same file; give each output its own path")
-        for source in inputs:
-            if same_file(out, source):
-                raise UsageError(f"{out} is the input report {source} (the same file); choose another output path")
+        check_not_an_input(out, inputs)
         problem = describe_unreadable(out)
         if problem:
             raise UsageError(f"{out} {problem}; choose another output path")
@@ -58,27 +125,94 @@ def check_outputs(outputs: list[Path], inputs: list[Path], force: bool) -> None:
             raise UsageError(f"{parent} does not exist; create it first")
         if not parent.is_dir():
             raise UsageError(f"{parent} is a file, not a folder; choose another output path")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"{parent} is not writable; choose another output path")
+        check_takes_files(parent, "choose another output path")
+
+
+def check_takes_files(folder: Path, what_to_do: str) -> None:
+    """A folder must take a new file: permissions say too little (root passes them for /proc and read-only
+    mounts), so a hidden file is made there and removed."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        why = "is on a read-only file system" if _read_only(folder) else "is not writable"
+        raise UsageError(f"{folder} {why}; {what_to_do}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".nvtx-trace-probe-", dir=folder)
+    except OSError as exc:
+        raise UsageError(f"{folder} cannot take new files ({_reason(exc)}); {what_to_do}") from None
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _reason(exc: OSError) -> str:
+    """An OSError in words, with what to do where that is plain (a full disk, a size limit)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full (free some space)"
+    if exc.errno == errno.EFBIG:
+        return "the file-size limit was reached (ulimit -f)"
+    if exc.errno == errno.EROFS:
+        return "a read-only file system"
+    if exc.errno == errno.ENOENT:
+        return "this file system takes no new files"
+    return exc.strerror or str(exc)
+
+
+def cannot_write(path, exc: OSError) -> OutputError:
+    """The one line for an output that could not be written: it names the output, not the input."""
+    return OutputError(f"cannot write {path}: {_reason(exc)}; nothing was written there, choose another path")
 
 
 def write_atomically(path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file beside it and a rename: a reader, or a second
-    writer of the same file, never sees half of it, and an interrupted write leaves the old file whole."""
-    import tempfile
-
+    writer of the same file, never sees half of it, and an interrupted or failed write (a full disk) leaves
+    the old file whole and no temporary one; a failure is an OutputError (one line)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        os.fchmod(fd, 0o666 & ~_umask())  # the mode a plain open() would give, not mkstemp's 0600
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise cannot_write(path, exc) from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would change it for other threads meanwhile)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _remove(path) -> None:
+    if path is None:
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 LOCK_NAME = ".nvtx-trace-run.lock"
@@ -135,5 +269,4 @@ def check_folder_writable(folder: Path) -> None:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise UsageError(f"{probe} is a file, so {folder} cannot be created; choose another --out")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise UsageError(f"{probe} is not writable, so the outputs cannot go to {folder}; choose another --out")
+    check_takes_files(probe, f"the outputs cannot go to {folder}; choose another --out")

@@ -170,7 +170,11 @@ def write_summaries(result: RunResult, html: bool = True, progress: Progress | N
     from nvtx_trace.report import json as json_report
 
     out = result.plan.path("summary.json")
-    write_atomically(out, json_report.render(result.analysis))
+    try:
+        write_atomically(out, json_report.render(result.analysis))
+    except NvtxTraceError as exc:  # a full disk: the report stays, and the run still says what it found
+        _fail(result, exc)
+        return
     result.written.append(out)
     if not html:
         return
