@@ -104,6 +104,7 @@ def run(
         min_gap_ms=min_gap_ms, html_max_points=html_max_points, autotrace_depth=autotrace_depth,
         autotrace_budget=autotrace_budget, per_rank=per_rank, tried=tried)
     plan = runner.plan_run(opts)
+    history.check(history_db, inputs=[Path(t) for t in opts.target[:1]], written=plan.owns)  # before it runs
     for note in plan.notes:
         err.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)
     err.print(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in {plan.out_dir}"

@@ -53,7 +53,7 @@ def try_(
     from rich.console import Console
 
     from nvtx_trace.report import try_render
-    from nvtx_trace.report.outputs import check_outputs, write_atomically
+    from nvtx_trace.report.outputs import check_outputs, inside, same_path, write_atomically
     from nvtx_trace.runner import history, whatif
 
     began = time.time()
@@ -64,11 +64,15 @@ def try_(
         raise UsageError("--advice takes its knobs from the profile it runs: give neither knobs nor --from with it")
     script_hash = _digest(Path(program[0]))
     folder = _folder(out, program, force, began)
+    inputs = [Path(program[0]), *([from_run] if from_run else [])]
+    _check_apart(folder, from_run, json_out)
     if json_out:
-        check_outputs([json_out], [Path(program[0]), *([from_run] if from_run else [])], force)
+        check_outputs([json_out], inputs, force)
     history_db = history.resolve_path(history_path, disabled=no_history)
+    history.check(history_db, inputs=inputs,
+                  written=lambda p: inside(p, folder) or (json_out is not None and same_path(p, json_out)))
     profile = _summary(from_run) if from_run else {}  # a bad --from is refused before anything runs
-    folder.mkdir(parents=True, exist_ok=True)
+    _make(folder)
     if advice:
         from_run = _profile(program, python, folder / "profile")
         profile = _summary(from_run)
@@ -92,7 +96,7 @@ def try_(
     write_atomically(written[1], try_render.html(result))
     for r in result["variants"]:
         sub = folder / whatif.folder_name(r["label"])
-        sub.mkdir(exist_ok=True)
+        _make(sub)
         write_atomically(sub / "summary.json", json.dumps(whatif.summary_of(r, sub), indent=2) + "\n")
     if json_out:
         write_atomically(json_out, text)
@@ -121,10 +125,38 @@ def _folder(out: Path | None, program: list[str], force: bool, now: float) -> Pa
 
     if out is not None:
         given_folder(out)
-        if (out / TRY_JSON).exists() and not force:
-            raise UsageError(f"{out} already holds {TRY_JSON}; choose another --out or pass --force")
+        taken = [name for name in (TRY_JSON, TRY_HTML, "baseline") if (out / name).exists()]
+        if taken and not force:
+            raise UsageError(f"{out} already holds {', '.join(taken)}; choose another --out or pass --force")
         return out.resolve()
     return fresh_folder(Path(DEFAULT_OUT_ROOT), f"{run_name(program, 'script')}-try", now)
+
+
+def _check_apart(folder: Path, from_run: Path | None, json_out: Path | None) -> None:
+    """The try folder is written whole (try.json, try.html, a folder per variant): the --from run it reads
+    must not lie in it, it must not lie in the --from folder, and --json must not be one of its files."""
+    from nvtx_trace.report.outputs import inside, same_file, same_path
+
+    if from_run is not None:
+        if same_file(from_run, folder) or same_path(from_run, folder) or inside(from_run, folder):
+            raise UsageError(f"--from {from_run} is inside the --out folder {folder}, which this try writes; "
+                             "choose another --out")
+        if inside(folder, from_run):
+            raise UsageError(f"--out {folder} is inside --from {from_run}, a folder given as input; "
+                             "choose another --out")
+    if json_out is not None and inside(json_out, folder):
+        raise UsageError(f"--json {json_out} is inside the try folder {folder}, which gets {TRY_JSON} itself; "
+                         "give --json a path outside it")
+
+
+def _make(folder: Path) -> None:
+    """A folder of the outputs, made now; a disk that refuses it is one line naming it."""
+    from nvtx_trace.report.outputs import cannot_write
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(folder, exc) from None
 
 
 def _profile(program: list[str], python: str | None, out: Path) -> Path:

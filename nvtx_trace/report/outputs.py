@@ -45,7 +45,11 @@ def _spellings(path) -> set[str]:
 
 
 def inside(path, folder) -> bool:
-    """True when ``path`` lies in ``folder`` at any depth, by any spelling (a symlinked folder included)."""
+    """True when ``path`` lies in ``folder`` at any depth, by any spelling (a symlinked folder included; a folder
+    not made yet by its path)."""
+    for spelling in _spellings(path):
+        if any(spelling.startswith(f.rstrip(os.sep) + os.sep) for f in _spellings(folder)):
+            return True
     if not os.path.isdir(folder):
         return False
     for spelling in _spellings(path):

@@ -96,6 +96,17 @@ class Plan:
     def path(self, name: str) -> Path:
         return self.out_dir / name
 
+    def owns(self, path) -> bool:
+        """True for a file this run writes in its folder (reports, summaries, nsys.log, its lock, a rank's
+        report): no other output (``--history``) may be one of them."""
+        from nvtx_trace.report.outputs import LOCK_NAME, same_file, same_path
+
+        path = Path(path)
+        if not (same_file(path.parent, self.out_dir) or same_path(path.parent, self.out_dir)):
+            return False
+        return path.name in (*OUTPUT_NAMES, *REPORT_OUTPUTS, LOG_NAME, LOCK_NAME) or (
+            torchrun.rank_of(path) is not None and path.name.endswith((".nsys-rep", ".qdstrm", ".sqlite")))
+
     @property
     def log(self) -> Path:
         """nsys's own output (nsys.log): shown only when a step fails."""
