@@ -226,6 +226,8 @@ def _connect(path: Path, write: bool) -> sqlite3.Connection | None:
     if path.is_dir():
         raise HistoryError(f"history {path}: a directory, not a database file; point --history (or ${ENV}) at a "
                            "file")
+    if path.exists() and not path.is_file():
+        raise HistoryError(f"history {path}: not a regular file; point --history (or ${ENV}) at a database file")
     try:
         if write:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -296,16 +298,20 @@ def check(path: Path | None, inputs=(), written=()) -> None:
             raise UsageError(f"history {path} is the input {source}; point --history (or ${ENV}) at another file")
     if written(path):
         raise UsageError(f"history {path} is a file this command writes; give the history its own file")
+    if path.exists() and not path.is_file():  # /dev/null, a fifo: SQLite would put its journal beside it
+        raise UsageError(f"history {path} is not a regular file; point --history (or ${ENV}) at a database file")
     if not path.is_file() or path.stat().st_size == 0:
         return
     try:
         conn = _connect(path, write=False)
-        try:
-            _state(conn, path)
-        finally:
-            conn.close()
-    except HistoryError as exc:
+    except HistoryError:  # not SQLite at all: nothing can be written into it, the run warns in one line
+        return
+    try:
+        _state(conn, path)
+    except HistoryError as exc:  # SQLite, and someone else's: writing would succeed, and change it
         raise UsageError(str(exc)) from None
+    finally:
+        conn.close()
 
 
 def record(path: Path, row: dict, findings: list[dict], more: list[dict] = ()) -> tuple[int, dict | None]:
