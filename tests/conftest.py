@@ -161,6 +161,38 @@ def ctrl_c_when(child: subprocess.Popen, marker: str, timeout: float) -> tuple[s
     return out, "".join(seen) + err
 
 
+@pytest.fixture
+def tmpfs(tmp_path):
+    """tmpfs(size, read_only=False) -> a fresh tmpfs folder: a real full disk or read-only mount for the write-
+    failure tests (mounting needs root: skipped without it), unmounted after the test."""
+    mounted = []
+
+    def make(size: str = "64k", read_only: bool = False) -> Path:
+        where = tmp_path / f"mnt{len(mounted)}"
+        where.mkdir()
+        opts = f"size={size}" + (",ro" if read_only else "")
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()}): needs root")
+        mounted.append(where)
+        return where
+
+    yield make
+    for where in reversed(mounted):
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill(folder: Path, leave: int = 0) -> None:
+    """Fill the file system of ``folder`` (a small tmpfs) until at most ``leave`` bytes remain, in ``filler``."""
+    with open(folder / "filler", "wb", buffering=0) as fh:
+        try:
+            while shutil.disk_usage(folder).free > leave:
+                fh.write(b"\0" * 4096)
+        except OSError:
+            pass
+
+
 # ---------------------------------------------------------------- markers, so that a unit loop needs no name lists
 # (README, "Development": python -m pytest -q -m "not slow" runs in well under 20 s on 2 cores)
 NSYS_MODULES = {"test_run", "test_run_faults", "test_run_output", "test_autotrace_nsys", "test_nsys", "test_doctor",
@@ -170,7 +202,7 @@ TORCH_MODULES = {"test_autotrace", "test_autotrace_budget", "test_autotrace_nsys
                  "test_loader_behind_run"}
 SLOW_MODULES = NSYS_MODULES | {  # each spawns CLI or training processes, or trains, per test
     "test_bad_input", "test_autotrace", "test_autotrace_budget", "test_gpu_autotrace_samples", "test_redact",
-    "test_json_and_imports"}
+    "test_json_and_imports", "test_hostile_outputs", "test_history_schema"}
 
 
 def pytest_collection_modifyitems(config, items):

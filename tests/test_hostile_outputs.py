@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, installed_nsys
+from conftest import ROOT, fill, installed_nsys
 
 SAMPLES = ROOT / "sample_reports"
 SMALL = SAMPLES / "cpu_slow_loader.sqlite"
@@ -69,37 +69,6 @@ def runs(tmp_path_factory):
                        "--html", folder / "summary.html")
         assert made.returncode == 0, made.stderr
     return base / "before", base / "after"
-
-
-@pytest.fixture
-def mount(tmp_path):
-    """mount(size, read_only=False) -> a fresh tmpfs folder (root only), unmounted after the test."""
-    mounted = []
-
-    def make(size: str = "64k", read_only: bool = False) -> Path:
-        where = tmp_path / f"mnt{len(mounted)}"
-        where.mkdir()
-        opts = f"size={size}" + (",ro" if read_only else "")
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)], capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()}): needs root")
-        mounted.append(where)
-        return where
-
-    yield make
-    for where in reversed(mounted):
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
-def fill(folder: Path, leave: int = 0) -> None:
-    """Fill a tmpfs until at most ``leave`` bytes remain."""
-    with open(folder / "filler", "wb", buffering=0) as fh:
-        try:
-            while shutil.disk_usage(folder).free > leave:
-                fh.write(b"\0" * 4096)
-        except OSError:
-            pass
 
 
 def file_size_limit(limit: int):
@@ -205,6 +174,7 @@ def capture(tmp_path_factory):
     return work / "cap.qdstrm"
 
 
+@pytest.mark.nsys
 def test_analyze_of_a_raw_capture_leaves_it_byte_identical(capture, tmp_path):
     """QdstrmImporter appends to the file it imports: the user's .qdstrm is imported from a private copy."""
     raw = tmp_path / "run.qdstrm"
@@ -217,6 +187,7 @@ def test_analyze_of_a_raw_capture_leaves_it_byte_identical(capture, tmp_path):
     assert json.loads((tmp_path / "s.json").read_text())["schema_version"] == 1
 
 
+@pytest.mark.nsys
 def test_the_files_a_report_is_read_through_are_never_outputs(capture, tmp_path):
     raw = tmp_path / "run.qdstrm"
     shutil.copyfile(capture, raw)
@@ -296,8 +267,8 @@ def test_outputs_get_the_mode_a_plain_file_would_and_no_temporary_file(tmp_path)
 # ================================================================ write failures
 
 
-def test_json_and_html_into_a_full_disk_are_one_line_and_leave_nothing(mount):
-    full = mount("64k")
+def test_json_and_html_into_a_full_disk_are_one_line_and_leave_nothing(tmpfs):
+    full = tmpfs("64k")
     for option, name in (("--html", "s.html"), ("--json", "s.json")):
         fill(full, leave=2048 if option == "--json" else 64 << 10)
         proc = run_cli("analyze", SMALL, option, full / name)
@@ -306,8 +277,8 @@ def test_json_and_html_into_a_full_disk_are_one_line_and_leave_nothing(mount):
         (full / "filler").unlink()
 
 
-def test_an_existing_output_stays_whole_when_its_replacement_does_not_fit(mount):
-    full = mount("64k")
+def test_an_existing_output_stays_whole_when_its_replacement_does_not_fit(tmpfs):
+    full = tmpfs("64k")
     old = full / "s.json"
     old.write_text('{"earlier": true}\n')
     fill(full, leave=1024)
@@ -323,8 +294,8 @@ def test_the_file_size_limit_is_one_line_and_leaves_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["read_only_mount", "proc", "proc_self"])
-def test_outputs_into_folders_that_take_no_files_are_refused_before_any_work(mount, where):
-    folder = {"read_only_mount": lambda: mount("64k", read_only=True), "proc": lambda: Path("/proc"),
+def test_outputs_into_folders_that_take_no_files_are_refused_before_any_work(tmpfs, where):
+    folder = {"read_only_mount": lambda: tmpfs("64k", read_only=True), "proc": lambda: Path("/proc"),
               "proc_self": lambda: Path("/proc/self")}[where]()
     for args in (["analyze", SMALL, "--json", folder / "s.json"], ["analyze", SMALL, "--html", folder / "s.html"],
                  ["redact", SMALL, "-o", folder / "r.sqlite"], ["diff", SMALL, SMALL, "--html", folder / "d.html"]):
@@ -332,8 +303,8 @@ def test_outputs_into_folders_that_take_no_files_are_refused_before_any_work(mou
         assert "export it again" not in line and str(SMALL) not in line
 
 
-def test_redact_into_a_full_disk_blames_the_output_not_the_input(mount):
-    full = mount("256k")
+def test_redact_into_a_full_disk_blames_the_output_not_the_input(tmpfs):
+    full = tmpfs("256k")
     kept = digests(SMALL)
     line = one_line(run_cli("redact", SMALL, "-o", full / "r.sqlite"), f"cannot write {full / 'r.sqlite'}",
                     "disk is full", code=1)
@@ -341,13 +312,13 @@ def test_redact_into_a_full_disk_blames_the_output_not_the_input(mount):
     assert digests(SMALL) == kept and sorted(p.name for p in full.iterdir()) == []
 
 
-def test_diff_and_try_outputs_into_a_full_disk_or_read_only_mount(runs, mount, tmp_path):
+def test_diff_and_try_outputs_into_a_full_disk_or_read_only_mount(runs, tmpfs, tmp_path):
     before, after = runs
-    full = mount("64k")
+    full = tmpfs("64k")
     fill(full, leave=512)
     one_line(run_cli("diff", before, after, "--html", full / "d.html"), "disk is full", code=1)
     assert sorted(p.name for p in full.iterdir()) == ["filler"]
-    ro = mount("64k", read_only=True)
+    ro = tmpfs("64k", read_only=True)
     script, marker = _script(tmp_path)
     one_line(run_cli("try", "--json", ro / "t.json", "tf32=1", script), "read-only file system", code=2)
     one_line(run_cli("try", "--out", ro / "t", "tf32=1", script), "read-only file system", code=2)
