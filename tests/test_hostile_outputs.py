@@ -293,6 +293,24 @@ def test_the_file_size_limit_is_one_line_and_leaves_nothing(tmp_path):
     assert sorted(tmp_path.iterdir()) == []
 
 
+@pytest.mark.nsys
+def test_run_whose_html_summary_hits_the_file_size_limit_keeps_the_rest(tmp_path):
+    """A real `run` (nsys, a 12-step NVTX program) under a 2 MB file-size limit: the report, its export and
+    summary.json fit, the multi-MB summary.html does not: one line names it, exit 1, no partial page."""
+    installed_nsys()
+    program = tmp_path / "steps.py"
+    program.write_text("import time, nvtx\nfor i in range(12):\n    with nvtx.annotate(f'step {i}'):\n"
+                       "        time.sleep(0.01)\n")
+    out = tmp_path / "out"
+    proc = run_cli("run", "--no-autotrace", "--trace", "nvtx", "--no-history", "--out", out, program,
+                   preexec_fn=file_size_limit(2 << 20))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    flat = " ".join(proc.stderr.split())  # run's problem lines are wrapped at the console's width
+    assert flat.count("cannot write") == 1 and "summary.html: the file-size limit was reached" in flat, flat
+    assert sorted(p.name for p in out.iterdir()) == ["nsys.log", "report.nsys-rep", "report.sqlite", "summary.json"]
+    assert json.loads((out / "summary.json").read_text())["steps"]["summary"]["steps"] == 12
+
+
 @pytest.mark.parametrize("where", ["read_only_mount", "proc", "proc_self"])
 def test_outputs_into_folders_that_take_no_files_are_refused_before_any_work(tmpfs, where):
     folder = {"read_only_mount": lambda: tmpfs("64k", read_only=True), "proc": lambda: Path("/proc"),

@@ -92,13 +92,17 @@ def describe_unreadable(path: Path) -> str | None:
     return None
 
 
+REPORT_NAMES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm", ".xz", ".gz", ".zst")
+
+
 def check_not_an_input(out: Path, inputs) -> None:
     """UsageError (one line) when writing ``out`` would change an input: the input itself, a file it is read
     through, or anything inside an input folder."""
     for source in inputs:
         source = Path(source)
         if same_file(out, source):
-            raise UsageError(f"{out} is the input {source} (the same file); choose another output path")
+            what = "input report" if source.name.endswith(REPORT_NAMES) else "input"
+            raise UsageError(f"{out} is the {what} {source} (the same file); choose another output path")
         if source.is_dir():
             if inside(out, source):
                 raise UsageError(f"{out} is inside {source}, a folder given as input (what it holds is what is "
