@@ -311,6 +311,25 @@ def test_run_whose_html_summary_hits_the_file_size_limit_keeps_the_rest(tmp_path
     assert json.loads((out / "summary.json").read_text())["steps"]["summary"]["steps"] == 12
 
 
+@pytest.mark.nsys
+def test_run_into_a_full_stdout_keeps_its_files_and_its_history_row(tmp_path):
+    installed_nsys()
+    program = tmp_path / "steps.py"
+    program.write_text("import time, nvtx\nfor i in range(6):\n    with nvtx.annotate(f'step {i}'):\n"
+                       "        time.sleep(0.01)\n")
+    db, out = tmp_path / "h.db", tmp_path / "out"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--no-autotrace", "--trace", "nvtx",
+                               "--history", str(db), "--out", str(out), str(program)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(errors) == 1 and errors[0].startswith("nvtx-trace: error: cannot write to stdout"), proc.stderr
+    assert json.loads((out / "summary.json").read_text())["steps"]["summary"]["steps"] == 6
+    listed = run_cli("history", "--history", db, "--json")
+    assert [r["out_dir"] for r in json.loads(listed.stdout)["runs"]] == [str(out)]
+
+
 @pytest.mark.parametrize("where", ["read_only_mount", "proc", "proc_self"])
 def test_outputs_into_folders_that_take_no_files_are_refused_before_any_work(tmpfs, where):
     folder = {"read_only_mount": lambda: tmpfs("64k", read_only=True), "proc": lambda: Path("/proc"),

@@ -135,8 +135,14 @@ def _quiet_stdout() -> None:
         pass
 
 
-class _ReaderLeft(Exception):
-    """The pipe's reader left (``| head -1``): not a fault to report, the files were written before."""
+class _ReaderLeft(OSError):
+    """The pipe's reader left (``| head -1``): not a fault to report, the files were written before. An OSError
+    (not a BrokenPipeError, which rich would turn into exit 1) so that code copying into stdout, like run's
+    copy of the program's output, treats it as the closed stream it is."""
+
+
+class _StdoutFailed(OutputError, OSError):
+    """stdout is closed or full: an OutputError (one line) that code copying into stdout sees as an OSError."""
 
 
 class _GuardedStdout:
@@ -148,13 +154,13 @@ class _GuardedStdout:
 
     def _do(self, call, *args):
         if self._stream is None:
-            raise OutputError(self._lost("it is closed"))
+            raise _StdoutFailed(self._lost("it is closed"))
         try:
             return call(*args)
         except BrokenPipeError:
             raise _ReaderLeft() from None
         except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
-            raise OutputError(self._lost(getattr(exc, "strerror", None) or str(exc))) from None
+            raise _StdoutFailed(self._lost(getattr(exc, "strerror", None) or str(exc))) from None
 
     @staticmethod
     def _lost(why: str) -> str:

@@ -116,12 +116,14 @@ def run(
         result = runner.execute(plan, progress=progress)
     finally:
         progress.stop()
-    _report(result, err)
-    change, warning = history.after_run(result, history_db, began)
-    if warning:
-        err.print(f"nvtx-trace: warning: {warning}", soft_wrap=True, markup=False)
-    if change:
-        err.print(f"nvtx-trace: {change}", soft_wrap=True, markup=False)
+    try:
+        _report(result, err)
+    finally:  # a closed or full stdout costs the findings on screen, not the run's row in the history
+        change, warning = history.after_run(result, history_db, began)
+        if warning:
+            err.print(f"nvtx-trace: warning: {warning}", soft_wrap=True, markup=False)
+        if change:
+            err.print(f"nvtx-trace: {change}", soft_wrap=True, markup=False)
     if result.exit_code != 0:
         return result.exit_code
     return result.error.exit_code if result.error else 0

@@ -245,7 +245,7 @@ def _why(exc: Exception) -> str:
     text = str(exc)
     if "not a database" in text or "malformed" in text:
         return f"not a usable SQLite database ({text}); move it away or point --history elsewhere"
-    if "disk is full" in text or "disk I/O" in text:
+    if "disk is full" in text:
         return f"the disk is full ({text}), nothing was written to it; free some space, point --history (or ${ENV}) " \
                "elsewhere, or pass --no-history"
     return f"{text}; point --history (or ${ENV}) elsewhere, or pass --no-history"
@@ -282,7 +282,7 @@ def _state(conn, path: Path) -> str:
                        f"was written to it: point --history (or ${ENV}) at another file")
 
 
-def check(path: Path | None, inputs=(), written=()) -> None:
+def check(path: Path | None, inputs=(), written=lambda path: False) -> None:
     """Refuse, before anything runs, a history database that can never be written: a directory, one of the
     command's inputs (``inputs``) or outputs (``written(path)`` is true), a file that is not ours. One line
     (UsageError); only reads. A history that fails later (a full disk) still costs only a warning."""
