@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except OutputError as err:
         print(f"nvtx-trace: error: {err}", file=sys.stderr)
-        _quiet_stdout()
+        if isinstance(err, _StdoutFailed):  # what is still buffered for it must not fail at exit
+            _quiet_stdout()
         return err.exit_code
     except _ReaderLeft:  # `... --json - | head -1`: the files were written first; 141 as for SIGPIPE
         _quiet_stdout()
