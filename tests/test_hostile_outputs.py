@@ -335,7 +335,7 @@ def test_outputs_into_folders_that_take_no_files_are_refused_before_any_work(tmp
     folder = {"read_only_mount": lambda: tmpfs("64k", read_only=True), "proc": lambda: Path("/proc"),
               "proc_self": lambda: Path("/proc/self")}[where]()
     for args in (["analyze", SMALL, "--json", folder / "s.json"], ["analyze", SMALL, "--html", folder / "s.html"],
-                 ["redact", SMALL, "-o", folder / "r.sqlite"], ["diff", SMALL, SMALL, "--html", folder / "d.html"]):
+                 ["redact", SMALL, "-o", folder / "r.sqlite"], ["diff", SMALL, OTHER, "--html", folder / "d.html"]):
         line = one_line(run_cli(*args), str(folder), code=2)
         assert "export it again" not in line and str(SMALL) not in line
 

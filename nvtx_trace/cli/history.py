@@ -61,13 +61,10 @@ def history(
 
 
 def _runs(hist, where: Path, script: str | None, last: int) -> list[dict]:
-    """The runs asked for. The database matches with SQL LIKE, where ``_`` and ``%`` stand for any text: a script
-    given with them is matched here, as the plain text it is (``my_train`` must not find ``myXtrain``)."""
+    """The runs asked for; ``script`` matches as the plain text it is (``_`` and ``%`` too: ``my_train`` must not
+    find ``myXtrain``; history.query escapes them for SQL's LIKE)."""
     limit = last if 0 < last < 2 ** 63 else None  # 0, or more than SQLite can count: all of them
-    if not script or not any(c in script for c in "%_"):
-        return hist.query(where, script=script, last=limit)
-    runs = [r for r in hist.query(where, script=script) if script.lower() in (r.get("script") or "").lower()]
-    return runs[:limit]
+    return hist.query(where, script=script, last=limit)
 
 
 def _table(runs: list[dict], where: Path, console) -> None:
