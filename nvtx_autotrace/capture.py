@@ -146,10 +146,26 @@ def install(spec: str | None = None) -> tuple[int, int, str] | None:
     _state.update(window=window, pid=os.getpid(), started=False, stopped=False,
                   exit=str(spec).strip().endswith(":exit"))
     _state["remove"] = steps.on_step_boundary(_on_boundary)
+    if not _state.get("noted"):
+        import atexit
+
+        _state["noted"] = True
+        atexit.register(_ended)
     if window[0] == 0 or steps.current_step() >= window[0]:
         _safely("start", _start, window[2])
         _state["started"] = True
     return window
+
+
+def _ended() -> None:
+    """At exit, in the decisions file when the runner gave one: how many steps ran and whether the window
+    opened (a window beyond the program's end is said so, not blamed on nsys)."""
+    window = _state["window"]
+    if window is None or os.getpid() != _state["pid"]:
+        return
+    from nvtx_autotrace.auto_window import note
+
+    note("ended", steps=steps.current_step(), opened=_state["started"], window=list(window[:2]))
 
 
 def uninstall() -> None:

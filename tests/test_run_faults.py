@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -87,32 +88,38 @@ def test_sigterm_to_the_tool_stops_the_program_and_keeps_the_report(ready, tmp_p
 
 
 def test_nsys_killed_mid_capture_is_one_line_naming_the_program_left_running(ready, tmp_path):
+    """nsys killed by someone else: the program is left alone (not ours to stop) and the line names the command
+    that stops it; run as given, that command does (nsys's launcher put the program in a group of its own, so
+    nsys's group is the wrong one)."""
     child = start_run(tmp_path)
-    nsys_pid = None
+    nsys_pid, groups = None, []
     try:
         seen = wait_for(child, "step 5 ")
         nsys_pid = children_of(child.pid)[0]
         os.kill(nsys_pid, signal.SIGKILL)
-        child.wait(timeout=120)  # the tool returns; the orphaned program still holds the pipes open
-        alive = processes.group_members(nsys_pid)
-        os.killpg(nsys_pid, signal.SIGKILL)
-        out, err = child.communicate(timeout=60)
+        child.wait(timeout=120)  # the tool returns; the program, left running, still writes to the pipes
+        line = next((ln for ln in child.stderr if "nsys was killed" in ln), "")
+        assert not agents_of(nsys_pid)  # nsys's agent, which outlives a killed nsys, was ended
+        groups = [int(g) for g in re.findall(r"-(\d+)", line.split("kill -INT", 1)[-1])]
+        assert groups and all(processes.group_members(g) for g in groups), line  # it was left running
+        for group in groups:
+            os.killpg(group, signal.SIGINT)  # the command the line gives
+        out, err = child.communicate(timeout=60)  # the pipes close: the program stopped
     finally:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
-        if nsys_pid:
+        for group in groups:
             try:
-                os.killpg(nsys_pid, signal.SIGKILL)  # the orphaned program, which the tool rightly left alone
+                os.killpg(group, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            for agent in agents_of(nsys_pid):  # nsys's own agent outlives a killed nsys
-                os.kill(agent, signal.SIGKILL)
+        for agent in agents_of(nsys_pid) if nsys_pid else ():
+            os.kill(agent, signal.SIGKILL)
     err = "".join(seen) + err
     assert child.returncode == 5, err[-3000:]
-    flat = " ".join(err.split())  # rich wraps the line at the terminal width
-    assert flat.count("nvtx-trace: nsys was killed (SIGKILL) while profiling") == 1, err[-2000:]
-    assert alive and f"kill -INT -{nsys_pid}" in flat  # said where the program still runs, and left it alone
-    assert "Traceback" not in err and "exited with status" not in err  # the program did not exit
+    assert line.startswith("nvtx-trace: nsys was killed (SIGKILL) while profiling") and "left alone" in line, line
+    assert "step 2999 " not in err  # stopped by the command the line gave, long before its end
+    assert "Traceback (most recent call last)" not in line and "exited with status" not in line
 
 
 def test_export_stopped_by_the_file_size_limit_says_so_and_keeps_the_report(ready, tmp_path):
@@ -153,7 +160,7 @@ def test_a_run_that_captured_nothing_suggests_no_command_that_would_fail(ready, 
 def test_the_third_interrupt_under_a_launcher_kills_what_it_started_in_other_sessions(tmp_path):
     """torchrun starts each rank in a session of its own: killing torchrun alone would leave every rank's
     nsys and program running. Here a stand-in launcher starts a child in a new session, as torchrun does."""
-    from nvtx_trace.capture.profile import _Forwarder
+    from nvtx_trace.capture.interrupts import Capture
 
     launcher = subprocess.Popen([sys.executable, "-c", (
         "import signal, subprocess, sys, time\n"
@@ -167,9 +174,10 @@ def test_the_third_interrupt_under_a_launcher_kills_what_it_started_in_other_ses
                 break
             time.sleep(0.05)
         assert len(started) == 1 and os.getsid(started[0]) != os.getsid(launcher.pid)
-        fwd = _Forwarder(launcher, None, tree=True)
+        capture = Capture(launcher, None, None)  # behind a launcher: nsys's start is not ours to see
         for _ in range(3):
-            fwd._handle(signal.SIGINT, None)
+            capture.handle(signal.SIGINT)
+        capture.watch.stop()
         launcher.wait(timeout=10)
         for _ in range(100):
             if not any(pid == started[0] for pid, _, _ in processes.live_processes()):

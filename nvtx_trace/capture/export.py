@@ -60,6 +60,9 @@ def export_sqlite(nsys: Nsys, rep: str | os.PathLike, out: str | os.PathLike | N
     argv = [str(nsys.path), "export", "--type", "sqlite", "-f", "true", "-o", str(tmp), str(rep)]
     try:
         returncode, output = run_step("export", argv, log, f"could not run {nsys.path} export: {{why}}")
+        if returncode < 0 and returncode != -signal.SIGXFSZ:  # killed (we were interrupted): it may lack tables
+            raise NsysFailedError(f"nsys export of {rep} was stopped ({signal.Signals(-returncode).name}); "
+                                  f"{rep} is kept, export it again")
         if is_sqlite(tmp):
             try:
                 _mark_source(tmp, Path(source or rep))  # the file the user named (a .qdstrm, not its import)

@@ -1,19 +1,31 @@
-"""Which processes are alive, read from /proc: what nsys left running when it died."""
+"""Which processes are alive, read from /proc: what nsys left running when it died, and what a process
+started, remembered while it runs (``Watch``)."""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from pathlib import Path
+
+
+def _stat(entry: Path) -> list[str] | None:
+    """The fields of /proc/PID/stat after "pid (comm)": state ppid pgrp session ... (starttime is [19])."""
+    try:
+        return (entry / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def live_processes() -> list[tuple[int, int, int]]:
     """(pid, parent pid, process group) of every live process (Linux /proc; [] elsewhere)."""
     found = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat(entry)
         try:
-            fields = entry.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
-            if fields[0] != "Z":
-                found.append((int(entry.parent.name), int(fields[1]), int(fields[2])))
-        except (OSError, IndexError, ValueError):
+            if fields and fields[0] != "Z":
+                found.append((int(entry.name), int(fields[1]), int(fields[2])))
+        except (IndexError, ValueError):
             continue
     return found
 
@@ -35,3 +47,83 @@ def descendants(pid: int) -> list[int]:
         found.append(p)
         todo += children.get(p, [])
     return sorted(found)
+
+
+def started_at(pid: int) -> int | None:
+    """When a live process started (clock ticks since boot): a pid seen earlier is the same process only if
+    this is unchanged. None when it is gone (or a zombie)."""
+    fields = _stat(Path("/proc") / str(pid))
+    if not fields or fields[0] == "Z":
+        return None
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped (``os.kill(pid, 0)`` says yes to those)."""
+    return started_at(pid) is not None
+
+
+def name_of(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+class Watch:
+    """Everything ``root`` started, however deep and in whatever session, remembered while it runs.
+
+    Why: once nsys has ended, what it started is no longer found through parents: nsys's launcher puts the
+    program in a session of its own and the program is handed to init when the launcher goes; nsys's agent
+    leaves for init at once. So the tree is read every ``every`` seconds while ``root`` lives, less often where
+    reading /proc takes long (and on demand, ``look``); ``still_running`` gives what was seen and still runs, with the members of its process groups
+    (DataLoader workers forked after the last look).
+    """
+
+    def __init__(self, root: int, every: float = 1.0):
+        self.root, self.every = root, every
+        self.seen: dict[int, tuple[int, int]] = {}  # pid -> (start time, process group)
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def look(self) -> None:
+        """Add what ``root`` has started by now."""
+        for pid in [self.root, *descendants(self.root)]:
+            fields = _stat(Path("/proc") / str(pid))
+            try:
+                if fields and fields[0] != "Z":
+                    with self._lock:
+                        self.seen.setdefault(pid, (int(fields[19]), int(fields[2])))
+            except (IndexError, ValueError):
+                continue
+
+    def start(self) -> "Watch":
+        def loop() -> None:
+            pause = self.every
+            while not self._done.wait(pause):
+                began = time.perf_counter()
+                self.look()
+                pause = max(self.every, 20 * (time.perf_counter() - began))  # at most 5 % of a core on a busy host
+
+        self.look()
+        self._thread = threading.Thread(target=loop, daemon=True, name="nvtx-trace-watch")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def still_running(self, but: tuple[int, ...] = ()) -> list[int]:
+        """What was seen and still runs (the same process: same start time), and every live member of the
+        process groups seen (other than ours), except the pids in ``but``."""
+        ours = os.getpgrp()
+        with self._lock:
+            seen = dict(self.seen)
+        groups = {group for _, group in seen.values()} - {0, 1, ours}
+        found = {pid for pid, (start, _) in seen.items() if started_at(pid) == start}
+        found |= {pid for pid, _, group in live_processes() if group in groups}
+        return sorted(found - {os.getpid(), *but})

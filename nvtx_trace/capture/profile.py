@@ -2,15 +2,14 @@
 
 Success is judged by the files, not nsys's exit code (a run whose importer is missing exits
 0 and leaves only a ``.qdstrm``, which is imported here). A Ctrl-C reaches nsys once, through
-us. With a log, nsys's own lines go to ``nsys.log`` and the program's output straight to our
-stdout/stderr (``own_output``).
+us, and nothing nsys started outlives an interrupted run (``interrupts``). With a log, nsys's own
+lines go to ``nsys.log`` and the program's output straight to our stdout/stderr (``own_output``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -20,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from nvtx_trace.capture import own_output
+from nvtx_trace.capture import interrupts, own_output
 from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
 from nvtx_trace.capture.paths import stem_of, with_suffix
-from nvtx_trace.capture.processes import descendants
+from nvtx_trace.capture.processes import started_at
 from nvtx_trace.capture.qdstrm import import_qdstrm
 from nvtx_trace.capture.torchrun import RANK_FIELD, rank_of
 from nvtx_trace.errors import NsysFailedError
@@ -51,8 +50,10 @@ class ProfileResult:
     rep: Path | None
     qdstrm: Path | None
     log: str = ""  # nsys's output, only when captured (capture_output=True)
-    interrupted: bool = False  # a SIGINT/SIGTERM was forwarded to nsys
-    signal: int | None = None  # which one
+    interrupted: bool = False  # we were told to stop (SIGINT, SIGTERM, SIGHUP) while nsys ran
+    signal: int | None = None  # which signal
+    aborted: bool = False  # ... before nsys had started the program: nsys and all it started were ended
+    left_running: list[int] = field(default_factory=list)  # what nsys started and still runs (nsys was killed)
     imported_by_us: bool = False  # nsys could not import the .qdstrm; we ran QdstrmImporter
     problem: str | None = None  # why there is no report
     pid: int | None = None  # nsys's pid, also the process group of the program it started
@@ -66,26 +67,29 @@ class ProfileResult:
         return self.rep
 
 
-def _end_agents(nsys_pid: int) -> None:
-    """Stop the ``nsys --start-agent`` helper that this nsys started, if it outlived it (seen when nsys fails
-    at start-up: "Local Endpoint is not available"). Its session is named after nsys's pid."""
-    import signal as signals
-
-    mark = f"-{nsys_pid}"
-    for entry in Path("/proc").glob("[0-9]*") if os.path.isdir("/proc") else ():
-        try:
-            words = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        args = [w.decode("utf-8", "replace") for w in words if w]
-        if "--start-agent" in args and any(a.startswith("--session-name=") and a.endswith(mark) for a in args):
+def _end_agents(nsys_pids, since: int | None = None) -> None:
+    """Stop the ``nsys --start-agent`` helpers that these nsys processes started, once they have ended (seen
+    when nsys fails at start-up, "Local Endpoint is not available", or is killed). An agent's session is named
+    after its nsys's pid; ``since``: when the first of them started (an older agent is another nsys's that
+    had the same pid)."""
+    marks = {str(pid) for pid in nsys_pids}
+    for _attempt in range(3):  # an agent daemonizes in steps: a parent's end may reveal its child
+        found = []
+        for entry in Path("/proc").glob("[0-9]*") if os.path.isdir("/proc") else ():
             try:
+                words = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            args = [w.decode("utf-8", "replace") for w in words if w]
+            if "--start-agent" in args and any(a.startswith("--session-name=") and a.rsplit("-", 1)[-1] in marks
+                                               for a in args):
                 pid = int(entry.name)
-                orphan = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == "1"
-                if os.getpgid(pid) == nsys_pid or orphan:  # ours (its group), or left behind by ours
-                    os.kill(pid, signals.SIGTERM)
-            except (OSError, ValueError, IndexError):
-                pass
+                born = started_at(pid)
+                if born is not None and (since is None or born >= since):
+                    found.append(pid)
+        if not found:
+            return
+        interrupts.end(found, kill_after=2.0)
 
 
 def profile_command(nsys: Nsys, stem, trace: Sequence[str], extra: Sequence[str], argv: Sequence[str],
@@ -99,51 +103,6 @@ def profile_command(nsys: Nsys, stem, trace: Sequence[str], extra: Sequence[str]
     wrap = [own_output_python, own_output.__file__] if own_output_python else []
     return [*launcher, str(nsys.path), "profile", "-o", str(stem), "-f", "true", "-t", ",".join(trace), *extra,
             *wrap, *argv]
-
-
-class _Forwarder:
-    """While nsys runs, pass our SIGINT/SIGTERM to it exactly once.
-
-    nsys runs in its own process group so that a terminal Ctrl-C reaches it only through
-    us: a second SIGINT while nsys is writing the report makes it drop the report (seen
-    with 2022.4). Later signals are ignored until a third, which abandons the report; under a
-    launcher (``tree``) it kills every process the launcher started too, each rank's nsys and program.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, proc: subprocess.Popen, notice: Progress | None, tree: bool = False):
-        self.proc, self.notice, self.count, self.saved, self.tree = proc, notice, 0, {}, tree
-        self.first: int | None = None  # the signal that was forwarded
-
-    def _handle(self, signum, _frame) -> None:
-        self.count += 1
-        if self.proc.poll() is not None:
-            return
-        if self.count == 1:
-            self.first = signum
-            self.proc.send_signal(signum)
-            if self.notice:
-                self.notice("Stopping the program; nsys is writing the report…")
-        elif self.count == 2 and self.notice:
-            self.notice("Still writing the report; interrupt again to abandon it")
-        elif self.count >= 3:
-            for pid in (descendants(self.proc.pid) if self.tree else []):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:  # gone already
-                    pass
-            self.proc.kill()
-
-    def __enter__(self) -> "_Forwarder":
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self.saved[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, old in self.saved.items():
-            signal.signal(sig, old)
 
 
 class _Sorter:
@@ -228,39 +187,66 @@ def profile(
     if log is not None:
         log.section("profile", cmd)
     pipe = subprocess.PIPE if (capture_output or log is not None) else None
+    # nsys in a group of its own: a terminal's Ctrl-C reaches it once, through us (a second makes it drop the
+    # report). The guard's handlers are in place before it starts: a signal while it starts waits for it.
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-    try:
-        proc = subprocess.Popen(
-            cmd, env=env, cwd=cwd, stdout=pipe, stderr=subprocess.STDOUT if capture_output else pipe,
-            text=pipe is not None, errors="replace" if pipe else None, **group,
-        )
-    except OSError as exc:
+    with interrupts.guarded(progress) as guard:
+        guard.notice = progress or guard.notice
+        interrupts.stage("while nsys was starting")
+        with guard.starting():
+            try:
+                proc = subprocess.Popen(
+                    cmd, env=env, cwd=cwd, stdout=pipe, stderr=subprocess.STDOUT if capture_output else pipe,
+                    text=pipe is not None, errors="replace" if pipe else None, **group,
+                )
+            except OSError as exc:
+                if handover is not None:
+                    handover.close()
+                raise NsysFailedError(f"could not start {cmd[0]}: {exc}") from exc
+            born = started_at(proc.pid)
+            capture = guard.start_capture(proc, handover.started if handover is not None and not launcher
+                                          else None)
+        pumps = []
+        if log is not None and not capture_output:
+            # a launcher's own lines (torchrun's warnings, its failure report) are the user's to see
+            sorter = _Sorter(log, mixed=handover is None or bool(launcher))
+            pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
+        started = time.monotonic()
+        try:
+            text = _drain(proc) if capture_output else ""
+            returncode = _wait(proc, capture)
+        finally:
+            guard.end_capture()
+            capture.watch.stop()
+        interrupts.stage("while nsys was ending")
+        told = capture.first or capture.late  # we were told to stop: nothing nsys started may outlive us
+        if told:
+            capture.sweep()
+        left = [] if told else capture.program()  # nsys killed by someone else: the program is left alone
         if handover is not None:
             handover.close()
-        raise NsysFailedError(f"could not start {cmd[0]}: {exc}") from exc
-    pumps = []
-    if log is not None and not capture_output:
-        # a launcher's own lines (torchrun's warnings, its failure report) are the user's to see
-        sorter = _Sorter(log, mixed=handover is None or bool(launcher))
-        pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
-    started = time.monotonic()
-    with _Forwarder(proc, progress, tree=bool(launcher)) as fwd:
-        text = _drain(proc) if capture_output else ""
-        returncode = _wait(proc)
-    if handover is not None:
-        handover.close()
-    if progress and not fwd.count:
-        progress(f"Capture ended after {time.monotonic() - started:.1f} s")
-    for thread in pumps:
-        thread.join(timeout=5)  # a program left running (nsys killed) may hold nsys's pipes open
-    if pumps:
-        sorter.flush()
-    if capture_output and log is not None:
-        log.write(text)
-    _end_agents(proc.pid)
-    result = ProfileResult(returncode, None, None, text, interrupted=fwd.count > 0, pid=proc.pid, signal=fwd.first,
+        if progress and not capture.count and not capture.late:
+            progress(f"Capture ended after {time.monotonic() - started:.1f} s")
+        for thread in pumps:
+            thread.join(timeout=5)  # a program left running (nsys killed) may hold nsys's pipes open
+        if pumps:
+            sorter.flush()
+        if capture_output and log is not None:
+            log.write(text)
+        _end_agents({proc.pid, *(capture.watch.seen if launcher else ())}, since=born)  # each rank's nsys's too
+        if capture.late and not capture.first:  # it came as nsys ended: the capture is whole, we stop now
+            interrupts.stage("as nsys ended")
+            guard.stop(capture.late)
+    result = ProfileResult(returncode, None, None, text, interrupted=capture.first is not None, pid=proc.pid,
+                           signal=capture.first, aborted=capture.aborted is not None, left_running=left,
                            program_started=handover.started.is_set() if handover is not None and not launcher
                            else None)
+    if result.aborted:  # ended before the program started: a half-written capture is no report
+        for partial in _files_of(stem, (".nsys-rep", ".qdstrm")):
+            partial.unlink(missing_ok=True)
+        result.problem = "nothing was captured: nsys had not started the program yet"
+        return result
+    interrupts.stage("while importing the capture")
     stems = _stems_written(stem) if launcher else [stem]
     if len(stems) > 1 and progress:
         progress(f"{len(stems)} rank reports written")
@@ -351,9 +337,12 @@ def _drain(proc: subprocess.Popen) -> str:
         chunks.append(chunk)
 
 
-def _wait(proc: subprocess.Popen) -> int:
+def _wait(proc: subprocess.Popen, capture: interrupts.Capture) -> int:
+    """nsys's exit status; meanwhile, a program that outlives the signal nsys passed it is ended."""
     while True:
         try:
-            return proc.wait()
+            return proc.wait(timeout=0.25)
+        except subprocess.TimeoutExpired:
+            capture.escalate_if_due()
         except KeyboardInterrupt:  # a handler installed elsewhere raised; keep waiting for the report
             continue

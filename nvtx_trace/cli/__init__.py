@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(argv: list[str] | None) -> int:
     """The command itself; its errors as one line and an exit code."""
+    from nvtx_trace.capture.interrupts import Interrupted
+
     try:
         code = app(args=argv, standalone_mode=False, prog_name="nvtx-trace")
     except OutputError:
@@ -220,6 +222,9 @@ def _command(argv: list[str] | None) -> int:
     except NvtxTraceError as err:
         print(f"nvtx-trace: error: {err}", file=sys.stderr)
         return err.exit_code
+    except Interrupted as exc:  # run and try: told to stop; one line says what was kept
+        print(f"nvtx-trace: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("nvtx-trace: interrupted", file=sys.stderr)
         return 130

@@ -79,6 +79,17 @@ def run(
     nvtx-trace run -- torchrun --nproc_per_node=2 train.py |
     nvtx-trace run --per-rank -- torchrun --nproc_per_node=2 train.py
     """
+    from nvtx_trace.capture import interrupts
+
+    with interrupts.Guard():  # SIGINT, SIGTERM, SIGHUP from here on: nothing started outlives the run (docs/run.md)
+        return _run(target, module, out, force, warmup_steps, steps, keep_running, full, capture_mode, python,
+                    no_autotrace, autotrace_depth, autotrace_budget, trace, nsys_args, nsys, min_gap_ms,
+                    html_max_points, per_rank, history_path, no_history, try_knobs)
+
+
+def _run(target, module, out, force, warmup_steps, steps, keep_running, full, capture_mode, python, no_autotrace,
+         autotrace_depth, autotrace_budget, trace, nsys_args, nsys, min_gap_ms, html_max_points, per_rank,
+         history_path, no_history, try_knobs) -> int:
     import time
 
     from rich.console import Console
@@ -166,15 +177,20 @@ def _report(result, err) -> None:
     if result.window is not None and result.window.line not in result.problems:
         err.print(f"nvtx-trace: {result.window.line}", soft_wrap=True, markup=False)
     for problem in result.problems:
-        err.print(f"[red]nvtx-trace: {problem}[/red]")
+        err.print(f"[red]nvtx-trace: {problem}[/red]", soft_wrap=True)  # one line, however long
     for path in result.written:
         print(f"Wrote {runner.display(path)}", file=sys.stderr)
     if result.exit_code != 0:
-        why = "was interrupted" if prof is not None and prof.interrupted else f"exited with status {result.exit_code}"
+        from nvtx_trace.capture.interrupts import signal_name
+
+        told = prof is not None and prof.interrupted
+        why = f"was interrupted ({signal_name(prof.signal)})" if told else f"exited with status {result.exit_code}"
         reports = [p for p in result.written if p.suffix in (".nsys-rep", ".sqlite")]
-        err.print(f"nvtx-trace: the program {why}; "
-                  + ("the report covers what ran until then" if reports else "no report was written"),
-                  soft_wrap=True, markup=False)
+        if told and reports and result.analysis is None:  # stopped before it did anything to analyze
+            after = f"what was captured is kept in {runner.display(reports[0])}"
+        else:
+            after = "the report covers what ran until then" if reports else "no report was written"
+        err.print(f"nvtx-trace: the program {why}; {after}", soft_wrap=True, markup=False)
     nxt = runner.next_command(result)
     if nxt:
         print(f"Next: {nxt}", file=sys.stderr)

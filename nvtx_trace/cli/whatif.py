@@ -8,6 +8,8 @@ on stderr, prints the table and writes the folder: try.json, try.html, one summa
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -48,13 +50,18 @@ def try_(
 
     Example: nvtx-trace try --from nvtx-trace-out/train-1 amp=bf16 tf32=1 train.py --epochs 1
     """
+    from nvtx_trace.capture import interrupts
+
+    with interrupts.Guard():  # SIGINT, SIGTERM, SIGHUP: the timed program ends with us, one line says so
+        _try(target, rounds, each, from_run, out, json_out, force, python, advice, history_path, no_history)
+
+
+def _try(target, rounds, each, from_run, out, json_out, force, python, advice, history_path, no_history) -> None:
     import time
 
-    from rich.console import Console
-
-    from nvtx_trace.report import try_render
-    from nvtx_trace.report.outputs import check_outputs, inside, same_path, write_atomically
-    from nvtx_trace.runner import history, whatif
+    from nvtx_trace.capture import interrupts
+    from nvtx_trace.report.outputs import check_outputs, inside, same_path
+    from nvtx_trace.runner import history
 
     began = time.time()
     knobs, program = _split(target or [], need_knobs=not advice)
@@ -72,7 +79,29 @@ def try_(
     history.check(history_db, inputs=inputs,
                   written=lambda p: inside(p, folder) or (json_out is not None and same_path(p, json_out)))
     profile = _summary(from_run) if from_run else {}  # a bad --from is refused before anything runs
+    made = not folder.exists()
     _make(folder)
+    try:
+        _measure(folder, program, knobs, advice, each, rounds, python, from_run, profile, json_out, script_hash,
+                 history_db, began)
+    except interrupts.Interrupted as exc:  # the guard ended the timed program (and its workers) already
+        kept = any(p.is_file() for p in folder.rglob("*"))
+        if not kept and made:
+            shutil.rmtree(folder, ignore_errors=True)
+        exc.kept = exc.kept or (f"no variant was measured to the end; the output of the runs so far is kept in "
+                                f"{folder}" if kept else "nothing was measured")
+        raise
+
+
+def _measure(folder, program, knobs, advice, each, rounds, python, from_run, profile, json_out, script_hash,
+             history_db, began) -> None:
+    """The runs, then try.json, try.html, one summary.json per variant and the history rows."""
+    from rich.console import Console
+
+    from nvtx_trace.report import try_render
+    from nvtx_trace.report.outputs import write_atomically
+    from nvtx_trace.runner import history, whatif
+
     if advice:
         from_run = _profile(program, python, folder / "profile")
         profile = _summary(from_run)
@@ -165,9 +194,21 @@ def _profile(program: list[str], python: str | None, out: Path) -> Path:
 
     print(f"nvtx-trace try: --advice: profiling {program[0]} first (nvtx-trace run, outputs in {out})",
           file=sys.stderr, flush=True)
+    from nvtx_trace.capture import interrupts
+
     cmd = [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(out), "--force", "--no-history",
            *(["--python", python] if python else []), *program]
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+    interrupts.stage("while profiling (--advice)")
+    # in a group of its own: a Ctrl-C reaches it once, through us; it ends its own processes, we wait for it
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, **group)
+    try:
+        with interrupts.forwarding(proc):
+            proc.wait()
+    except interrupts.Interrupted as exc:  # the profile run stopped on its own terms: its line is above
+        kept = f"what it kept is in {out}" if out.is_dir() and any(out.iterdir()) else "it kept nothing"
+        exc.kept = f"the profile run ended (status {proc.returncode}); {kept}"
+        raise
     if not (out / "summary.json").is_file():
         raise UsageError(f"--advice: the profile run wrote no summary.json (exit status {proc.returncode}); "
                          f"run nvtx-trace run {' '.join(program)} to see why")

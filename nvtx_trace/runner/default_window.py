@@ -5,6 +5,8 @@ program is stopped, so that any script answers in minutes.
 The runner calls three things: :func:`arm` while planning, :func:`outcome` after nsys returns (the one
 line saying which steps were profiled and why), and :func:`full_plan` when the program ended before
 its window opened: nsys then wrote nothing, and a program that short is cheap to profile in full.
+A fixed window (``--warmup-steps N --steps M``) keeps a decisions file too (:func:`decisions_file`), for
+:func:`fixed_outcome` to say so when the program ended before step N.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Outcome:
     opened: bool  # a window was captured (steps or time)
     stepped: bool  # the window starts at a step boundary (the analyzer need not skip warm-up)
     ended_in_warmup: bool = False  # the program ended before any window opened
+    beyond_end: bool = False  # a fixed window starts after the step the program ended at (it exited 0)
 
 
 def applies(opts) -> bool:
@@ -37,13 +40,46 @@ def applies(opts) -> bool:
 
 def arm(env: dict, cmode: str, keep_running: bool) -> tuple[Path, str]:
     """Set the program's variables; returns (the decisions file to read afterwards, what is profiled in words)."""
-    path = Path(tempfile.gettempdir()) / f"nvtx-trace-window-{os.getpid()}-{secrets.token_hex(6)}.jsonl"
+    path = decisions_file(env)
     env[AUTO_ENV] = cmode + ("" if keep_running else ":exit")
-    env[FILE_ENV] = str(path)
     words = ("a window chosen after warm-up (the step pace settled; at least 20 steps and 5 s, at most about 20 s)"
              + ("" if keep_running else ", then the program is stopped (--full: profile everything; "
                                         "--keep-running: let it finish)"))
     return path, words
+
+
+def decisions_file(env: dict) -> Path:
+    """A fresh file for the program's window decisions, named in its environment (nothing is created here)."""
+    path = Path(tempfile.gettempdir()) / f"nvtx-trace-window-{os.getpid()}-{secrets.token_hex(6)}.jsonl"
+    env[FILE_ENV] = str(path)
+    return path
+
+
+def fixed_outcome(path: Path | None, exit_code: int, window: tuple[int, int]) -> Outcome | None:
+    """``--warmup-steps N --steps M``: None when the window opened (or nothing is known), else the line saying
+    that the program ended after K steps, before step N, and what to run instead."""
+    if path is None:
+        return None
+    ended = [e for e in events(path) if e.get("event") == "ended" and e.get("window")]
+    if not ended or any(e.get("opened") for e in ended):
+        return None
+    first, count = window
+    steps = max(int(e.get("steps") or 0) for e in ended)  # the process that trained (a launcher counts none)
+    if steps >= first:
+        return None
+    if exit_code != 0:
+        status = f"status {exit_code}" if exit_code >= 0 else f"signal {-exit_code}"
+        return Outcome(f"the program ended ({status}) after {steps} step(s), before its capture window opened at "
+                       f"step {first}: nothing was profiled; its own message is above", False, True)
+    if steps > count:
+        instead = f"--warmup-steps {steps - count} or less with --steps {count}, or --full"
+    elif steps > 1:
+        instead = f"--warmup-steps 1 --steps {steps - 1}, or --full"
+    else:
+        instead = "--full (it ran no whole step)"
+    return Outcome(f"the program ended after {steps} step(s), before its capture window opened at step {first} "
+                   f"(--warmup-steps {first}): nothing was profiled; run it again with {instead}", False, True,
+                   beyond_end=True)
 
 
 def events(path: Path) -> list[dict]:

@@ -3,11 +3,14 @@ export, analyze and write the summaries.
 
 The run's folder is claimed for the whole run; nsys's own output goes to its ``nsys.log``.
 Success is judged by the files, not by nsys's exit code; the program's exit code becomes ours.
+Told to stop (``capture.interrupts.Interrupted``), a run says in one line what it kept and the command that
+finishes it, and leaves no half-made file, no lock, and no folder when nothing was captured.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -15,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from nvtx_trace.capture import interrupts
 from nvtx_trace.capture.export import export_sqlite
 from nvtx_trace.capture.nsys_log import NsysLog
 from nvtx_trace.capture.paths import stem_of, with_suffix
-from nvtx_trace.capture.processes import group_members
 from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
-from nvtx_trace.errors import BadReportError, MissingDependencyError, NsysFailedError, NvtxTraceError
-from nvtx_trace.report.outputs import claim_folder, write_atomically
+from nvtx_trace.errors import BadReportError, MissingDependencyError, NsysFailedError, NvtxTraceError, UsageError
+from nvtx_trace.report.outputs import LOCK_NAME, claim_folder, write_atomically
 from nvtx_trace.runner import default_window
 from nvtx_trace.runner.plan import REPORT_OUTPUTS, Plan, RunOptions, rank_outputs
 
@@ -44,9 +47,11 @@ class RunResult:
 
 def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
     """Profile, then (even when the program failed or was interrupted) import, export, analyze and write."""
-    plan.out_dir.mkdir(parents=True, exist_ok=True)
-    release = claim_folder(plan.out_dir)
+    created = _folders_to_make(plan.out_dir)
+    release, interrupted = None, False
     try:
+        plan.out_dir.mkdir(parents=True, exist_ok=True)
+        release = claim_folder(plan.out_dir)
         result = _execute(plan, progress)
         if result.window and result.window.ended_in_warmup:  # nothing captured, and a program that short
             notice, window = default_window.ran_again(result.window)  # costs little to profile in full
@@ -55,8 +60,17 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
             result = _execute(default_window.full_plan(plan), progress)
             result.window = window
         return result
+    except interrupts.Interrupted as exc:
+        interrupted = True
+        exc.kept = _keep_what_was_captured(plan, release is not None)
+        if plan.window_file is not None:
+            plan.window_file.unlink(missing_ok=True)
+        raise
     finally:
-        release()
+        if release is not None:
+            release()
+        if interrupted and not _captured(plan):  # nothing was captured: the folders made for it go
+            _remove_if_empty(plan, created)
 
 
 def _execute(plan: Plan, progress: Progress | None) -> RunResult:
@@ -68,13 +82,17 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         (plan.out_dir / stale).unlink(missing_ok=True)
     prof = profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
                    progress=progress, log=log, launcher=plan.launcher, ranks=plan.ranks)
+    if prof.interrupted and prof.rep is None and not prof.qdstrm:  # stopped before anything was captured
+        raise interrupts.Interrupted(prof.signal, "while nsys was starting the program" if prof.aborted else
+                                     "as the program started under nsys")
     if prof.program_started is False and prof.rep is None and not prof.interrupted:  # nsys failed at start-up
         result = RunResult(plan=plan, exit_code=0, profile=prof)
         said = log.tail()
         _fail(result, NsysFailedError(f"nsys failed before it started the program (status {prof.returncode})"
                                       + (f": {said}" if said else "") + f"; the program did not run ({log.where()})"))
         return result
-    window = default_window.outcome(plan.window_file, prof.returncode)
+    window = (default_window.outcome(plan.window_file, prof.returncode) if plan.capture_window is None else
+              default_window.fixed_outcome(plan.window_file, prof.returncode, plan.capture_window))
     if window and not window.opened and prof.rep is None:
         prof.problem = window.line
     code = _exit_code(prof)
@@ -84,13 +102,15 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         return result
     result = RunResult(plan=plan, exit_code=code, profile=prof, window=window)
     if prof.rep is None:
-        _fail(result, NsysFailedError(prof.problem or "nsys produced no report"))
+        beyond = window is not None and window.beyond_end  # the options asked for steps the program never ran
+        _fail(result, (UsageError if beyond else NsysFailedError)(prof.problem or "nsys produced no report"))
         return result
     if prof.problem:  # some ranks left no report: the others are still analyzed
         _fail(result, NsysFailedError(prof.problem))
     result.written += prof.reports
     for rep in prof.reports:  # the raw streams (often 100+ MB); nsys deletes them too once imported
         with_suffix(stem_of(rep), ".qdstrm").unlink(missing_ok=True)
+    interrupts.stage("while exporting the report")
     result.sqlites, failures = _export_all(plan, prof.reports, log, progress)
     for exc in failures:  # one rank's failed export leaves the others to analyze
         _fail(result, exc)
@@ -98,6 +118,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         return result
     result.sqlite = result.sqlites[0]
     result.written += result.sqlites
+    interrupts.stage("while analyzing the report")
     if progress:
         progress("Analyzing…" if len(result.sqlites) == 1 else f"Analyzing the {len(result.sqlites)} ranks together…")
     from nvtx_trace.analyzer import analyze
@@ -122,6 +143,8 @@ def _export_all(plan: Plan, reports: list[Path], log: NsysLog, progress: Progres
                  f"Exporting the {len(reports)} rank reports to SQLite…")
 
     def one(rep: Path) -> Path | NvtxTraceError:
+        if interrupts.stopping():  # told to stop: no export starts after that
+            return NsysFailedError(f"{rep.name} was not exported")
         try:
             return export_sqlite(plan.nsys, rep, with_suffix(stem_of(rep), ".sqlite"), log=log)
         except NvtxTraceError as exc:
@@ -137,8 +160,8 @@ def _exit_code(prof: ProfileResult) -> int | None:
     code = prof.returncode
     if code < 0 and not prof.interrupted and prof.rep is None:
         return None
-    if prof.interrupted and code in (0, 130, 143, -2, -15):
-        return 128 + (prof.signal or signal.SIGINT)  # 130 for Ctrl-C, 143 for SIGTERM
+    if prof.interrupted:  # we were told to stop: the shell's code for that signal, whatever the program made of it
+        return 128 + (prof.signal or signal.SIGINT)  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
     if code < 0:  # killed by a signal, shell-style
         return 128 - code
     return code
@@ -146,17 +169,90 @@ def _exit_code(prof: ProfileResult) -> int | None:
 
 def _nsys_killed(prof) -> str:
     """One line: nsys died of a signal nobody sent through us; what is kept, and what still runs."""
-    try:
-        sig = signal.Signals(-prof.returncode).name
-    except ValueError:
-        sig = f"signal {-prof.returncode}"
+    sig = interrupts.signal_name(-prof.returncode)
     kept = f"the capture so far is kept as {prof.qdstrm}" if prof.qdstrm else "no report was written"
     line = f"nsys was killed ({sig}) while profiling; {kept}"
-    alive = group_members(prof.pid) if prof.pid else []
+    alive = prof.left_running
     if alive:
+        groups = sorted({os.getpgid(p) for p in alive if _group_of(p)})
+        stop = " ".join(f"-{g}" for g in groups) or " ".join(map(str, alive))
         line += (f"; the program still runs without the profiler (pid {', '.join(map(str, alive))}): "
-                 f"left alone, stop it with kill -INT -{prof.pid}")
+                 f"left alone, stop it with kill -INT {stop}")
     return line
+
+
+def _group_of(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) > 1
+    except OSError:
+        return False
+
+
+def _folders_to_make(folder: Path) -> list[Path]:
+    """The folders that creating ``folder`` makes (it and its missing parents), deepest first."""
+    made = []
+    while not folder.exists() and folder != folder.parent:
+        made.append(folder)
+        folder = folder.parent
+    return made
+
+
+def _stems(plan: Plan) -> list[Path]:
+    """The stems of every report this run wrote or started: ``report``, or one per rank."""
+    if not plan.launcher:
+        return [plan.stem]
+    return sorted({stem_of(plan.out_dir / name) for name in rank_outputs(plan.out_dir)}, key=lambda p: p.name)
+
+
+def _captured(plan: Plan) -> bool:
+    return any(with_suffix(s, x).exists() for s in _stems(plan) for x in (".nsys-rep", ".qdstrm", ".sqlite"))
+
+
+def _keep_what_was_captured(plan: Plan, ran: bool) -> str:
+    """For an interrupted run: what it keeps and the command that finishes it, in words. A report whose import
+    was under way (beside its ``.qdstrm``) may be half-written: it goes, the raw capture stays. Nothing is
+    removed of a run that never claimed the folder (another run's)."""
+    if not ran:
+        return "nothing was captured"
+    exports, reports, raw = [], [], []
+    for stem in _stems(plan):
+        rep, qdstrm, db = (with_suffix(stem, x) for x in (".nsys-rep", ".qdstrm", ".sqlite"))
+        if qdstrm.exists():
+            rep.unlink(missing_ok=True)
+            raw.append(qdstrm)
+        elif rep.exists():
+            reports.append(rep)
+        if db.exists():
+            exports.append(db)
+    several = len(_stems(plan)) > 1
+    html = display(plan.path("summary.html"))
+    if exports and not raw and len(exports) == len(reports):
+        what = display(plan.out_dir) if several else display(exports[0])
+        if plan.path("summary.json").exists():
+            return (f"the capture, its export and {display(plan.path('summary.json'))} were kept: nvtx-trace "
+                    f"analyze {what} --html {html} writes the HTML page")
+        return (f"the capture and its export were kept: nvtx-trace analyze {what} --html {html}"
+                " finishes the analysis")
+    if reports and not raw:
+        what = display(plan.out_dir) if several else display(reports[0])
+        return f"the capture was kept: nvtx-trace analyze {what} --html {html} finishes the run"
+    if raw:
+        return (f"the raw capture was kept: nvtx-trace analyze {' '.join(display(p) for p in raw)} imports "
+                "and analyzes it")
+    return "nothing was captured"
+
+
+def _remove_if_empty(plan: Plan, created: list[Path]) -> None:
+    """The run's own files when nothing was captured (nsys.log, the lock), then the folders it made, if empty."""
+    if not created:
+        return
+    for path in (plan.path(LOCK_NAME), plan.log):
+        path.unlink(missing_ok=True)
+    for made in created:
+        try:
+            made.rmdir()
+        except OSError:  # something else is in it
+            return
 
 
 def _fail(result: RunResult, exc: NvtxTraceError) -> None:
@@ -170,6 +266,7 @@ def write_summaries(result: RunResult, html: bool = True, progress: Progress | N
     from nvtx_trace.report import json as json_report
 
     out = result.plan.path("summary.json")
+    interrupts.stage("while writing the summaries")
     try:
         write_atomically(out, json_report.render(result.analysis))
     except NvtxTraceError as exc:  # a full disk: the report stays, and the run still says what it found

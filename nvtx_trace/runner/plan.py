@@ -311,8 +311,9 @@ def _capture_window(opts: RunOptions, probe: dict, trace: list[str], extra: list
         return capture, window_file
     last = opts.warmup_steps + opts.steps - 1
     env[CAPTURE_ENV] = f"{opts.warmup_steps}:{opts.steps}:{cmode}" + ("" if opts.keep_running else ":exit")
+    window_file = default_window.decisions_file(env)  # how far the program got, if it never reaches the window
     return (f"steps {opts.warmup_steps}-{last} only (started/stopped at step boundaries with {how})"
-            + ("" if opts.keep_running else "; the program is stopped after them (--keep-running: not)")), None
+            + ("" if opts.keep_running else "; the program is stopped after them (--keep-running: not)")), window_file
 
 
 def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: float | None = None) -> Plan:

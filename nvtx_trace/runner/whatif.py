@@ -20,6 +20,7 @@ from pathlib import Path
 
 from nvtx_trace import names
 from nvtx_trace.analyzer.steps import typical_statistic
+from nvtx_trace.capture import interrupts
 from nvtx_trace.errors import NvtxTraceError
 from nvtx_trace.runner import default_window
 
@@ -178,6 +179,7 @@ def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: s
         for v in order:
             if v.inert:
                 continue
+            interrupts.stage(f"in round {r + 1}/{rounds} ({v.label})")
             if progress:
                 progress(f"round {r + 1}/{rounds}: {v.label}")
             log = logs / folder_name(v.label) / f"round-{r + 1}.log" if logs else None
