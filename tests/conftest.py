@@ -196,7 +196,8 @@ def fill(folder: Path, leave: int = 0) -> None:
 # ---------------------------------------------------------------- markers, so that a unit loop needs no name lists
 # (README, "Development": python -m pytest -q -m "not slow" runs in well under 20 s on 2 cores)
 NSYS_MODULES = {"test_run", "test_run_faults", "test_run_output", "test_autotrace_nsys", "test_nsys", "test_doctor",
-                "test_history_run", "test_default_window", "test_run_per_rank", "test_loader_behind_run"}
+                "test_history_run", "test_default_window", "test_run_per_rank", "test_loader_behind_run",
+                "test_run_signals"}
 TORCH_MODULES = {"test_autotrace", "test_autotrace_budget", "test_autotrace_nsys", "test_run", "test_run_faults",
                  "test_gpu_autotrace_samples", "test_history_run", "test_default_window", "test_run_per_rank",
                  "test_loader_behind_run"}

@@ -69,7 +69,7 @@ class Interrupted(BaseException):
 
     def __str__(self) -> str:
         when = f" {self.stage}" if self.stage else ""
-        return f"interrupted ({signal_name(self.signum)}){when}: {self.kept or 'nothing was kept'}"
+        return f"interrupted ({signal_name(self.signum)}){when}: {self.kept or 'nothing was captured'}"
 
 
 def end(pids, kill_after: float = KILL_AFTER_S) -> None:
@@ -127,6 +127,7 @@ class Capture:
         self.first: int | None = None  # the signal passed to nsys
         self.aborted: int | None = None  # the signal that ended nsys before the program started
         self.late: int | None = None  # a signal that came when nsys had just ended: handled after it
+        self.abandoned = False  # the third signal: nsys and all it started were killed, the report with them
         self.forwarded_at: float | None = None
         self.escalated = 0  # 1: the program was sent SIGTERM, 2: SIGKILL
 
@@ -152,6 +153,7 @@ class Capture:
             if self.notice:
                 self.notice("Still writing the report; interrupt again to abandon it")
         else:
+            self.abandoned = True
             end_now(self.watch)
 
     def program(self) -> list[int]:

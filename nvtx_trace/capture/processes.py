@@ -79,8 +79,8 @@ class Watch:
     Why: once nsys has ended, what it started is no longer found through parents: nsys's launcher puts the
     program in a session of its own and the program is handed to init when the launcher goes; nsys's agent
     leaves for init at once. So the tree is read every ``every`` seconds while ``root`` lives, less often where
-    reading /proc takes long (and on demand, ``look``); ``still_running`` gives what was seen and still runs, with the members of its process groups
-    (DataLoader workers forked after the last look).
+    reading /proc takes long (and on demand, ``look``); ``still_running`` gives what was seen and still runs,
+    with the members of its process groups (DataLoader workers forked after the last look).
     """
 
     def __init__(self, root: int, every: float = 1.0):

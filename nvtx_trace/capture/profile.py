@@ -53,6 +53,7 @@ class ProfileResult:
     interrupted: bool = False  # we were told to stop (SIGINT, SIGTERM, SIGHUP) while nsys ran
     signal: int | None = None  # which signal
     aborted: bool = False  # ... before nsys had started the program: nsys and all it started were ended
+    abandoned: bool = False  # ... three times: nsys and all it started were killed, the report with them
     left_running: list[int] = field(default_factory=list)  # what nsys started and still runs (nsys was killed)
     imported_by_us: bool = False  # nsys could not import the .qdstrm; we ran QdstrmImporter
     problem: str | None = None  # why there is no report
@@ -239,6 +240,7 @@ def profile(
             guard.stop(capture.late)
     result = ProfileResult(returncode, None, None, text, interrupted=capture.first is not None, pid=proc.pid,
                            signal=capture.first, aborted=capture.aborted is not None, left_running=left,
+                           abandoned=capture.abandoned,
                            program_started=handover.started.is_set() if handover is not None and not launcher
                            else None)
     if result.aborted:  # ended before the program started: a half-written capture is no report

@@ -83,8 +83,9 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     prof = profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
                    progress=progress, log=log, launcher=plan.launcher, ranks=plan.ranks)
     if prof.interrupted and prof.rep is None and not prof.qdstrm:  # stopped before anything was captured
-        raise interrupts.Interrupted(prof.signal, "while nsys was starting the program" if prof.aborted else
-                                     "as the program started under nsys")
+        raise interrupts.Interrupted(prof.signal, "three times: the capture was abandoned" if prof.abandoned else
+                                     "while nsys was starting the program" if prof.aborted else
+                                     f"as the {'ranks' if plan.launcher else 'program'} started under nsys")
     if prof.program_started is False and prof.rep is None and not prof.interrupted:  # nsys failed at start-up
         result = RunResult(plan=plan, exit_code=0, profile=prof)
         said = log.tail()
