@@ -56,13 +56,15 @@ class Tool:
     """One ``nvtx-trace`` command in a session of its own (as a terminal would start it), its output read as it
     comes, and the nsys processes it starts noted (their agents are named after them)."""
 
-    def __init__(self, work: Path, *args: str, env: dict | None = None):
+    def __init__(self, work: Path, *args: str, env: dict | None = None, stdin: bytes | None = None):
         self.work = work
-        self.started = time.monotonic()
         self.proc = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", *args], cwd=work,
                                      env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True)
+                                     stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        if stdin is not None:
+            self.proc.stdin.write(stdin)
+            self.proc.stdin.close()
         self.err: list[str] = []
         self.out_bytes = 0
         self.nsys: set[int] = set()
@@ -173,8 +175,8 @@ def tools():
         tool.kill_all()
 
 
-def start(tools, work: Path, *args: str, env: dict | None = None) -> Tool:
-    tool = Tool(work, *args, env=env)
+def start(tools, work: Path, *args: str, env: dict | None = None, stdin: bytes | None = None) -> Tool:
+    tool = Tool(work, *args, env=env, stdin=stdin)
     tools.append(tool)
     return tool
 
@@ -349,6 +351,22 @@ def test_try_told_to_stop_ends_the_timed_program_and_says_what_it_kept(ready, to
     assert_clean(tool)
 
 
+def test_try_advice_told_to_stop_lets_its_profile_run_stop_on_its_own_terms(ready, tools, tmp_path):
+    """try --advice profiles first with nvtx-trace run (a guard of its own): the signal is passed to it, and try
+    waits for it to stop its program and nsys and keep its capture, then says so."""
+    need("torch", _has("torch"))
+    program = copy_program(tmp_path)
+    tool = start(tools, tmp_path, "try", "--advice", "--out", "out", "--no-history", program, "--steps", "3000")
+    tool.wait_for(r"^step 20$", timeout=180)
+    tool.send(signal.SIGINT)
+    assert tool.finish() == 130, tool.stderr[-3000:]
+    line = interrupted_line(tool)
+    assert "while profiling (--advice)" in line and str(tmp_path / "out" / "profile") in line, line
+    assert tool.own_lines("nvtx-trace: the program was interrupted (SIGINT)")  # the profile run's own line
+    assert (tmp_path / "out" / "profile" / "report.nsys-rep").is_file()
+    assert_clean(tool, tmp_path / "out" / "profile")
+
+
 def test_per_rank_torchrun_told_to_stop_keeps_each_ranks_report_and_leaves_nothing(ready, tools, tmp_path):
     need("torchrun", shutil.which("torchrun") is not None)
     program = copy_program(tmp_path)
@@ -366,8 +384,9 @@ def test_per_rank_torchrun_told_to_stop_keeps_each_ranks_report_and_leaves_nothi
 # ================================================================ program faults
 
 
-def run_to_end(tools, work: Path, *args: str, env: dict | None = None, timeout: float = 120) -> Tool:
-    tool = start(tools, work, "run", "--out", "out", *args, env=env)
+def run_to_end(tools, work: Path, *args: str, env: dict | None = None, stdin: bytes | None = None,
+               timeout: float = 120) -> Tool:
+    tool = start(tools, work, "run", "--out", "out", *args, env=env, stdin=stdin)
     tool.finish(timeout)
     return tool
 
@@ -424,10 +443,11 @@ def test_a_program_that_writes_64_mb_to_stdout_passes_it_all_through(ready, tool
     assert_clean(tool, tmp_path / "out")
 
 
-def test_a_program_that_reads_stdin_gets_ours_and_does_not_hang(ready, tools, tmp_path):
-    tool = run_to_end(tools, tmp_path, *QUICK, copy_program(tmp_path), "--steps", "10", "--read-stdin")
+@pytest.mark.parametrize("given", [None, b"hello there\n"], ids=["devnull", "pipe"])
+def test_a_program_that_reads_stdin_gets_ours_and_does_not_hang(ready, tools, tmp_path, given):
+    tool = run_to_end(tools, tmp_path, *QUICK, copy_program(tmp_path), "--steps", "10", "--read-stdin", stdin=given)
     assert tool.proc.returncode == 0, tool.stderr[-3000:]
-    assert "stdin gave ''" in tool.stderr  # our stdin (here /dev/null): end of file at once
+    assert f"stdin gave {(given or b'').decode()!r}" in tool.stderr  # what we were given, through nsys
     assert_clean(tool, tmp_path / "out")
 
 

@@ -7,7 +7,8 @@
     qdstrm.py         .qdstrm -> .nsys-rep when nsys could not import its own capture
     export.py         SQLite exports, atomic and marked with the report they came from
     nsys_log.py       nsys's own output kept in nsys.log, its tail shown on failure
-    processes.py      what is still alive when nsys died
+    processes.py      what is still alive when nsys died; what a process started, remembered while it runs
+    interrupts.py     SIGINT/SIGTERM/SIGHUP while run or try runs other programs: nothing outlives us
     target_python.py  the one probe of the Python that runs the program (python_facts.py)
     inject/           the sitecustomize that installs nvtx_autotrace under any command
 """

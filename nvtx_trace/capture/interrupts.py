@@ -147,14 +147,22 @@ class Capture:
             self.watch.look()  # what runs now, before nsys's launcher goes and the program is handed to init
             self.proc.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
             self.forwarded_at = time.monotonic()
-            if self.notice:
-                self.notice("Stopping the program; nsys is writing the report…")
+            self._say("Stopping the program; nsys is writing the report…")
         elif self.count == 2:
-            if self.notice:
-                self.notice("Still writing the report; interrupt again to abandon it")
+            self._say("Still writing the report; interrupt again to abandon it")
         else:
             self.abandoned = True
             end_now(self.watch)
+
+    def _say(self, message: str) -> None:
+        """A progress line from the signal handler: never an error of its own (the main thread may have been
+        writing to the same stream: a reentrant write raises RuntimeError)."""
+        if self.notice is None:
+            return
+        try:
+            self.notice(message)
+        except (RuntimeError, OSError, ValueError):
+            pass
 
     def program(self) -> list[int]:
         """What nsys started that still runs, nsys's own processes (its launcher, tee, agent) left out."""
@@ -172,8 +180,8 @@ class Capture:
             return
         self.watch.look()
         targets = self.program()
-        if targets and self.notice and not self.escalated:
-            self.notice(f"The program did not stop within {grace:.0f} s of the signal; ending it")
+        if targets and not self.escalated:
+            self._say(f"The program did not stop within {grace:.0f} s of the signal; ending it")
         _send(targets, signal.SIGKILL if self.escalated else signal.SIGTERM)
         self.escalated += 1
 
@@ -188,8 +196,8 @@ class Capture:
                 time.sleep(0.1)
                 left = [p for p in left if alive(p)]
             left = self.watch.still_running(but=(self.proc.pid,))
-            if left and self.notice:
-                self.notice(f"The program did not stop within {grace_s():.0f} s of the signal; ending it")
+            if left:
+                self._say(f"The program did not stop within {grace_s():.0f} s of the signal; ending it")
         if left:
             end(left)
 
@@ -238,10 +246,8 @@ class Guard:
         self.stop(signum)
 
     def stop(self, signum: int) -> None:
-        """End our children (those with a guard of their own get the signal instead) and raise Interrupted."""
-        if self.stopping:
-            return
-        self.stopping = True
+        """End our children (those with a guard of their own get the signal instead, every time: a third Ctrl-C
+        abandons their report) and raise Interrupted, once."""
         spared = set()
         for child in self.forwarded:
             spared |= {child.pid, *descendants(child.pid)}
@@ -249,6 +255,9 @@ class Guard:
                 child.send_signal(signum)
             except OSError:
                 pass
+        if self.stopping:
+            return
+        self.stopping = True
         left = {p for watch in self.watches for p in watch.still_running()}  # what nsys started, nsys gone
         end([p for p in {*descendants(os.getpid()), *left} if p not in spared])
         raise Interrupted(signum, self.stage)

@@ -88,7 +88,7 @@ class Watch:
         self.seen: dict[int, tuple[int, int]] = {}  # pid -> (start time, process group)
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a signal handler may look while the main thread is looking
 
     def look(self) -> None:
         """Add what ``root`` has started by now."""
