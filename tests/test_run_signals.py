@@ -357,14 +357,15 @@ def test_try_advice_told_to_stop_lets_its_profile_run_stop_on_its_own_terms(read
     need("torch", _has("torch"))
     program = copy_program(tmp_path)
     tool = start(tools, tmp_path, "try", "--advice", "--out", "out", "--no-history", program, "--steps", "3000")
-    tool.wait_for(r"^step 20$", timeout=180)
+    tool.wait_for(r"^step 20$", timeout=180)  # a step-less program: its default window has not opened yet
     tool.send(signal.SIGINT)
     assert tool.finish() == 130, tool.stderr[-3000:]
-    line = interrupted_line(tool)
-    assert "while profiling (--advice)" in line and str(tmp_path / "out" / "profile") in line, line
-    assert tool.own_lines("nvtx-trace: the program was interrupted (SIGINT)")  # the profile run's own line
-    assert (tmp_path / "out" / "profile" / "report.nsys-rep").is_file()
-    assert_clean(tool, tmp_path / "out" / "profile")
+    lines = tool.own_lines("nvtx-trace: interrupted (SIGINT)")
+    assert lines[0] == "nvtx-trace: interrupted (SIGINT) before the capture window opened: nothing was captured"
+    assert lines[1:] == ["nvtx-trace: interrupted (SIGINT) while profiling (--advice): the profile run ended "
+                         "(status 130); it kept nothing"], lines  # the profile run's line, then try's
+    assert not (tmp_path / "out" / "profile").exists()
+    assert_clean(tool, tmp_path / "out")
 
 
 def test_per_rank_torchrun_told_to_stop_keeps_each_ranks_report_and_leaves_nothing(ready, tools, tmp_path):

@@ -85,6 +85,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     if prof.interrupted and prof.rep is None and not prof.qdstrm:  # stopped before anything was captured
         raise interrupts.Interrupted(prof.signal, "three times: the capture was abandoned" if prof.abandoned else
                                      "while nsys was starting the program" if prof.aborted else
+                                     "before the capture window opened" if plan.window_file else
                                      f"as the {'ranks' if plan.launcher else 'program'} started under nsys")
     if prof.program_started is False and prof.rep is None and not prof.interrupted:  # nsys failed at start-up
         result = RunResult(plan=plan, exit_code=0, profile=prof)
