@@ -187,7 +187,8 @@ def _report(result, err) -> None:
         why = f"was interrupted ({signal_name(prof.signal)})" if told else f"exited with status {result.exit_code}"
         reports = [p for p in result.written if p.suffix in (".nsys-rep", ".sqlite")]
         if told and reports and result.analysis is None:  # stopped before it did anything to analyze
-            after = f"what was captured is kept in {runner.display(reports[0])}"
+            several = len(prof.reports) > 1  # one per rank: the folder
+            after = f"what was captured is kept in {runner.display(result.plan.out_dir if several else reports[0])}"
         else:
             after = "the report covers what ran until then" if reports else "no report was written"
         err.print(f"nvtx-trace: the program {why}; {after}", soft_wrap=True, markup=False)
