@@ -361,13 +361,19 @@ def _startup_seconds() -> float:
 
 @pytest.mark.parametrize("after", [0.1, 0.2, 0.3])
 def test_ctrl_c_while_the_command_line_starts_is_exit_130_without_a_traceback(after):
-    """Before: a KeyboardInterrupt traceback from inside typer's or rich's imports."""
+    """Before: a KeyboardInterrupt traceback from inside typer's or rich's imports. A signal that lands while the
+    interpreter itself still starts (killed by it, no Python handler yet: beyond our code, on a loaded machine)
+    is sent again later, up to three times."""
     delay = _startup_seconds() + after  # measured before the command starts, so the signal lands where meant
-    proc = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(USER)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    time.sleep(delay)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    for _attempt in range(3):
+        proc = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(USER)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        if not (proc.returncode == -signal.SIGINT and not err.strip()):
+            break
+        delay += 0.2
     lines = [line for line in err.splitlines() if line.strip()]
     assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
     assert lines in ([], ["nvtx-trace: interrupted"]), err
