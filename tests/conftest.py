@@ -35,6 +35,21 @@ def unpack_samples(folder: Path = SAMPLES) -> None:
 unpack_samples()
 
 
+def edited_copy(source: Path, path: Path, *statements: str) -> Path:
+    """A copy of a report at ``path`` with SQL ``statements`` applied to it (the edge cases of a real export)."""
+    import sqlite3
+
+    shutil.copyfile(source, path)
+    conn = sqlite3.connect(path)
+    try:
+        for statement in statements:
+            conn.execute(statement)
+        conn.commit()
+    finally:
+        conn.close()
+    return path
+
+
 def need(what: str, present: bool) -> None:
     """Skip (or fail under CI=true) when a prerequisite is missing."""
     if present:

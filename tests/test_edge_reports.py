@@ -8,7 +8,7 @@ import shutil
 import sqlite3
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, edited_copy
 from test_analyzer_gpu_reports import sql, sql_union_busy
 
 from nvtx_trace.analyzer import analyze
@@ -19,16 +19,7 @@ KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 
 
 def changed(tmp_path, name: str, *statements: str):
-    path = tmp_path / f"{name}.sqlite"
-    shutil.copyfile(SOURCE, path)
-    conn = sqlite3.connect(path)
-    try:
-        for statement in statements:
-            conn.execute(statement)
-        conn.commit()
-    finally:
-        conn.close()
-    return path
+    return edited_copy(SOURCE, tmp_path / f"{name}.sqlite", *statements)
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,13 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES
+from conftest import SAMPLES, edited_copy
 from test_analyzer_gpu_reports import sql, sql_union_busy
 from test_bad_input import assert_one_clear_line, digest, run_cli
 
@@ -37,16 +36,7 @@ def loosen(table: str) -> list[str]:
 
 
 def changed(tmp_path: Path, source: Path, *statements: str, name: str = "changed.sqlite") -> Path:
-    path = tmp_path / name
-    shutil.copyfile(source, path)
-    conn = sqlite3.connect(path)
-    try:
-        for statement in statements:
-            conn.execute(statement)
-        conn.commit()
-    finally:
-        conn.close()
-    return path
+    return edited_copy(source, tmp_path / name, *statements)
 
 
 def analyzed_by_cli(path: Path, tmp_path: Path, *options) -> tuple[dict, str]:
