@@ -190,11 +190,12 @@ def test_uneven_steps_compare_both_sides_by_their_mean():
 @pytest.mark.nsys
 @pytest.mark.slow
 def test_more_workers_remove_the_stall_in_try_diff_and_history_and_the_script_is_untouched(tmp_path):
-    """Under the real nsys: a loop whose one worker waits 20 ms for each batch (I/O: no core needed) and whose
+    """Under the real nsys: a loop whose one worker waits 32 ms for each batch (I/O: no core needed) and whose
     step computes 10 ms. `try num_workers=4` must time it at least 1.5x faster; `run --try` the same knob must
     show the stall gone or down to at most 0.4x in `diff`; `history` holds the run, both try variants and the
     tried run; the script's bytes never change. The bounds come from the program (4 workers deliver a batch
-    every 5 ms, faster than a step computes), not from the tool's own figures."""
+    every 8 ms, faster than a step computes), not from the tool's own figures. (At 20 ms a batch the 2-core
+    machine measured 1.42-1.48x in this session: receiving batches costs the loop ~3 ms a step.)"""
     import hashlib
 
     from conftest import installed_nsys
@@ -202,7 +203,7 @@ def test_more_workers_remove_the_stall_in_try_diff_and_history_and_the_script_is
     installed_nsys()
     script = ROOT / "programs" / "slow_loader_train.py"
     digest = hashlib.sha256(script.read_bytes()).hexdigest()
-    args = [str(script), "--sleep-fetch", "--workers", "1", "--work-ms", "5", "--step-ms", "10", "--steps", "1500"]
+    args = [str(script), "--sleep-fetch", "--workers", "1", "--work-ms", "8", "--step-ms", "10", "--steps", "1500"]
     db = tmp_path / "h.db"
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
