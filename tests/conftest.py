@@ -176,6 +176,9 @@ def ctrl_c_when(child: subprocess.Popen, marker: str, timeout: float) -> tuple[s
     return out, "".join(seen) + err
 
 
+SMALL_DISK = 64 << 20
+
+
 @pytest.fixture
 def tmpfs(tmp_path):
     """tmpfs(size, read_only=False) -> a fresh tmpfs folder: a real full disk or read-only mount for the write-
@@ -191,6 +194,9 @@ def tmpfs(tmp_path):
         if proc.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip()}): needs root")
         mounted.append(where)
+        if not os.path.ismount(where) or shutil.disk_usage(where).total > SMALL_DISK:
+            # a container may answer `mount` with success and mount nothing: filling that folder would fill the host
+            pytest.skip(f"mount reported success but {where} is not a small tmpfs here")
         return where
 
     yield make
@@ -200,6 +206,8 @@ def tmpfs(tmp_path):
 
 def fill(folder: Path, leave: int = 0) -> None:
     """Fill the file system of ``folder`` (a small tmpfs) until at most ``leave`` bytes remain, in ``filler``."""
+    if shutil.disk_usage(folder).total > SMALL_DISK:
+        raise AssertionError(f"refusing to fill {folder}: not a small tmpfs")
     with open(folder / "filler", "wb", buffering=0) as fh:
         try:
             while shutil.disk_usage(folder).free > leave:
