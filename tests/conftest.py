@@ -241,3 +241,38 @@ def pytest_collection_modifyitems(config, items):
         if module in SLOW_MODULES or "chromium" in getattr(item, "fixturenames", ()) \
                 or item.name.startswith("test_cli_") or "million" in item.name:
             item.add_marker(pytest.mark.slow)
+
+
+# ---------------------------------------------------------------- a hang no timeout can end
+# pytest-timeout's signal ends a test only when Python code runs again; a test stuck in C++ holding the GIL (a
+# c10d store's destructor, say) would hold CI for its whole 90 minutes with no word. Past the test's limit plus
+# HANG_GRACE_S, every thread's stack goes to the terminal and the run ends: a failure that says where it hung.
+HANG_GRACE_S = float(os.environ.get("NVTX_TRACE_TEST_HANG_GRACE_S", "120"))
+_terminal_fd: list[int] = []
+
+
+def pytest_configure(config):
+    # between conftest loading and the first test nothing is captured: fd 1 is still the terminal (or CI's log)
+    try:
+        _terminal_fd.append(os.dup(1))
+    except OSError:
+        pass
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import faulthandler
+
+    marker = item.get_closest_marker("timeout")
+    try:
+        limit = float(marker.args[0]) if marker and marker.args else float(item.config.getini("timeout") or 0)
+    except (ValueError, TypeError):
+        limit = 0.0
+    armed = limit > 0 and bool(_terminal_fd)
+    if armed:
+        faulthandler.dump_traceback_later(limit + HANG_GRACE_S, exit=True, file=_terminal_fd[0])
+    try:
+        yield
+    finally:
+        if armed:
+            faulthandler.cancel_dump_traceback_later()
