@@ -24,6 +24,7 @@ from nvtx_trace.capture import processes
 from nvtx_trace.capture.nsys_log import LOG_NAME
 
 SLOW = ROOT / "programs" / "slow_loader_train.py"
+STOPS_AGENT = ROOT / "programs" / "stops_its_nsys_agent.py"
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +121,36 @@ def test_nsys_killed_mid_capture_is_one_line_naming_the_program_left_running(rea
     assert line.startswith("nvtx-trace: nsys was killed (SIGKILL) while profiling") and "left alone" in line, line
     assert "step 2999 " not in err  # stopped by the command the line gave, long before its end
     assert "Traceback (most recent call last)" not in line and "exited with status" not in line
+
+
+def test_an_nsys_that_never_finishes_after_the_program_ended_is_ended_and_said_so(ready, tmp_path):
+    """The program stops its own nsys's agent as it ends: the real nsys then waits for ever, as nsys 2022.4 does
+    by itself now and then (its agent spinning). With the limit at 8 s, run ends nsys and its agent, says so in
+    one line, exits 5, and leaves no report and nothing running."""
+    began = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx", "--full",
+                           str(STOPS_AGENT)], cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "NVTX_TRACE_NSYS_STALL_S": "8"})
+    took = time.monotonic() - began
+    agent = int(re.search(r"stopped nsys's agent \(pid (\d+)\)", proc.stdout).group(1))
+    left = [pid for pid, _, _ in processes.live_processes() if str(tmp_path) in cmdline(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not processes.alive(agent) and not left, (agent, left)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 5 and lines, proc.stderr[-3000:]
+    assert lines[-1].startswith("nvtx-trace: nsys made no progress for ") and "after the program ended" in lines[-1]
+    assert sum("made no progress" in ln for ln in lines) == 1 and not any("capture ended" in ln for ln in lines)
+    assert "Traceback" not in proc.stderr and took < 8 + 60, took  # nsys takes seconds to start and to end
+    assert not [p.name for p in (tmp_path / "out").glob("report*")], "a report was left"
+    assert "nsys is still finishing" not in proc.stderr  # notes come every 30 s; 8 s never reached one
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_export_stopped_by_the_file_size_limit_says_so_and_keeps_the_report(ready, tmp_path):

@@ -159,19 +159,24 @@ def test_a_rank_that_wrote_no_report_is_named(tmp_path):
     assert _missing_ranks(node_2 + [tmp_path / "rank6"], ranks=4) is None
 
 
-def test_a_launch_where_one_rank_writes_no_report_names_it(ready, tmp_path):  # noqa: F811
+def test_a_launch_where_one_rank_writes_no_report_names_it(ready, tmp_path, monkeypatch):  # noqa: F811
     """The real nsys under a stand-in launcher that starts rank 0 only (RANK=0) and leaves an empty
     rank1.nsys-rep: of the 2 ranks the launch promised, rank 1's report is missing, and the run says so while
     keeping rank 0's."""
     from nvtx_trace.capture.profile import profile
     from nvtx_trace.capture.torchrun import rank_stem
 
-    # the rank lives a second: a program that exits at once can race nsys 2022.4's agent, which then spun at 100 %
-    # CPU and never returned (seen in 2 of 4 whole-suite runs here, never alone)
-    prof = profile(ready, [sys.executable, "-c", "import time; time.sleep(1); print('rank 0 ran')"], rank_stem(tmp_path),
-                   trace=["osrt"],
-                   capture_output=True, ranks=2,
-                   launcher=["sh", "-c", f': > {tmp_path}/rank1.nsys-rep; RANK=0 exec "$@"', "sh"])
+    # nsys 2022.4's agent now and then spins at 100 % CPU after a short program and never returns (here 1 in 3 to
+    # 1 in 10 runs, also alone); run ends such an nsys once nothing is written for $NVTX_TRACE_NSYS_STALL_S, and
+    # that fault, not the one under test, gets more tries
+    monkeypatch.setenv("NVTX_TRACE_NSYS_STALL_S", "15")
+    for _attempt in range(3):
+        prof = profile(ready, [sys.executable, "-c", "import time; time.sleep(1); print('rank 0 ran')"],
+                       rank_stem(tmp_path), trace=["osrt"], capture_output=True, ranks=2,
+                       launcher=["sh", "-c", f': > {tmp_path}/rank1.nsys-rep; RANK=0 exec "$@"', "sh"])
+        if not prof.stuck:
+            break
+    assert not prof.stuck, prof.problem
     assert prof.reports == [tmp_path / "rank0.nsys-rep"], prof.log[-2000:]
     assert prof.problem.startswith("rank 1 wrote no report (1 of 2 did)")
 

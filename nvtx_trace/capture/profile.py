@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from nvtx_trace.capture import interrupts, own_output
+from nvtx_trace.capture import interrupts, own_output, stuck
 from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
 from nvtx_trace.capture.paths import stem_of, with_suffix
-from nvtx_trace.capture.processes import started_at
+from nvtx_trace.capture.processes import alive, started_at
 from nvtx_trace.capture.qdstrm import import_qdstrm
 from nvtx_trace.capture.torchrun import RANK_FIELD, rank_of
 from nvtx_trace.errors import NsysFailedError
@@ -57,6 +57,7 @@ class ProfileResult:
     left_running: list[int] = field(default_factory=list)  # what nsys started and still runs (nsys was killed)
     imported_by_us: bool = False  # nsys could not import the .qdstrm; we ran QdstrmImporter
     problem: str | None = None  # why there is no report
+    stuck: bool = False  # nsys made no progress after the program ended and was ended (``stuck``)
     pid: int | None = None  # nsys's pid, also the process group of the program it started
     reports: list[Path] = field(default_factory=list)  # every report written: ``rep``, or one per rank
     program_started: bool | None = None  # did nsys start the program (None: not known, e.g. behind a launcher)
@@ -91,6 +92,9 @@ def _end_agents(nsys_pids, since: int | None = None) -> None:
         if not found:
             return
         interrupts.end(found, kill_after=2.0)
+        for pid in found:  # a killed agent leaves its shared memory behind; the next agents see it
+            if not alive(pid):
+                Path(f"/dev/shm/quadd-agent-instance-{pid}").unlink(missing_ok=True)
 
 
 def profile_command(nsys: Nsys, stem, trace: Sequence[str], extra: Sequence[str], argv: Sequence[str],
@@ -213,9 +217,10 @@ def profile(
             sorter = _Sorter(log, mixed=handover is None or bool(launcher))
             pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
         started = time.monotonic()
+        finishing = stuck.Finishing(capture.program, stem, time.time() - 1, progress)
         try:
-            text = _drain(proc) if capture_output else ""
-            returncode = _wait(proc, capture)
+            text = _drain(proc, capture, finishing) if capture_output else ""
+            returncode = _wait(proc, capture, finishing)
         finally:
             guard.end_capture()
             capture.watch.stop()
@@ -226,7 +231,7 @@ def profile(
         left = [] if told else capture.program()  # nsys killed by someone else: the program is left alone
         if handover is not None:
             handover.close()
-        if progress and not capture.count and not capture.late:
+        if progress and not capture.count and not capture.late and finishing.stuck_for is None:
             progress(f"Capture ended after {time.monotonic() - started:.1f} s")
         for thread in pumps:
             thread.join(timeout=5)  # a program left running (nsys killed) may hold nsys's pipes open
@@ -240,9 +245,14 @@ def profile(
             guard.stop(capture.late)
     result = ProfileResult(returncode, None, None, text, interrupted=capture.first is not None, pid=proc.pid,
                            signal=capture.first, aborted=capture.aborted is not None, left_running=left,
-                           abandoned=capture.abandoned,
+                           abandoned=capture.abandoned, stuck=finishing.stuck_for is not None,
                            program_started=handover.started.is_set() if handover is not None and not launcher
                            else None)
+    if result.stuck:  # what it left is no report (its raw capture stopped halfway)
+        for partial in _files_of(stem, (".nsys-rep", ".qdstrm")):
+            partial.unlink(missing_ok=True)
+        result.problem = finishing.problem()
+        return result
     if result.aborted:  # ended before the program started: a half-written capture is no report
         for partial in _files_of(stem, (".nsys-rep", ".qdstrm")):
             partial.unlink(missing_ok=True)
@@ -326,25 +336,52 @@ def _collect(nsys: Nsys, stem: Path, log: NsysLog | None, progress: Progress | N
         return None, qdstrm, False, str(exc)
 
 
-def _drain(proc: subprocess.Popen) -> str:
-    """Read captured output; a signal arriving mid-read must not stop the collection."""
-    chunks = []
+def _drain(proc: subprocess.Popen, capture: interrupts.Capture, finishing: stuck.Finishing) -> str:
+    """Read captured output; a signal arriving mid-read must not stop the collection, nor a stuck nsys."""
+    chunks: list[str] = []
+    reader = threading.Thread(target=_read_all, args=(proc.stdout, chunks), daemon=True)
+    reader.start()
+    ended_at = None
+    while reader.is_alive():
+        reader.join(timeout=0.25)
+        if proc.poll() is None:
+            _look(proc, capture, finishing)
+        elif ended_at is None:
+            ended_at = time.monotonic()
+        elif time.monotonic() - ended_at > PIPE_AFTER_EXIT_S:  # a process nsys left holds its pipe open
+            break
+    return "".join(chunks)
+
+
+PIPE_AFTER_EXIT_S = 5.0
+
+
+def _read_all(stream, chunks: list[str]) -> None:
     while True:
         try:
-            chunk = proc.stdout.read()
+            chunk = stream.read()
         except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for safety
             continue
+        except (OSError, ValueError):
+            return
         if not chunk:
-            return "".join(chunks)
+            return
         chunks.append(chunk)
 
 
-def _wait(proc: subprocess.Popen, capture: interrupts.Capture) -> int:
-    """nsys's exit status; meanwhile, a program that outlives the signal nsys passed it is ended."""
+def _wait(proc: subprocess.Popen, capture: interrupts.Capture, finishing: stuck.Finishing) -> int:
+    """nsys's exit status; meanwhile, a program that outlives the signal nsys passed it is ended, and an nsys
+    that has stopped finishing its report is ended too (``stuck``)."""
     while True:
         try:
             return proc.wait(timeout=0.25)
         except subprocess.TimeoutExpired:
-            capture.escalate_if_due()
+            _look(proc, capture, finishing)
         except KeyboardInterrupt:  # a handler installed elsewhere raised; keep waiting for the report
             continue
+
+
+def _look(proc: subprocess.Popen, capture: interrupts.Capture, finishing: stuck.Finishing) -> None:
+    capture.escalate_if_due()
+    if finishing.stuck_for is None and capture.first is None and finishing.look():
+        interrupts.end_now(capture.watch)

@@ -93,6 +93,10 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         _fail(result, NsysFailedError(f"nsys failed before it started the program (status {prof.returncode})"
                                       + (f": {said}" if said else "") + f"; the program did not run ({log.where()})"))
         return result
+    if prof.stuck:  # the program ended, nsys never finished: ended by us, no report, no exit code to pass on
+        result = RunResult(plan=plan, exit_code=0, profile=prof)
+        _fail(result, NsysFailedError(f"{prof.problem} ({log.where()})"))
+        return result
     window = (default_window.outcome(plan.window_file, prof.returncode) if plan.capture_window is None else
               default_window.fixed_outcome(plan.window_file, prof.returncode, plan.capture_window))
     if window and not window.opened and prof.rep is None:

@@ -1,0 +1,99 @@
+"""Has nsys stopped finishing its report? The program has ended, nsys still runs, and nothing it writes grows.
+
+Why: nsys 2022.4 (Debian's) now and then never returns after the program ends: its agent spins at 100 % of a
+core and the raw capture in the temporary folder stops growing (seen here in 1 of 3 to 1 of 10 runs of short
+programs). Without a limit ``run`` waits for ever, and the spinning agent slows whatever runs next. Progress is
+read from the files nsys writes (the report's own and its temporary ``nsys-report-*.qdstrm``), not from its
+CPU time: the stuck agent burns CPU too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+STALL_ENV = "NVTX_TRACE_NSYS_STALL_S"
+DEFAULT_STALL_S = 300.0  # a big capture's import writes all along; 5 minutes of nothing is not finishing
+NOTE_EVERY_S = 30.0
+LOOK_EVERY_S = 2.0  # each look reads /proc
+
+
+def stall_s() -> float:
+    """``$NVTX_TRACE_NSYS_STALL_S`` (seconds, > 0), else DEFAULT_STALL_S."""
+    try:
+        value = float(os.environ.get(STALL_ENV, ""))
+    except ValueError:
+        return DEFAULT_STALL_S
+    return value if value > 0 else DEFAULT_STALL_S
+
+
+class Finishing:
+    """Fed by the loop that waits for nsys (``look``): True once nsys has made no progress for ``stall_s()``
+    with no program left running. ``program``: what nsys started that still runs; ``stem``: the report's
+    path without suffix; ``since``: when nsys started (wall clock: older temporary files are not ours)."""
+
+    def __init__(self, program: Callable[[], list[int]], stem: Path, since: float,
+                 notice: Callable[[str], None] | None = None):
+        self.program, self.stem, self.since, self.notice = program, stem, since, notice
+        self.limit = stall_s()
+        self.ended_at: float | None = None  # when no program was found running any more
+        self.changed_at = time.monotonic()
+        self.written: dict[str, int] = {}
+        self.next_look = 0.0
+        self.noted = 0
+        self.stuck_for: float | None = None
+
+    def look(self) -> bool:
+        now = time.monotonic()
+        if now < self.next_look:
+            return False
+        self.next_look = now + LOOK_EVERY_S
+        if self.program():
+            self.ended_at = None
+            return False
+        if self.ended_at is None:
+            self.ended_at = now
+        written = self._written()
+        if written != self.written:
+            self.written, self.changed_at = written, now
+        quiet = now - max(self.ended_at, self.changed_at)
+        if quiet >= self.limit:
+            self.stuck_for = quiet
+            return True
+        waited = now - self.ended_at
+        if self.notice and waited >= NOTE_EVERY_S * (self.noted + 1):
+            self.noted = int(waited // NOTE_EVERY_S)
+            self._say(f"nsys is still finishing the report, {waited:.0f} s after the program ended"
+                      + (f" (nothing written for {quiet:.0f} s; it is ended at {self.limit:.0f} s)"
+                         if quiet >= NOTE_EVERY_S else ""))
+        return False
+
+    def _written(self) -> dict[str, int]:
+        """Sizes of the files nsys writes: the report's (every rank's) and its temporary raw captures."""
+        found: dict[str, int] = {}
+        prefix = self.stem.name.split("%", 1)[0]
+        places = [(self.stem.parent, f"{prefix}*")]
+        for tmp in {os.environ.get("TMPDIR") or "/tmp", "/tmp"}:
+            places.append((Path(tmp), "nsys-report-*"))
+        for folder, pattern in places:
+            try:
+                for path in folder.glob(pattern):
+                    st = path.stat()
+                    if st.st_mtime >= self.since - 1:
+                        found[str(path)] = st.st_size
+            except OSError:
+                continue
+        return found
+
+    def _say(self, message: str) -> None:
+        try:
+            self.notice(message)
+        except (RuntimeError, OSError, ValueError):
+            pass
+
+    def problem(self) -> str:
+        return (f"nsys made no progress for {self.stuck_for:.0f} s after the program ended (nothing written; "
+                f"{STALL_ENV} sets the limit) and was ended with its agent: no report was written. Run again "
+                "(nsys 2022.4 was seen to hang so now and then after short programs)")
