@@ -130,7 +130,8 @@ def test_an_nsys_that_never_finishes_after_the_program_ended_is_ended_and_said_s
     began = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx", "--full",
                            str(STOPS_AGENT)], cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "NVTX_TRACE_NSYS_STALL_S": "8"})
+                          env={**os.environ, "NVTX_TRACE_NSYS_STALL_S": "8",
+                               "NVTX_TRACE_HISTORY": str(tmp_path / "history.sqlite")})
     took = time.monotonic() - began
     agent = int(re.search(r"stopped nsys's agent \(pid (\d+)\)", proc.stdout).group(1))
     left = [pid for pid, _, _ in processes.live_processes() if str(tmp_path) in cmdline(pid)]
@@ -144,6 +145,7 @@ def test_an_nsys_that_never_finishes_after_the_program_ended_is_ended_and_said_s
     assert "Traceback" not in proc.stderr and took < 8 + 60, took  # nsys takes seconds to start and to end
     assert not [p.name for p in (tmp_path / "out").glob("report*")], "a report was left"
     assert "nsys is still finishing" not in proc.stderr  # notes come every 30 s; 8 s never reached one
+    assert not (tmp_path / "history.sqlite").exists()  # nsys's failure: no row saying the program gave nothing
 
 
 def cmdline(pid: int) -> str:
