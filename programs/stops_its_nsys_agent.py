@@ -21,6 +21,10 @@ def own_nsys_pids() -> set[str]:
 
 
 time.sleep(0.5)
+only = os.environ.get("STOP_AGENT_OF_RANK")  # under a launcher: this rank's only; the others end as usual
+if only is not None and os.environ.get("RANK") != only:
+    print(f"rank {os.environ.get('RANK')} ended", flush=True)
+    raise SystemExit(0)
 ours = own_nsys_pids()
 for entry in Path("/proc").glob("[0-9]*"):
     try:

@@ -148,6 +148,33 @@ def test_an_nsys_that_never_finishes_after_the_program_ended_is_ended_and_said_s
     assert not (tmp_path / "history.sqlite").exists()  # nsys's failure: no row saying the program gave nothing
 
 
+def test_a_signal_to_a_run_whose_nsys_never_finishes_ends_it_within_the_grace(ready, tmp_path):
+    """A stuck nsys ignores the SIGTERM passed to it: once told to stop, run waits for it no longer than the grace
+    given to the program (here 2 s + 3 s), not the stall limit (here 120 s), nor until a third signal."""
+    child = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx",
+                              "--full", str(STOPS_AGENT)], cwd=tmp_path, text=True, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                             env={**os.environ, "NVTX_TRACE_NSYS_STALL_S": "120", "NVTX_TRACE_STOP_GRACE_S": "2",
+                                  "NVTX_TRACE_HISTORY": "off"})
+    try:
+        line = child.stdout.readline()  # the program's: its nsys's agent is stopped now
+        assert "stopped nsys's agent" in line, line
+        time.sleep(3)
+        told = time.monotonic()
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=90)
+        took = time.monotonic() - told
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+        for pid, _, _ in processes.live_processes():
+            if str(tmp_path) in cmdline(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert took < 2 + 3 + 20, took  # the grace, a look every 5 s, ending nsys and its agent
+    assert child.returncode == 5 and "made no progress" in err.splitlines()[-1], err[-2000:]
+    assert not [pid for pid, _, _ in processes.live_processes() if str(tmp_path) in cmdline(pid)]
+
+
 def cmdline(pid: int) -> str:
     try:
         return (Path("/proc") / str(pid) / "cmdline").read_bytes().decode(errors="replace")

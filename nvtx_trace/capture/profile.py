@@ -217,7 +217,8 @@ def profile(
             sorter = _Sorter(log, mixed=handover is None or bool(launcher))
             pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
         started = time.monotonic()
-        finishing = stuck.Finishing(capture.program, stem, time.time() - 1, progress)
+        finishing = stuck.Finishing(capture.program, stem, time.time() - 1, progress,
+                                    armed=(lambda: capture.watch.saw_program) if launcher else (lambda: True))
         try:
             text = _drain(proc, capture, finishing) if capture_output else ""
             returncode = _wait(proc, capture, finishing)
@@ -248,7 +249,10 @@ def profile(
                            abandoned=capture.abandoned, stuck=finishing.stuck_for is not None,
                            program_started=handover.started.is_set() if handover is not None and not launcher
                            else None)
-    if result.stuck:  # what it left is no report (its raw capture stopped halfway)
+    if result.stuck:
+        for partial in finishing.leftovers():
+            partial.unlink(missing_ok=True)
+    if result.stuck and not launcher:  # what it left is no report (its raw capture stopped halfway)
         for partial in _files_of(stem, (".nsys-rep", ".qdstrm")):
             partial.unlink(missing_ok=True)
         result.problem = finishing.problem()
@@ -273,6 +277,8 @@ def profile(
     result.rep = result.reports[0] if result.reports else None
     if launcher and result.rep is not None:
         result.problem = result.problem or _missing_ranks([stem_of(r) for r in result.reports], ranks)  # an empty file too
+    if result.stuck:  # the other ranks' reports are kept and analyzed
+        result.problem = "; ".join(filter(None, [result.problem, finishing.problem(ranks=True)]))
     if not stems or (result.rep is None and result.problem is None):
         said = tail(text) if text else (log.tail() if log is not None else "")
         wrote = (f"no {stem.name.replace(RANK_FIELD, 'N')}.nsys-rep" if launcher
@@ -383,5 +389,9 @@ def _wait(proc: subprocess.Popen, capture: interrupts.Capture, finishing: stuck.
 
 def _look(proc: subprocess.Popen, capture: interrupts.Capture, finishing: stuck.Finishing) -> None:
     capture.escalate_if_due()
-    if finishing.stuck_for is None and capture.first is None and finishing.look():
+    # also after a signal: a stuck nsys ignores the one passed to it (a SIGTERM from `timeout` would otherwise
+    # leave the run waiting until a third)
+    if capture.first is not None:  # told to stop: no minutes of waiting for an nsys that stopped finishing
+        finishing.limit = min(finishing.limit, interrupts.grace_s() + interrupts.KILL_AFTER_S)
+    if finishing.stuck_for is None and finishing.look():
         interrupts.end_now(capture.watch)

@@ -35,8 +35,8 @@ class Finishing:
     path without suffix; ``since``: when nsys started (wall clock: older temporary files are not ours)."""
 
     def __init__(self, program: Callable[[], list[int]], stem: Path, since: float,
-                 notice: Callable[[str], None] | None = None):
-        self.program, self.stem, self.since, self.notice = program, stem, since, notice
+                 notice: Callable[[str], None] | None = None, armed: Callable[[], bool] = lambda: True):
+        self.program, self.stem, self.since, self.notice, self.armed = program, stem, since, notice, armed
         self.limit = stall_s()
         self.ended_at: float | None = None  # when no program was found running any more
         self.changed_at = time.monotonic()
@@ -52,7 +52,7 @@ class Finishing:
         running = self.program()
         # at most 5 % of a core where reading /proc is slow (a busy GPU node), about 0.1 % here
         self.next_look = now + max(LOOK_EVERY_S, 20 * (time.monotonic() - now))
-        if running:
+        if running or not self.armed():  # (under a launcher: no rank has started yet, e.g. a slow rendezvous)
             self.ended_at = None
             return False
         if self.ended_at is None:
@@ -95,7 +95,15 @@ class Finishing:
         except (RuntimeError, OSError, ValueError):
             pass
 
-    def problem(self) -> str:
-        return (f"nsys made no progress for {self.stuck_for:.0f} s after the program ended (nothing written; "
-                f"{STALL_ENV} sets the limit) and was ended with its agent: no report was written. Run again "
-                "(nsys 2022.4 was seen to hang so now and then after short programs)")
+    def leftovers(self) -> list[Path]:
+        """nsys's temporary raw captures that stayed unchanged for the whole limit: the stuck nsys's (a
+        healthy run's, beside it, kept growing), halfway and useless (QdstrmImporter refuses them)."""
+        return [Path(name) for name in self.written if Path(name).name.startswith("nsys-report-")]
+
+    def problem(self, ranks: bool = False) -> str:
+        what = ("an nsys of a rank made no progress" if ranks else "nsys made no progress")
+        after = "its program ended" if ranks else "the program ended"
+        kept = "" if ranks else ": no report was written"
+        return (f"{what} for {self.stuck_for:.0f} s after {after} (nothing written; {STALL_ENV} sets the limit) "
+                f"and was ended with its agent{kept}. Run again (nsys 2022.4 was seen to hang so now and then "
+                "after short programs)")

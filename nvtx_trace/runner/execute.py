@@ -82,20 +82,24 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         (plan.out_dir / stale).unlink(missing_ok=True)
     prof = profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
                    progress=progress, log=log, launcher=plan.launcher, ranks=plan.ranks)
+    if prof.stuck and prof.rep is None:  # nsys never finished after the program ended: ended by us, no report
+        if plan.window_file is not None:
+            plan.window_file.unlink(missing_ok=True)
+        result = RunResult(plan=plan, exit_code=0, profile=prof)
+        _fail(result, NsysFailedError(f"{prof.problem} ({log.where()})"))
+        return result
     if prof.interrupted and prof.rep is None and not prof.qdstrm:  # stopped before anything was captured
         raise interrupts.Interrupted(prof.signal, "three times: the capture was abandoned" if prof.abandoned else
                                      "while nsys was starting the program" if prof.aborted else
                                      "before the capture window opened" if plan.window_file else
                                      f"as the {'ranks' if plan.launcher else 'program'} started under nsys")
     if prof.program_started is False and prof.rep is None and not prof.interrupted:  # nsys failed at start-up
+        if plan.window_file is not None:
+            plan.window_file.unlink(missing_ok=True)
         result = RunResult(plan=plan, exit_code=0, profile=prof)
         said = log.tail()
         _fail(result, NsysFailedError(f"nsys failed before it started the program (status {prof.returncode})"
                                       + (f": {said}" if said else "") + f"; the program did not run ({log.where()})"))
-        return result
-    if prof.stuck:  # the program ended, nsys never finished: ended by us, no report, no exit code to pass on
-        result = RunResult(plan=plan, exit_code=0, profile=prof)
-        _fail(result, NsysFailedError(f"{prof.problem} ({log.where()})"))
         return result
     window = (default_window.outcome(plan.window_file, prof.returncode) if plan.capture_window is None else
               default_window.fixed_outcome(plan.window_file, prof.returncode, plan.capture_window))

@@ -550,7 +550,7 @@ def after_run(result, path: Path | None, started: float) -> tuple[str | None, st
         return None, None
     if getattr(result.profile, "program_started", None) is False:  # nsys's failure: the program never ran
         return None, None
-    if getattr(result.profile, "stuck", False):  # nsys's failure too: no report, and no exit code of the program's
+    if getattr(result.profile, "stuck", False) and result.profile.rep is None:  # nsys's failure too: no report
         return None, None
     summary = None
     written = result.plan.path("summary.json")
