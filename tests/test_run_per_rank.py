@@ -181,8 +181,8 @@ def test_a_launch_where_one_rank_writes_no_report_names_it(ready, tmp_path, monk
     assert prof.problem.startswith("rank 1 wrote no report (1 of 2 did)")
 
 
-def test_a_rank_whose_nsys_never_finishes_is_named_and_the_other_ranks_reports_are_kept(  # noqa: F811
-        ready, tmp_path, monkeypatch):
+def test_a_rank_whose_nsys_never_finishes_is_named_and_the_other_ranks_reports_are_kept(
+        ready, tmp_path, monkeypatch):  # noqa: F811
     """Two real nsys under a stand-in launcher; rank 1's program stops its own nsys's agent, so that nsys never
     finishes (as nsys 2022.4 does by itself now and then). Once nothing is written for the limit, that nsys is
     ended; rank 0's report is kept and the problem names the stuck rank."""
