@@ -225,6 +225,26 @@ def test_runs_recorded_at_once_all_land(tmp_path):
     assert all(len(r["findings"]) == runs[0]["findings_count"] for r in runs)
 
 
+def test_a_run_killed_while_writing_leaves_a_history_that_still_lists(tmp_path):
+    """A writer killed mid-transaction (a scheduler's SIGKILL) leaves a hot journal, which a read-only listing
+    cannot roll back ("attempt to write a readonly database"): the listing recovers it and shows the runs
+    committed before."""
+    db = tmp_path / "h.db"
+    history.after_run(finished(tmp_path / "r1", "cpu_slow_loader"), db, started=1.0)
+    before = history.query(db)
+    # a tiny page cache spills the uncommitted rows into the database file; the journal keeps the old pages
+    writer = ("import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+              "c.execute('PRAGMA cache_size=1'); c.execute('BEGIN IMMEDIATE'); "
+              "[c.execute('INSERT INTO findings (run_id, kind, title) VALUES (1, ?, ?)', ('x', 'y' * 2000)) "
+              "for _ in range(300)]; os._exit(9)")
+    subprocess.run([sys.executable, "-c", writer, str(db)], timeout=60)
+    assert Path(f"{db}-journal").exists()  # hot: the file holds half a transaction
+    proc = cli("history", "--history", db, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["id"] for r in json.loads(proc.stdout)["runs"]] == [r["id"] for r in before]
+    assert len(history.query(db)[0]["findings"]) == len(before[0]["findings"])  # the half transaction is gone
+
+
 # ================================================================ odd arguments to `nvtx-trace history`
 
 

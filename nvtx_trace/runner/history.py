@@ -235,7 +235,16 @@ def _connect(path: Path, write: bool) -> sqlite3.Connection | None:
         else:
             conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=10, isolation_level=None)
         conn.row_factory = sqlite3.Row
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # a file that is no database fails here
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchall()  # a file that is no database fails here
+        except sqlite3.OperationalError as exc:
+            if write or "readonly" not in str(exc) or not Path(f"{path}-journal").exists():
+                raise
+            # a run killed while writing left a hot journal: rolling it back is recovery, and needs write access
+            conn.close()
+            conn = sqlite3.connect(str(path), timeout=10, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
         return conn
     except (OSError, sqlite3.Error) as exc:
         raise HistoryError(f"history {path}: {_why(exc)}") from None
