@@ -202,6 +202,25 @@ def test_a_rank_whose_nsys_never_finishes_is_named_and_the_other_ranks_reports_a
     assert "an nsys of a rank made no progress" in prof.problem, prof.problem
 
 
+SLOW_LAUNCHER = "import os, sys, time; time.sleep(20); os.environ['RANK'] = '0'; os.execv(sys.argv[1], sys.argv[1:])"
+
+
+def test_a_launcher_slow_to_start_its_ranks_is_no_stuck_nsys(ready, tmp_path, monkeypatch):  # noqa: F811
+    """A slow rendezvous: for longer than the stall limit the launcher has started nothing, nothing runs under
+    it and nothing is written, and yet nothing is stuck: the clock starts with a rank's nsys."""
+    from nvtx_trace.capture.profile import profile
+    from nvtx_trace.capture.torchrun import rank_stem
+
+    monkeypatch.setenv("NVTX_TRACE_NSYS_STALL_S", "8")
+    for _attempt in range(3):
+        prof = profile(ready, [sys.executable, "-c", "print('rank 0 ran')"], rank_stem(tmp_path), trace=["osrt"],
+                       capture_output=True, ranks=1, launcher=[sys.executable, "-c", SLOW_LAUNCHER])
+        if not (prof.stuck and "rank 0 ran" in prof.log):  # (its nsys hanging after the program: not this case)
+            break
+    assert not prof.stuck, prof.problem
+    assert "rank 0 ran" in prof.log and prof.reports == [tmp_path / "rank0.nsys-rep"], prof.log[-2000:]
+
+
 @pytest.mark.parametrize("left", ["report.qdstrm", "rank3.nsys-rep", "nsys.log"])
 def test_a_folder_holding_any_file_force_would_replace_is_refused_without_it(tmp_path, left):
     """What --force deletes before a run (an earlier run's raw capture included) is never deleted unasked."""

@@ -86,7 +86,9 @@ class Watch:
     def __init__(self, root: int, every: float = 1.0):
         self.root, self.every = root, every
         self.seen: dict[int, tuple[int, int]] = {}  # pid -> (start time, process group)
-        self.saw_program = False  # something other than nsys's own processes ran under root (latched)
+        # a launcher started a rank's nsys, which starts its program at once (latched): the program itself may
+        # be shorter than the watch's period, its nsys outlives it; a launcher's own helpers are no rank
+        self.saw_rank = False
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()  # a signal handler may look while the main thread is looking
@@ -99,8 +101,8 @@ class Watch:
                 if fields and fields[0] != "Z":
                     with self._lock:
                         self.seen.setdefault(pid, (int(fields[19]), int(fields[2])))
-                    if pid != self.root and not self.saw_program and not name_of(pid).startswith("nsys"):
-                        self.saw_program = True  # (a launcher's child is "nsys-launcher" until it execs)
+                    if pid != self.root and not self.saw_rank and name_of(pid).startswith("nsys"):
+                        self.saw_rank = True
             except (IndexError, ValueError):
                 continue
 

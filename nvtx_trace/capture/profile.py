@@ -218,7 +218,7 @@ def profile(
             pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
         started = time.monotonic()
         finishing = stuck.Finishing(capture.program, stem, time.time() - 1, progress,
-                                    armed=(lambda: capture.watch.saw_program) if launcher else (lambda: True))
+                                    armed=(lambda: capture.watch.saw_rank) if launcher else (lambda: True))
         try:
             text = _drain(proc, capture, finishing) if capture_output else ""
             returncode = _wait(proc, capture, finishing)
@@ -278,8 +278,9 @@ def profile(
     if launcher and result.rep is not None:
         result.problem = result.problem or _missing_ranks([stem_of(r) for r in result.reports], ranks)  # an empty file too
     if result.stuck:  # the other ranks' reports are kept and analyzed
-        result.problem = "; ".join(filter(None, [result.problem, finishing.problem(ranks=True)]))
-    if not stems or (result.rep is None and result.problem is None):
+        result.problem = ("; ".join(filter(None, [result.problem, finishing.problem(ranks=True)])) if stems
+                          else finishing.problem())
+    if (not stems and not result.stuck) or (result.rep is None and result.problem is None):
         said = tail(text) if text else (log.tail() if log is not None else "")
         wrote = (f"no {stem.name.replace(RANK_FIELD, 'N')}.nsys-rep" if launcher
                  else f"neither {with_suffix(stem, '.nsys-rep').name} nor {with_suffix(stem, '.qdstrm').name}")
