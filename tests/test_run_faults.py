@@ -217,6 +217,39 @@ def test_a_run_that_captured_nothing_suggests_no_command_that_would_fail(ready, 
     assert (tmp_path / "out" / "report.nsys-rep").is_file()  # what was captured is kept
 
 
+def test_an_import_nsys_runs_after_a_signal_is_not_ended_as_a_program_outliving_it(tmp_path, monkeypatch):
+    """An nsys installed with its importer runs QdstrmImporter once the program has ended (nsys 2025.3 on an
+    H200: a child of its agent); ending it as a program that outlived the signal
+    would lose the report. Stand-ins named as nsys's processes are, in a real process tree: the importer is
+    left alone, the program is ended."""
+    from nvtx_trace.capture.interrupts import Capture
+
+    for name in ("QdstrmImporter", "train"):
+        os.symlink(shutil.which("sleep"), tmp_path / name)
+    monkeypatch.setenv("NVTX_TRACE_STOP_GRACE_S", "0")
+    nsys = subprocess.Popen(["sh", "-c", f"{tmp_path}/QdstrmImporter 30 & {tmp_path}/train 30 & wait"],
+                            start_new_session=True)
+    try:
+        for _ in range(200):
+            started = processes.descendants(nsys.pid)
+            if sorted(processes.name_of(p) for p in started) == ["QdstrmImporter", "train"]:
+                break
+            time.sleep(0.05)
+        names = {processes.name_of(p): p for p in started}
+        capture = Capture(nsys, None, None)
+        assert capture.program() == [names["train"]]
+        capture.forwarded_at = time.monotonic() - 1  # the signal was passed on, the grace is over
+        capture.escalate_if_due()
+        for _ in range(100):
+            if not processes.alive(names["train"]):
+                break
+            time.sleep(0.05)
+        assert not processes.alive(names["train"]) and processes.alive(names["QdstrmImporter"])
+        capture.watch.stop()
+    finally:
+        os.killpg(nsys.pid, signal.SIGKILL)
+
+
 def test_the_third_interrupt_under_a_launcher_kills_what_it_started_in_other_sessions(tmp_path):
     """torchrun starts each rank in a session of its own: killing torchrun alone would leave every rank's
     nsys and program running. Here a stand-in launcher starts a child in a new session, as torchrun does."""

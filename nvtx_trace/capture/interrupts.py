@@ -29,7 +29,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from nvtx_trace.capture.processes import Watch, alive, descendants, name_of
+from nvtx_trace.capture.processes import Watch, alive, descendants, name_of, of_nsys
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_ENV = "NVTX_TRACE_STOP_GRACE_S"
@@ -39,13 +39,18 @@ KILL_AFTER_S = 3.0  # between SIGTERM and SIGKILL when we end processes ourselve
 Notice = Callable[[str], None]
 
 
+def env_seconds(name: str, default: float, zero_allowed: bool = True) -> float:
+    """Seconds from ``$name``; ``default`` where it is unset, unreadable or out of range."""
+    try:
+        value = float(os.environ.get(name, ""))
+    except ValueError:
+        return default
+    return value if value > 0 or (zero_allowed and value == 0) else default
+
+
 def grace_s() -> float:
     """``$NVTX_TRACE_STOP_GRACE_S`` (seconds), else DEFAULT_GRACE_S."""
-    try:
-        value = float(os.environ.get(GRACE_ENV, ""))
-    except ValueError:
-        return DEFAULT_GRACE_S
-    return value if value >= 0 else DEFAULT_GRACE_S
+    return env_seconds(GRACE_ENV, DEFAULT_GRACE_S)
 
 
 def signal_name(signum: int) -> str:
@@ -165,8 +170,9 @@ class Capture:
             pass
 
     def program(self) -> list[int]:
-        """What nsys started that still runs, nsys's own processes (its launcher, tee, agent) left out."""
-        return [p for p in self.watch.still_running(but=(self.proc.pid,)) if not name_of(p).startswith("nsys")]
+        """What nsys started that still runs, nsys's own processes (its launcher, tee, agent, importer) left
+        out."""
+        return [p for p in self.watch.still_running(but=(self.proc.pid,)) if not of_nsys(name_of(p))]
 
     def escalate_if_due(self) -> None:
         """Called while waiting for nsys: a program that outlived the signal nsys passed it by ``grace_s()`` is

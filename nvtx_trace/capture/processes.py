@@ -11,8 +11,15 @@ from pathlib import Path
 
 def _stat(entry: Path) -> list[str] | None:
     """The fields of /proc/PID/stat after "pid (comm)": state ppid pgrp session ... (starttime is [19])."""
+    named = _named_stat(entry)
+    return named[1] if named else None
+
+
+def _named_stat(entry: Path) -> tuple[str, list[str]] | None:
+    """(comm, the fields after it) of /proc/PID/stat, in one read."""
     try:
-        return (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        head, tail = (entry / "stat").read_text().rsplit(")", 1)
+        return head.split("(", 1)[1], tail.split()
     except (OSError, IndexError):
         return None
 
@@ -66,6 +73,13 @@ def alive(pid: int) -> bool:
     return started_at(pid) is not None
 
 
+def of_nsys(name: str) -> bool:
+    """A process of nsys's own: nsys, its launcher, agent and tee (``nsys*``), and the QdstrmImporter that an
+    nsys installed with its importer runs once the program has ended (a long import is no program outliving
+    a signal: ending it would lose the report)."""
+    return name.startswith("nsys") or name == "QdstrmImporter"
+
+
 def name_of(pid: int) -> str:
     try:
         return (Path("/proc") / str(pid) / "comm").read_text().strip()
@@ -86,9 +100,8 @@ class Watch:
     def __init__(self, root: int, every: float = 1.0):
         self.root, self.every = root, every
         self.seen: dict[int, tuple[int, int]] = {}  # pid -> (start time, process group)
-        # a launcher started a rank's nsys, which starts its program at once (latched): the program itself may
-        # be shorter than the watch's period, its nsys outlives it; a launcher's own helpers are no rank
-        self.saw_rank = False
+        # the nsys processes under root (a launcher's ranks'): their agents are named after them
+        self.profilers: set[int] = set()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()  # a signal handler may look while the main thread is looking
@@ -96,15 +109,21 @@ class Watch:
     def look(self) -> None:
         """Add what ``root`` has started by now."""
         for pid in [self.root, *descendants(self.root)]:
-            fields = _stat(Path("/proc") / str(pid))
+            named = _named_stat(Path("/proc") / str(pid))
             try:
-                if fields and fields[0] != "Z":
+                if named and named[1][0] != "Z":
                     with self._lock:
-                        self.seen.setdefault(pid, (int(fields[19]), int(fields[2])))
-                    if pid != self.root and not self.saw_rank and name_of(pid).startswith("nsys"):
-                        self.saw_rank = True
+                        self.seen.setdefault(pid, (int(named[1][19]), int(named[1][2])))
+                        if pid != self.root and named[0].startswith("nsys"):  # (a fork becomes nsys at its exec)
+                            self.profilers.add(pid)
             except (IndexError, ValueError):
                 continue
+
+    @property
+    def saw_rank(self) -> bool:
+        """A launcher started a rank's nsys, which starts its program at once: the program may be shorter than
+        the watch's period, its nsys outlives it; a launcher's own helpers are no rank."""
+        return bool(self.profilers)
 
     def start(self) -> "Watch":
         def loop() -> None:

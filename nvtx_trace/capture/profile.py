@@ -240,7 +240,7 @@ def profile(
             sorter.flush()
         if capture_output and log is not None:
             log.write(text)
-        _end_agents({proc.pid, *(capture.watch.seen if launcher else ())}, since=born)  # each rank's nsys's too
+        _end_agents({proc.pid, *(capture.watch.profilers if launcher else ())}, since=born)  # each rank's nsys's too
         if capture.late and not capture.first:  # it came as nsys ended: the capture is whole, we stop now
             interrupts.stage("as nsys ended")
             guard.stop(capture.late)

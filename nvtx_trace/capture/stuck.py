@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from nvtx_trace.capture.interrupts import env_seconds
+
 STALL_ENV = "NVTX_TRACE_NSYS_STALL_S"
 DEFAULT_STALL_S = 300.0  # a big capture's import writes all along; 5 minutes of nothing is not finishing
 NOTE_EVERY_S = 30.0
@@ -22,11 +24,7 @@ LOOK_EVERY_S = 5.0  # each look reads /proc
 
 def stall_s() -> float:
     """``$NVTX_TRACE_NSYS_STALL_S`` (seconds, > 0), else DEFAULT_STALL_S."""
-    try:
-        value = float(os.environ.get(STALL_ENV, ""))
-    except ValueError:
-        return DEFAULT_STALL_S
-    return value if value > 0 else DEFAULT_STALL_S
+    return env_seconds(STALL_ENV, DEFAULT_STALL_S, zero_allowed=False)
 
 
 class Finishing:
