@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -185,6 +186,38 @@ def test_analyze_of_a_raw_capture_leaves_it_byte_identical(capture, tmp_path):
     assert digests(raw) == kept
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.nsys-rep", "run.qdstrm", "run.sqlite", "s.json"]
     assert json.loads((tmp_path / "s.json").read_text())["schema_version"] == 1
+
+
+@pytest.mark.nsys
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_analyze_imports_ends_its_helper_and_leaves_nothing(capture, tmp_path, signum):
+    """A scheduler's SIGTERM or a closed ssh's SIGHUP while `analyze` runs nsys's importer or exporter: before,
+    nvtx-trace died at once (default action) and its helper ran on, writing beside the input. Now: one line,
+    128 + the signal, the helper ended, no partial file, the input unchanged."""
+    from nvtx_trace.capture import processes
+
+    raw = tmp_path / "run.qdstrm"
+    shutil.copyfile(capture, raw)
+    kept = digests(raw)
+    proc = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(raw)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    helpers: list[int] = []
+    deadline = time.monotonic() + 120
+    while not helpers and proc.poll() is None and time.monotonic() < deadline:
+        helpers = [p for p in processes.descendants(proc.pid) if processes.of_nsys(processes.name_of(p))]
+        time.sleep(0.01)
+    try:
+        assert helpers, "analyze ended before its helper was seen"
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signum and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1] == f"nvtx-trace: interrupted ({signal.Signals(signum).name})", err
+    time.sleep(0.5)
+    assert not [p for p in helpers if processes.alive(p)]
+    assert digests(raw) == kept and sorted(p.name for p in tmp_path.iterdir()) == ["run.qdstrm"]
 
 
 @pytest.mark.nsys

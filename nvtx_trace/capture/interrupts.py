@@ -73,6 +73,8 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
     def __str__(self) -> str:
+        if not (self.stage or self.kept):  # a command that captures nothing (analyze, diff, ...)
+            return f"interrupted ({signal_name(self.signum)})"
         when = f" {self.stage}" if self.stage else ""
         return f"interrupted ({signal_name(self.signum)}){when}: {self.kept or 'nothing was captured'}"
 
@@ -212,9 +214,9 @@ class Guard:
     """The handlers of SIGINT, SIGTERM and SIGHUP for the length of a command (main thread only; elsewhere
     a no-op). ``stage`` says, in words, what is under way (for ``Interrupted``)."""
 
-    def __init__(self, notice: Notice | None = None):
+    def __init__(self, notice: Notice | None = None, stage: str = "before nsys started"):
         self.notice = notice
-        self.stage = "before nsys started"
+        self.stage = stage
         self.received: list[int] = []
         self.capture: Capture | None = None
         self.spawning = False

@@ -213,16 +213,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(argv: list[str] | None) -> int:
     """The command itself; its errors as one line and an exit code."""
-    from nvtx_trace.capture.interrupts import Interrupted
+    from nvtx_trace.capture.interrupts import Guard, Interrupted
 
     try:
-        code = app(args=argv, standalone_mode=False, prog_name="nvtx-trace")
+        # every verb: SIGTERM and SIGHUP (a scheduler, a closed ssh) too end its helpers (nsys export, the
+        # importer) and remove its partial files, as Ctrl-C does; run and try install their own on top
+        with Guard(stage=""):
+            code = app(args=argv, standalone_mode=False, prog_name="nvtx-trace")
     except OutputError:
         raise
     except NvtxTraceError as err:
         print(f"nvtx-trace: error: {err}", file=sys.stderr)
         return err.exit_code
-    except Interrupted as exc:  # run and try: told to stop; one line says what was kept
+    except Interrupted as exc:  # told to stop; run and try say what was kept
         print(f"nvtx-trace: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
