@@ -211,6 +211,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = stdout
 
 
+def _usage_line(exc) -> str:
+    """A usage error in one line, what is wrong and where help is (click prints four: usage, a hint, a blank
+    line, the error)."""
+    ctx = getattr(exc, "ctx", None)
+    where = getattr(ctx, "command_path", "") or "nvtx-trace"
+    try:
+        message = exc.format_message()
+    except Exception:  # noqa: BLE001 - a message is all we need
+        message = str(exc)
+    return f"nvtx-trace: error: {message.rstrip('.')} (see {where} --help)"
+
+
 def _command(argv: list[str] | None) -> int:
     """The command itself; its errors as one line and an exit code."""
     from nvtx_trace.capture.interrupts import Guard, Interrupted
@@ -240,7 +252,7 @@ def _command(argv: list[str] | None) -> int:
             print("nvtx-trace: interrupted", file=sys.stderr)
             return 130
         if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()
+            print(_usage_line(exc), file=sys.stderr)
             return exc.exit_code
         raise
     return code if isinstance(code, int) else 0
