@@ -97,6 +97,7 @@ def test_bad_report_gets_one_line_and_nonzero_exit(tmp_path, maker, needle):
     (["analyze", SAMPLE, "--no-such-option"], ["No such option: --no-such-option", "nvtx-trace analyze --help"]),
     (["analyze", "--min-gap-ms", "abc", SAMPLE], ["'--min-gap-ms'", "nvtx-trace analyze --help"]),
     (["analyze"], ["Missing argument 'REPORT'"]),
+    (["analyze", SAMPLE, "--min-gap-ms"], ["'--min-gap-ms' requires an argument", "nvtx-trace analyze --help"]),
     (["diff", SAMPLE], ["Missing argument 'AFTER'", "nvtx-trace diff --help"]),
     (["analyse", SAMPLE], ["No such command 'analyse'", "analyze", "nvtx-trace --help"]),
 ])
@@ -105,6 +106,12 @@ def test_a_usage_error_is_one_line_saying_where_help_is(words, needles):
     proc = run_cli(*words)
     assert proc.returncode == 2
     assert_one_clear_line(proc, *needles)
+
+
+def test_no_verb_prints_the_help_and_no_empty_error():
+    proc = run_cli()
+    assert "Usage: nvtx-trace" in proc.stdout and "run" in proc.stdout
+    assert proc.stderr.strip() == "", proc.stderr
 
 
 @pytest.mark.parametrize("option, needle", [

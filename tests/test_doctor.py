@@ -82,6 +82,42 @@ def test_doctor_does_not_import_torch_in_its_own_process():
     assert out.stdout.strip() == "False"
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+@pytest.mark.parametrize("after_s", [0.0, 1.5])
+def test_a_signal_during_the_probe_ends_doctor_with_one_line(nsys_path, after_s):
+    """Told to stop while its probe's nsys runs (as it starts, or once the probe program runs), doctor stops
+    too: 128 + the signal and one line, not a report of checks nor a line about a stage it never reached."""
+    import os
+    import signal
+    import time
+
+    from nvtx_trace.capture import processes
+
+    need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
+    proc = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "doctor", "--probe"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and not any(
+                b"probe.py" in _cmdline(p) for p in processes.descendants(proc.pid)):  # the probe's nsys
+            time.sleep(0.01)
+        time.sleep(after_s)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 143 and lines == ["nvtx-trace: interrupted (SIGTERM)"], (proc.returncode, err, out)
+
+
 def test_probe_runs_a_real_capture_and_reads_the_range_back(nsys_path):
     need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
     found = locate.find_nsys()

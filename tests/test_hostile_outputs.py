@@ -217,7 +217,10 @@ def test_a_signal_while_analyze_imports_ends_its_helper_and_leaves_nothing(captu
     assert err.strip().splitlines()[-1] == f"nvtx-trace: interrupted ({signal.Signals(signum).name})", err
     time.sleep(0.5)
     assert not [p for p in helpers if processes.alive(p)]
-    assert digests(raw) == kept and sorted(p.name for p in tmp_path.iterdir()) == ["run.qdstrm"]
+    # stopped while importing: nothing beside the input; while exporting (the import, 0.1 s here, was missed):
+    # the complete import stays, as it is meant to; never a partial file
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert digests(raw) == kept and left in (["run.qdstrm"], ["run.nsys-rep", "run.qdstrm"]), left
 
 
 @pytest.mark.nsys

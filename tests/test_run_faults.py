@@ -222,6 +222,7 @@ def test_an_import_nsys_runs_after_a_signal_is_not_ended_as_a_program_outliving_
     H200: a child of its agent); ending it as a program that outlived the signal
     would lose the report. Stand-ins named as nsys's processes are, in a real process tree: the importer is
     left alone, the program is ended."""
+    from nvtx_trace.capture import stuck
     from nvtx_trace.capture.interrupts import Capture
 
     for name in ("QdstrmImporter", "train"):
@@ -245,6 +246,13 @@ def test_an_import_nsys_runs_after_a_signal_is_not_ended_as_a_program_outliving_
                 break
             time.sleep(0.05)
         assert not processes.alive(names["train"]) and processes.alive(names["QdstrmImporter"])
+        # nor is nsys taken for stuck while its importer works (an import may write nothing watched for long)
+        monkeypatch.setenv("NVTX_TRACE_NSYS_STALL_S", "0.5")
+        finishing = stuck.Finishing(capture.busy, tmp_path / "report", time.time())
+        for _ in range(2):
+            finishing.next_look = 0
+            assert not finishing.look() and finishing.ended_at is None
+            time.sleep(0.6)
         capture.watch.stop()
     finally:
         os.killpg(nsys.pid, signal.SIGKILL)

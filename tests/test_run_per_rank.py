@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -200,6 +201,23 @@ def test_a_rank_whose_nsys_never_finishes_is_named_and_the_other_ranks_reports_a
     assert prof.stuck and prof.reports == [tmp_path / "rank0.nsys-rep"], prof.log[-2000:]
     assert prof.problem.startswith("rank 1 wrote no report (1 of 2 did)"), prof.problem
     assert "an nsys of a rank made no progress" in prof.problem, prof.problem
+
+
+def test_a_rank_shorter_than_the_process_watch_still_arms_the_stuck_nsys_limit(ready, tmp_path, monkeypatch):  # noqa: F811
+    """CI's hang: the rank's program lives 0.5 s, less than the watch's period, and its nsys never finishes.
+    The limit counts from the rank's nsys, which the watch does see; with every rank stuck, the line is the
+    stuck one, not "the launcher exited with status -9"."""
+    from nvtx_trace.capture.profile import profile
+    from nvtx_trace.capture.torchrun import rank_stem
+
+    monkeypatch.setenv("NVTX_TRACE_NSYS_STALL_S", "8")
+    monkeypatch.setenv("STOP_AGENT_OF_RANK", "0")
+    started = time.monotonic()
+    prof = profile(ready, [sys.executable, str(ROOT / "programs" / "stops_its_nsys_agent.py")], rank_stem(tmp_path),
+                   trace=["osrt"], capture_output=True, ranks=1, launcher=["sh", "-c", 'RANK=0 "$@"; wait', "sh"])
+    assert prof.stuck and not prof.reports, prof.log[-2000:]
+    assert prof.problem.startswith("nsys made no progress for"), prof.problem
+    assert time.monotonic() - started < 60
 
 
 SLOW_LAUNCHER = "import os, sys, time; time.sleep(20); os.environ['RANK'] = '0'; os.execv(sys.argv[1], sys.argv[1:])"

@@ -32,8 +32,19 @@ def read_reports(paths: list[Path], scheduler: str | None = None, workers: int |
     method = ctx.get_start_method()
     if method == "forkserver":
         ctx.set_forkserver_preload(PRELOAD)
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=None) as pool:
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx, max_tasks_per_child=None,
+                             initializer=_signals_to_the_parent) as pool:
         return list(pool.map(decode, paths))
+
+
+def _signals_to_the_parent() -> None:
+    """A worker leaves signals to this process, which ends the pool when told to stop: a forked worker would
+    otherwise run the parent's handler (and a terminal's Ctrl-C, sent to every worker, print tracebacks)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _start_method() -> str:

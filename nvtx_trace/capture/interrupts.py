@@ -3,7 +3,8 @@ outlives us.
 
 Why: nsys runs in a process group of its own (a terminal's Ctrl-C must reach it once, through us: a second one
 while it writes the report makes it drop the report), so nothing we started stops by itself when we are told
-to. One ``Guard`` is held for a whole command (``run``, ``try``): its handlers are in place before nsys starts,
+to. A ``Guard`` is held for every command (the CLI's own, ``stage`` empty: helpers ended, partial files
+removed, one line), and ``run`` and ``try`` hold one of their own on top: its handlers are in place before nsys starts,
 so no signal falls between starting nsys and handling it, and a SIGHUP (an ssh connection dropped) is handled
 like SIGTERM. What a signal does depends on what runs:
 
@@ -173,8 +174,13 @@ class Capture:
 
     def program(self) -> list[int]:
         """What nsys started that still runs, nsys's own processes (its launcher, tee, agent, importer) left
-        out."""
-        return [p for p in self.watch.still_running(but=(self.proc.pid,)) if not of_nsys(name_of(p))]
+        out: what a signal's grace ends."""
+        return [p for p in self.busy() if not of_nsys(name_of(p))]
+
+    def busy(self) -> list[int]:
+        """The program and nsys's importer, while either runs: nsys is not stuck while they work (an import
+        may write nothing watched for minutes)."""
+        return [p for p in self.watch.still_running(but=(self.proc.pid,)) if not name_of(p).startswith("nsys")]
 
     def escalate_if_due(self) -> None:
         """Called while waiting for nsys: a program that outlived the signal nsys passed it by ``grace_s()`` is
@@ -217,6 +223,7 @@ class Guard:
     def __init__(self, notice: Notice | None = None, stage: str = "before nsys started"):
         self.notice = notice
         self.stage = stage
+        self.staged = bool(stage)  # the CLI's own guard keeps none: doctor's probe is not "importing the capture"
         self.received: list[int] = []
         self.capture: Capture | None = None
         self.spawning = False
@@ -304,8 +311,8 @@ def active() -> Guard | None:
 
 
 def stage(words: str) -> None:
-    """What is under way, for the line an interruption prints (no-op without a guard)."""
-    if _active is not None:
+    """What is under way, for the line an interruption prints (no-op without a guard that says stages)."""
+    if _active is not None and _active.staged:
         _active.stage = words
 
 

@@ -217,7 +217,7 @@ def profile(
             sorter = _Sorter(log, mixed=handover is None or bool(launcher))
             pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
         started = time.monotonic()
-        finishing = stuck.Finishing(capture.program, stem, time.time() - 1, progress,
+        finishing = stuck.Finishing(capture.busy, stem, time.time() - 1, progress,
                                     armed=(lambda: capture.watch.saw_rank) if launcher else (lambda: True))
         try:
             text = _drain(proc, capture, finishing) if capture_output else ""

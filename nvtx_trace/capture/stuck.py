@@ -29,8 +29,9 @@ def stall_s() -> float:
 
 class Finishing:
     """Fed by the loop that waits for nsys (``look``): True once nsys has made no progress for ``stall_s()``
-    with no program left running. ``program``: what nsys started that still runs; ``stem``: the report's
-    path without suffix; ``since``: when nsys started (wall clock: older temporary files are not ours)."""
+    with no program left running. ``program``: what nsys started that still runs, its importer included;
+    ``stem``: the report's path without suffix; ``since``: when nsys started (wall clock: older temporary
+    files are not ours)."""
 
     def __init__(self, program: Callable[[], list[int]], stem: Path, since: float,
                  notice: Callable[[str], None] | None = None, armed: Callable[[], bool] = lambda: True):

@@ -211,16 +211,26 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = stdout
 
 
-def _usage_line(exc) -> str:
+def _usage_line(exc, words: list[str]) -> str:
     """A usage error in one line, what is wrong and where help is (click prints four: usage, a hint, a blank
-    line, the error)."""
-    ctx = getattr(exc, "ctx", None)
-    where = getattr(ctx, "command_path", "") or "nvtx-trace"
+    line, the error); empty when there is nothing to say (a bare ``nvtx-trace`` has printed the help)."""
     try:
         message = exc.format_message()
     except Exception:  # noqa: BLE001 - a message is all we need
         message = str(exc)
+    if not message.strip():
+        return ""
+    where = getattr(getattr(exc, "ctx", None), "command_path", "")
+    if not where:  # some parser errors come without their command: the verb is the first word that is one
+        verb = next((w for w in words if not w.startswith("-")), "")
+        where = f"nvtx-trace {verb}" if verb in _verbs() else "nvtx-trace"
     return f"nvtx-trace: error: {message.rstrip('.')} (see {where} --help)"
+
+
+def _verbs() -> set[str]:
+    import typer.main
+
+    return set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
 
 
 def _command(argv: list[str] | None) -> int:
@@ -252,7 +262,9 @@ def _command(argv: list[str] | None) -> int:
             print("nvtx-trace: interrupted", file=sys.stderr)
             return 130
         if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
-            print(_usage_line(exc), file=sys.stderr)
+            line = _usage_line(exc, sys.argv[1:] if argv is None else argv)
+            if line:
+                print(line, file=sys.stderr)
             return exc.exit_code
         raise
     return code if isinstance(code, int) else 0

@@ -19,6 +19,7 @@ import typer
 from nvtx_trace.analyzer.reader import Reader
 from nvtx_trace.capture import locate, target_python
 from nvtx_trace.capture.export import export_sqlite
+from nvtx_trace.capture.interrupts import Interrupted
 from nvtx_trace.capture.profile import profile
 from nvtx_trace.errors import NvtxTraceError
 
@@ -129,6 +130,8 @@ def probe_capture(found: locate.Nsys, python: str) -> Check:
             result = profile(found, [python, str(script)], Path(tmp) / "probe",
                                       trace=locate.pick_traces(found, ["nvtx"]),
                                       extra=["--sample=none", "--cpuctxsw=none"], capture_output=True)
+            if result.interrupted:  # nsys was told, and stopped the probe: so do we
+                raise Interrupted(result.signal)
             db = export_sqlite(found, result.require_report())
             reader = Reader(db)
             try:
