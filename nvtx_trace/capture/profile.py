@@ -331,6 +331,8 @@ def _stems_written(stem: Path) -> list[Path]:
 def _collect(nsys: Nsys, stem: Path, log: NsysLog | None, progress: Progress | None) \
         -> tuple[Path | None, Path | None, bool, str | None]:
     """(the report, the raw capture left, imported by us, why there is no report) for one stem."""
+    if interrupts.stopping():  # told to stop: the ranks' imports still queued do not start
+        return None, None, False, None
     rep_path, qd_path = with_suffix(stem, ".nsys-rep"), with_suffix(stem, ".qdstrm")
     qdstrm = qd_path if qd_path.exists() else None
     if rep_path.exists() and rep_path.stat().st_size > 0:
