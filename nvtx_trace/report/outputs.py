@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from nvtx_trace.errors import OutputError, UsageError
@@ -226,27 +228,59 @@ def _remove(path) -> None:
 LOCK_NAME = ".nvtx-trace-run.lock"
 
 
-def claim_folder(folder: Path):
-    """Take ``folder`` for one run: a second run into it while the first is alive is refused (one line),
-    not interleaved. A lock left by a run that died is taken over. Returns the function that releases it."""
-    lock = Path(folder) / LOCK_NAME
-    for _attempt in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+class FolderClaim:
+    """One run's hold on its folder: a second run into it while the first is alive is refused (one line), not
+    interleaved; a lock left by a run that died is taken over. Made before ``take`` so that whoever holds it
+    can ``release`` whatever happened: a signal (raised as an exception) between creating the lock and
+    returning it must not leave the lock behind."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.lock = self.folder / LOCK_NAME
+        self.held = False
+
+    def take(self) -> None:
+        for _attempt in range(2):
+            with _signals_held():  # the lock is made and marked held with no signal handled in between
+                try:
+                    fd = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    fd = None
+                else:
+                    self.held = True
+                    with os.fdopen(fd, "w") as fh:
+                        fh.write(str(os.getpid()))
+            if self.held:
+                return
             try:
-                pid = int(lock.read_text().strip() or "0")
+                pid = int(self.lock.read_text().strip() or "0")
             except (OSError, ValueError):
                 pid = 0
             if pid > 0 and _alive(pid):
-                raise UsageError(f"{folder} is being written by another nvtx-trace run (pid {pid}); "
+                raise UsageError(f"{self.folder} is being written by another nvtx-trace run (pid {pid}); "
                                  "choose another --out") from None
-            lock.unlink(missing_ok=True)  # stale: its run is gone
-            continue
-        with os.fdopen(fd, "w") as fh:
-            fh.write(str(os.getpid()))
-        return lambda: lock.unlink(missing_ok=True)
-    raise UsageError(f"{folder} is being claimed by another nvtx-trace run; choose another --out")
+            self.lock.unlink(missing_ok=True)  # stale: its run is gone
+        raise UsageError(f"{self.folder} is being claimed by another nvtx-trace run; choose another --out")
+
+    def release(self) -> None:
+        if self.held:
+            self.lock.unlink(missing_ok=True)
+            self.held = False
+
+
+@contextmanager
+def _signals_held():
+    """SIGINT, SIGTERM and SIGHUP wait (main thread; elsewhere nothing to hold) until the block is over."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    try:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def check_unclaimed(folder: Path) -> None:

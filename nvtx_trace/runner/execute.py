@@ -24,7 +24,7 @@ from nvtx_trace.capture.nsys_log import NsysLog
 from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
 from nvtx_trace.errors import BadReportError, MissingDependencyError, NsysFailedError, NvtxTraceError, UsageError
-from nvtx_trace.report.outputs import LOCK_NAME, claim_folder, write_atomically
+from nvtx_trace.report.outputs import LOCK_NAME, FolderClaim, write_atomically
 from nvtx_trace.runner import default_window
 from nvtx_trace.runner.plan import REPORT_OUTPUTS, Plan, RunOptions, rank_outputs
 
@@ -48,10 +48,10 @@ class RunResult:
 def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
     """Profile, then (even when the program failed or was interrupted) import, export, analyze and write."""
     created = _folders_to_make(plan.out_dir)
-    release, interrupted = None, False
+    claim, interrupted = FolderClaim(plan.out_dir), False
     try:
         plan.out_dir.mkdir(parents=True, exist_ok=True)
-        release = claim_folder(plan.out_dir)
+        claim.take()
         result = _execute(plan, progress)
         if result.window and result.window.ended_in_warmup:  # nothing captured, and a program that short
             notice, window = default_window.ran_again(result.window)  # costs little to profile in full
@@ -62,13 +62,12 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
         return result
     except interrupts.Interrupted as exc:
         interrupted = True
-        exc.kept = _keep_what_was_captured(plan, release is not None)
+        exc.kept = _keep_what_was_captured(plan, claim.held)
         if plan.window_file is not None:
             plan.window_file.unlink(missing_ok=True)
         raise
     finally:
-        if release is not None:
-            release()
+        claim.release()
         if interrupted and not _captured(plan):  # nothing was captured: the folders made for it go
             _remove_if_empty(plan, created)
 
