@@ -47,7 +47,11 @@ def test_the_finding_projects_the_workers_pace_and_it_matches_sql(run):
     window = summary["window"]
     middle = steps.sum(axis=1) // 2
     inside = steps[(middle >= window["start_ns"]) & (middle < window["end_ns"])]
-    assert behind["step_ns"] == int(np.median(inside[:, 1] - inside[:, 0]))
+    durations = inside[:, 1] - inside[:, 0]
+    # the typical step the summary names: the median, or the mean when stalls make it the throughput's
+    # (the VM's scheduling once gave 8-27 ms steps: median 10.3 ms, mean 12.5 ms, statistic "mean")
+    statistic = summary["steps"]["summary"]["statistic"]
+    assert behind["step_ns"] == int({"median": np.median, "mean": np.mean}[statistic](durations)), statistic
     assert behind["delivery_ns"] > 2 * behind["step_ns"]  # about 40 ms against about 8 ms
     assert behind["batches_taken"] > behind["batches_delivered"]
     assert "steps will slow to about" in printed or "The loader falls behind" in printed
