@@ -90,9 +90,10 @@ def test_one_hosts_ranks_are_aligned_on_its_clock_and_the_alignment_holds(per_ra
     ends0 = np.array([e for _, _, e in step_rows(out / "rank0.sqlite")])
     ends1 = np.array([e for _, _, e in step_rows(out / "rank1.sqlite")]) + offset
     assert len(ends0) == len(ends1) >= STEPS  # (+1: the range that ends when the loader is exhausted)
-    # a clock error moves every difference by the same amount; the 2-core VM's scheduling scatters them both
-    # ways (seen: single steps 16 ms apart under load), so the error is the median of the signed differences
-    assert abs(np.median(ends0 - ends1)) < 2e6  # 2 ms (seen: 0.004-0.3 ms)
+    # a clock error moves every difference by the same amount; the 2-core VM's scheduling delays one rank's step
+    # end now and then (seen under the whole suite: 8 of 13 steps 1-34 ms apart, the other 5 within 0.2 ms), so
+    # the test is that a quarter of the steps still meet, which a clock error of 2 ms or more would prevent
+    assert np.percentile(np.abs(ends0 - ends1), 25) < 2e6  # 2 ms (seen: 0.004-0.3 ms)
     if abs(offset) > 4e6:  # the sessions started 5-20 ms apart here: unaligned, the same ends would not meet
         assert abs(np.median(ends0 - (ends1 - offset))) > 2e6
 

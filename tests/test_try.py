@@ -231,7 +231,12 @@ def test_more_workers_remove_the_stall_in_try_diff_and_history_and_the_script_is
     stall = next(f for f in profiled["findings"] if f["kind"] == "dataloader_stall")
     # the loop waited ~47 % of its time; with 4 workers 8-15 % remain on this 2-core machine, the main thread
     # taking each batch from a queue while the busy step holds one core (more workers make it more, not less)
-    gone = stall["status"] == "resolved" or stall["after_impact_ns"] <= 0.4 * stall["before_impact_ns"]
+    # per steady step: the two windows differ in length (a clean-clone run: 142 steps before, 281 after; the
+    # totals fell to 0.47x, the wait per step to 0.24x)
+    steady = [json.loads((tmp_path / r / "summary.json").read_text())["steps"]["summary"]["steady_steps"]
+              for r in ("before", "after")]
+    gone = stall["status"] == "resolved" or (
+        stall["after_impact_ns"] / steady[1] <= 0.4 * stall["before_impact_ns"] / steady[0])
     assert gone and profiled["speedup"] >= 1.5, stall
     runs = json.loads(nvtx_trace("history", "--json", "--history", str(db)).stdout)["runs"]
     assert [(r["kind"], r["tried"]) for r in runs] == [("run", "num_workers=4"), ("try", "num_workers=4"),
