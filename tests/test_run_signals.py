@@ -258,35 +258,6 @@ def test_a_signal_before_nsys_leaves_an_existing_out_folder_as_it_was(ready, too
     assert_clean(tool)
 
 
-def test_a_signal_as_the_lock_is_made_leaves_no_lock(tmp_path, monkeypatch):
-    """The whole suite once caught the test above's SIGTERM between creating the lock and handing it over: the
-    lock stayed in the user's folder. Here the signal comes exactly there, from inside os.open."""
-    from nvtx_trace.capture.interrupts import Interrupted
-    from nvtx_trace.report.outputs import FolderClaim
-
-    real_open = os.open
-
-    def open_then_signalled(*args, **kwargs):
-        fd = real_open(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGTERM)
-        return fd
-
-    def interrupted(signum, _frame):
-        raise Interrupted(signum)
-
-    before = signal.signal(signal.SIGTERM, interrupted)
-    claim = FolderClaim(tmp_path)
-    try:
-        monkeypatch.setattr(os, "open", open_then_signalled)
-        with pytest.raises(Interrupted):
-            claim.take()
-    finally:
-        monkeypatch.undo()
-        signal.signal(signal.SIGTERM, before)
-        claim.release()
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_sighup_during_the_capture_stops_the_program_and_keeps_the_analyzed_report(ready, tools, tmp_path):
     """An ssh connection dropped: the tool is told SIGHUP, which nsys's own process group never gets."""
     program = copy_program(tmp_path)
