@@ -221,6 +221,22 @@ def test_a_rank_shorter_than_the_process_watch_still_arms_the_stuck_nsys_limit(r
     assert time.monotonic() - started < 60
 
 
+def test_a_launcher_that_becomes_its_rank_s_nsys_still_arms_the_stuck_nsys_limit(ready, tmp_path, monkeypatch):  # noqa: F811
+    """CI's second hang: a launcher that execs its one rank (`sh -c 'RANK=0 exec "$@"'`, the slow launcher below)
+    is itself that rank's nsys, which the watch took for no rank: a stuck nsys was waited for without limit."""
+    from nvtx_trace.capture.profile import profile
+    from nvtx_trace.capture.torchrun import rank_stem
+
+    monkeypatch.setenv("NVTX_TRACE_NSYS_STALL_S", "8")
+    monkeypatch.setenv("STOP_AGENT_OF_RANK", "0")
+    started = time.monotonic()
+    prof = profile(ready, [sys.executable, str(ROOT / "programs" / "stops_its_nsys_agent.py")], rank_stem(tmp_path),
+                   trace=["osrt"], capture_output=True, ranks=1, launcher=["sh", "-c", 'RANK=0 exec "$@"', "sh"])
+    assert prof.stuck and not prof.reports, prof.log[-2000:]
+    assert prof.problem.startswith("nsys made no progress for"), prof.problem
+    assert time.monotonic() - started < 60
+
+
 SLOW_LAUNCHER = "import os, sys, time; time.sleep(20); os.environ['RANK'] = '0'; os.execv(sys.argv[1], sys.argv[1:])"
 
 

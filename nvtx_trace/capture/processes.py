@@ -114,7 +114,9 @@ class Watch:
                 if named and named[1][0] != "Z":
                     with self._lock:
                         self.seen.setdefault(pid, (int(named[1][19]), int(named[1][2])))
-                        if pid != self.root and named[0].startswith("nsys"):  # (a fork becomes nsys at its exec)
+                        # a fork becomes nsys at its exec; so does a launcher that execs its one rank (`sh -c
+                        # 'RANK=0 exec "$@"'`): the root itself is then that rank's nsys
+                        if named[0].startswith("nsys"):
                             self.profilers.add(pid)
             except (IndexError, ValueError):
                 continue
