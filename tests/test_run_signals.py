@@ -258,6 +258,86 @@ def test_a_signal_before_nsys_leaves_an_existing_out_folder_as_it_was(ready, too
     assert_clean(tool)
 
 
+@pytest.mark.parametrize("where", ["writing our pid", "linking the lock", "removing the private file"])
+def test_a_signal_anywhere_in_taking_the_lock_leaves_no_lock(tmp_path, monkeypatch, where):
+    """The whole suite once caught a SIGTERM between creating the lock and handing it over: the lock stayed in
+    the user's folder. Here a real SIGTERM comes at each step of taking it, with another thread alive (as in a
+    run: the process watch), so that the signal may be received by that thread: the handler still raises in
+    the main thread, and ``release`` removes the lock."""
+    from nvtx_trace.capture.interrupts import Interrupted
+    from nvtx_trace.report import outputs
+    from nvtx_trace.report.outputs import FolderClaim
+
+    def signalled(real):
+        def call(*args, **kwargs):
+            done = real(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # a signal received by the other thread is run here, in the main one
+            return done
+        return call
+
+    def interrupted(signum, _frame):
+        raise Interrupted(signum)
+
+    other = threading.Event()
+    threading.Thread(target=other.wait, daemon=True).start()
+    before = signal.signal(signal.SIGTERM, interrupted)
+    claim = FolderClaim(tmp_path)
+    try:
+        if where == "writing our pid":
+            monkeypatch.setattr(Path, "write_text", signalled(Path.write_text))
+        elif where == "linking the lock":
+            monkeypatch.setattr(os, "link", signalled(os.link))
+        else:
+            monkeypatch.setattr(outputs.os, "link", signalled(os.link))
+            monkeypatch.setattr(Path, "unlink", signalled(Path.unlink))
+        with pytest.raises(Interrupted):
+            claim.take()
+    finally:
+        monkeypatch.undo()
+        signal.signal(signal.SIGTERM, before)
+        other.set()
+        claim.release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lock_is_taken_where_hard_links_are_refused_and_a_live_run_s_lock_is_respected(tmp_path, monkeypatch):
+    """Some mounts refuse hard links (EPERM): the lock is then made in place. A lock naming a live process
+    refuses the folder; one naming a process that is gone is taken over; releasing never removes another's."""
+    import errno
+
+    from nvtx_trace.errors import UsageError
+    from nvtx_trace.report.outputs import FolderClaim
+
+    def refused(*_args, **_kwargs):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", refused)
+    claim = FolderClaim(tmp_path)
+    claim.take()
+    assert (tmp_path / LOCK_NAME).read_text() == str(os.getpid()) and claim.held
+    claim.release()
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / LOCK_NAME).write_text(str(sleeper.pid))
+        other = FolderClaim(tmp_path)
+        with pytest.raises(UsageError, match=f"another nvtx-trace run \\(pid {sleeper.pid}\\)"):
+            other.take()
+        other.release()
+        assert (tmp_path / LOCK_NAME).read_text() == str(sleeper.pid)  # not ours: left as it was
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    claim = FolderClaim(tmp_path)
+    claim.take()  # its run is gone: taken over
+    assert (tmp_path / LOCK_NAME).read_text() == str(os.getpid())
+    claim.release()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_sighup_during_the_capture_stops_the_program_and_keeps_the_analyzed_report(ready, tools, tmp_path):
     """An ssh connection dropped: the tool is told SIGHUP, which nsys's own process group never gets."""
     program = copy_program(tmp_path)

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 from nvtx_trace.errors import OutputError, UsageError
@@ -226,70 +224,76 @@ def _remove(path) -> None:
 
 
 LOCK_NAME = ".nvtx-trace-run.lock"
+NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK}
 
 
 class FolderClaim:
     """One run's hold on its folder: a second run into it while the first is alive is refused (one line), not
-    interleaved; a lock left by a run that died is taken over. Made before ``take`` so that whoever holds it
-    can ``release`` whatever happened: a signal (raised as an exception) between creating the lock and
-    returning it must not leave the lock behind."""
+    interleaved; a lock left by a run that died is taken over.
+
+    Why the lock holds our pid from its birth (written to a private file, then linked into place): a signal
+    (raised as an exception in the main thread, whichever thread received it) may land anywhere in ``take``;
+    ``release`` removes whatever of ours is there, so no lock is ever left in the user's folder."""
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self.lock = self.folder / LOCK_NAME
+        self._mine = self.folder / f"{LOCK_NAME}.{os.getpid()}"
         self.held = False
 
     def take(self) -> None:
         for _attempt in range(2):
-            with _signals_held():  # the lock is made and marked held with no signal handled in between
-                try:
-                    fd = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                except FileExistsError:
-                    fd = None
-                else:
-                    self.held = True
-                    with os.fdopen(fd, "w") as fh:
-                        fh.write(str(os.getpid()))
-            if self.held:
-                return
             try:
-                pid = int(self.lock.read_text().strip() or "0")
-            except (OSError, ValueError):
-                pid = 0
-            if pid > 0 and _alive(pid):
+                self._mine.write_text(str(os.getpid()))
+                os.link(self._mine, self.lock)
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                if exc.errno not in NO_HARD_LINKS:
+                    raise
+                if self._create_in_place():
+                    return
+            else:
+                self.held = True
+                return
+            finally:
+                self._mine.unlink(missing_ok=True)
+            pid = _pid_in(self.lock)
+            if pid > 0 and pid != os.getpid() and _alive(pid):
                 raise UsageError(f"{self.folder} is being written by another nvtx-trace run (pid {pid}); "
                                  "choose another --out") from None
             self.lock.unlink(missing_ok=True)  # stale: its run is gone
         raise UsageError(f"{self.folder} is being claimed by another nvtx-trace run; choose another --out")
 
+    def _create_in_place(self) -> bool:
+        """Where the file system has no hard links: the lock is made, then given our pid."""
+        try:
+            fd = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        self.held = True
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        return True
+
     def release(self) -> None:
-        if self.held:
+        """Also after a ``take`` cut short: the lock goes if it is ours (it names our pid), never another's."""
+        self._mine.unlink(missing_ok=True)
+        if self.held or _pid_in(self.lock) == os.getpid():
             self.lock.unlink(missing_ok=True)
-            self.held = False
+        self.held = False
 
 
-@contextmanager
-def _signals_held():
-    """SIGINT, SIGTERM and SIGHUP wait (main thread; elsewhere nothing to hold) until the block is over."""
-    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+def _pid_in(lock: Path) -> int:
     try:
-        before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (AttributeError, ValueError, OSError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        return int(lock.read_text().strip() or "0")
+    except (OSError, ValueError):
+        return 0
 
 
 def check_unclaimed(folder: Path) -> None:
     """Refuse, before anything starts, a folder another live run is writing."""
-    lock = Path(folder) / LOCK_NAME
-    try:
-        pid = int(lock.read_text().strip() or "0")
-    except (OSError, ValueError):
-        return
+    pid = _pid_in(Path(folder) / LOCK_NAME)
     if pid > 0 and pid != os.getpid() and _alive(pid):
         raise UsageError(f"{folder} is being written by another nvtx-trace run (pid {pid}); choose another --out")
 
