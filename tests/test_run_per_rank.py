@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, need
+from conftest import ROOT, again_if_stuck, need
 from test_run import SCRIPTS, WAIT, cli, ready, sql  # noqa: F401 - ready is a fixture
 
 DDP = SCRIPTS / "ddp_gloo_cpu_train.py"
@@ -30,7 +30,8 @@ def torchrun_cli(args, cwd, nproc=2, steps=STEPS):
 def per_rank(ready, tmp_path_factory):  # noqa: F811
     need("torchrun", shutil.which("torchrun") is not None)
     work = tmp_path_factory.mktemp("per_rank")
-    proc = torchrun_cli(["--out", "out", "--trace", "nvtx", "--full", "--per-rank"], work)
+    proc = again_if_stuck(lambda: torchrun_cli(["--out", "out", "--trace", "nvtx", "--full", "--per-rank"], work),
+                          clear=work / "out")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, work / "out", json.loads((work / "out" / "summary.json").read_text())
 
@@ -94,8 +95,8 @@ def test_one_hosts_ranks_are_aligned_on_its_clock_and_the_alignment_holds(per_ra
     # end now and then (seen under the whole suite: 8 of 13 steps 1-34 ms apart, the other 5 within 0.2 ms), so
     # the test is that a quarter of the steps still meet, which a clock error of 2 ms or more would prevent
     assert np.percentile(np.abs(ends0 - ends1), 25) < 2e6  # 2 ms (seen: 0.004-0.3 ms)
-    if abs(offset) > 4e6:  # the sessions started 5-20 ms apart here: unaligned, the same ends would not meet
-        assert abs(np.median(ends0 - (ends1 - offset))) > 2e6
+    if abs(offset) > 4e6:  # the sessions started 5-20 ms apart here: unaligned, fewer of the same ends meet
+        assert (np.abs(ends0 - ends1) < 2e6).sum() > (np.abs(ends0 - (ends1 - offset)) < 2e6).sum()
 
 
 def test_per_rank_is_refused_for_anything_but_a_torchrun_with_something_to_run(ready, tmp_path):  # noqa: F811

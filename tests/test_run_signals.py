@@ -382,9 +382,13 @@ def test_three_interrupts_abandon_the_report_and_end_the_program_and_its_workers
     program = copy_program(tmp_path)
     tool = start(tools, tmp_path, "run", "--out", "out", *QUICK, program, "--steps", "2000", "--workers", "2")
     tool.wait_for(r"^step 20$")
-    for _ in range(3):
-        tool.send(signal.SIGINT, group=True)  # a terminal: the tool's group (nsys and the program have their own)
-        time.sleep(0.05)
+    # a terminal: the tool's group (nsys and the program have their own). Each is sent once the one before was
+    # taken: two signals pending at once are handled once (Python), which is no third interrupt
+    tool.send(signal.SIGINT, group=True)
+    tool.wait_for(r"nvtx-trace: stopping the program")
+    tool.send(signal.SIGINT, group=True)
+    tool.wait_for(r"interrupt again to abandon")
+    tool.send(signal.SIGINT, group=True)
     assert tool.finish() == 130, tool.stderr[-3000:]
     assert "abandon" in interrupted_line(tool)
     assert_clean(tool, tmp_path / "out")

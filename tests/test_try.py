@@ -84,7 +84,9 @@ def test_taking_the_workers_away_is_measured_slower(tmp_path):
     base, variant = d["variants"]
     assert base["label"] == "baseline" and variant["knobs"] == {"num_workers": 0}
     assert len(base["rounds_ms"]) == len(variant["rounds_ms"]) == 2 and None not in variant["rounds_ms"]
-    assert variant["measured_step_ms"] >= 8.0 > base["measured_step_ms"]  # 8 samples x 1 ms, now in the main process
+    # 8 samples x 1 ms, now in the main process; the baseline's step, with workers, is not (its floor depends on
+    # the machine's load), so it is only compared
+    assert variant["measured_step_ms"] >= 8.0 and variant["measured_step_ms"] > base["measured_step_ms"]
     assert variant["speedup"] == pytest.approx(base["measured_step_ms"] / variant["measured_step_ms"])
     assert variant["changed"] == ["num_workers=0: DataLoader created at cpu_train.py:68"]
     # the same samples in the same order with or without workers (sample i depends only on i): the same losses,
@@ -190,12 +192,13 @@ def test_uneven_steps_compare_both_sides_by_their_mean():
 @pytest.mark.nsys
 @pytest.mark.slow
 def test_more_workers_remove_the_stall_in_try_diff_and_history_and_the_script_is_untouched(tmp_path):
-    """Under the real nsys: a loop whose one worker waits 32 ms for each batch (I/O: no core needed) and whose
-    step computes 10 ms. `try num_workers=4` must time it at least 1.5x faster; `run --try` the same knob must
-    show the stall gone or down to at most 0.4x in `diff`; `history` holds the run, both try variants and the
-    tried run; the script's bytes never change. The bounds come from the program (4 workers deliver a batch
-    every 8 ms, faster than a step computes), not from the tool's own figures. (At 20 ms a batch the 2-core
-    machine measured 1.42-1.48x in this session: receiving batches costs the loop ~3 ms a step.)"""
+    """Under the real nsys: a loop whose one worker waits 64 ms for each batch (I/O: no core needed) and whose
+    step computes 20 ms. `try num_workers=4` must time it at least 1.5x faster; `run --try` the same knob must
+    show the stall gone or down to at most 0.4x per step in `diff`; `history` holds the run, both try variants
+    and the tried run; the script's bytes never change. The bounds come from the program (4 workers deliver a
+    batch every 16 ms, well within a step), not from the tool's own figures. (With 32 ms a batch and 10-ms
+    steps, margins were thin: a clean-clone CI run on the loaded 2-core machine missed the 0.4x; now an idle
+    run measured 2.64x and 0.10x.)"""
     import hashlib
 
     from conftest import installed_nsys
@@ -203,12 +206,12 @@ def test_more_workers_remove_the_stall_in_try_diff_and_history_and_the_script_is
     installed_nsys()
     script = ROOT / "programs" / "slow_loader_train.py"
     digest = hashlib.sha256(script.read_bytes()).hexdigest()
-    args = [str(script), "--sleep-fetch", "--workers", "1", "--work-ms", "8", "--step-ms", "10", "--steps", "1500"]
+    args = [str(script), "--sleep-fetch", "--workers", "1", "--work-ms", "16", "--step-ms", "20", "--steps", "1500"]
     db = tmp_path / "h.db"
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
-    def nvtx_trace(*words, timeout=600):
+    def nvtx_trace(*words, timeout=240):
         proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", *words], cwd=tmp_path, capture_output=True,
                               text=True, timeout=timeout, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -237,7 +240,7 @@ def test_more_workers_remove_the_stall_in_try_diff_and_history_and_the_script_is
               for r in ("before", "after")]
     gone = stall["status"] == "resolved" or (
         stall["after_impact_ns"] / steady[1] <= 0.4 * stall["before_impact_ns"] / steady[0])
-    assert gone and profiled["speedup"] >= 1.5, stall
+    assert gone and profiled["speedup"] >= 1.5, (stall, steady, profiled["speedup"], more["speedup"])
     runs = json.loads(nvtx_trace("history", "--json", "--history", str(db)).stdout)["runs"]
     assert [(r["kind"], r["tried"]) for r in runs] == [("run", "num_workers=4"), ("try", "num_workers=4"),
                                                         ("try", "baseline"), ("run", None)]
