@@ -21,13 +21,17 @@ os.environ.setdefault("NVTX_TRACE_NSYS_STALL_S", "60")
 
 
 def again_if_stuck(make, clear: Path | None = None):
-    """``make()`` (a capture: a ProfileResult or a finished ``nvtx-trace run``), made once more if nsys 2022.4
-    hung after the program (nvtx_trace/capture/stuck.py: the tool ended it and said so), after removing
-    ``clear`` (the run's folder). A capture that many tests share is not lost to that hang; any other fault
-    still fails at once."""
+    """``make()`` (a capture: a ProfileResult or a finished ``nvtx-trace run``), made once more after one of nsys
+    2022.4's own faults, which the tool names as nsys's: a hang after the program (nvtx_trace/capture/stuck.py:
+    the tool ended it) or a start-up that fails before the program runs ("Local Endpoint is not available",
+    seen on this VM under load). ``clear`` (the run's folder) is removed first. A capture that several tests
+    share is not lost to those; any other fault still fails at once."""
     result = make()
-    stuck = getattr(result, "stuck", False) or "made no progress for" in (getattr(result, "stderr", "") or "")
-    if not stuck:
+    said = (getattr(result, "stderr", "") or "") + (getattr(result, "log", "") or "")
+    nsys_fault = (getattr(result, "stuck", False) or "made no progress for" in said
+                  or "nsys failed before it started the program" in said
+                  or (getattr(result, "rep", True) is None and "Local Endpoint is not available" in said))
+    if not nsys_fault:
         return result
     if clear is not None:
         shutil.rmtree(clear, ignore_errors=True)
