@@ -76,10 +76,11 @@ def test_more_batches_were_taken_in_the_window_than_the_workers_finished(merged)
 
 def test_no_other_fix_promises_a_shorter_step_than_the_loader_allows(merged):
     others = merged.findings[1:]
-    # (and the fp32 GEMMs of its GPUs, busy 10 %: precision and alignment findings that promise nothing, and say why)
-    assert {f.kind for f in others} == {"cpu_overhead", "straggler", "precision", "alignment"}
+    # (and the fp32 GEMMs of its GPUs, busy 10 %: a precision finding that promises nothing, and says why; their
+    # CUDA-core align1 kernels are no misalignment: programs/ddp_train.py runs them with every dimension padded)
+    assert {f.kind for f in others} == {"cpu_overhead", "straggler", "precision"}
     for f in others:
-        if f.kind in ("precision", "alignment"):
+        if f.kind == "precision":
             assert f.predicted is None and "No prediction:" in f.fix
             continue
         assert f.predicted["bound_by"] == "loader" and f.predicted["saving_ns"] == 0

@@ -205,10 +205,13 @@ def test_a_rank_whose_nsys_never_finishes_is_named_and_the_other_ranks_reports_a
     assert "an nsys of a rank made no progress" in prof.problem, prof.problem
 
 
-def test_a_rank_shorter_than_the_process_watch_still_arms_the_stuck_nsys_limit(ready, tmp_path, monkeypatch):  # noqa: F811
-    """CI's hang: the rank's program lives 0.5 s, less than the watch's period, and its nsys never finishes.
-    The limit counts from the rank's nsys, which the watch does see; with every rank stuck, the line is the
-    stuck one, not "the launcher exited with status -9"."""
+@pytest.mark.parametrize("launch", ['RANK=0 "$@"; wait', 'RANK=0 exec "$@"'], ids=["child", "exec"])
+def test_a_rank_shorter_than_the_process_watch_still_arms_the_stuck_nsys_limit(ready, tmp_path, monkeypatch,  # noqa: F811
+                                                                              launch):
+    """CI's hangs: the rank's program lives 0.5 s, less than the watch's period, and its nsys never finishes.
+    The limit counts from the rank's nsys, which the watch does see, also when the launcher execs its one rank
+    and so is itself that nsys (once taken for no rank: a stuck nsys was waited for without limit); with every
+    rank stuck, the line is the stuck one, not "the launcher exited with status -9"."""
     from nvtx_trace.capture.profile import profile
     from nvtx_trace.capture.torchrun import rank_stem
 
@@ -216,23 +219,7 @@ def test_a_rank_shorter_than_the_process_watch_still_arms_the_stuck_nsys_limit(r
     monkeypatch.setenv("STOP_AGENT_OF_RANK", "0")
     started = time.monotonic()
     prof = profile(ready, [sys.executable, str(ROOT / "programs" / "stops_its_nsys_agent.py")], rank_stem(tmp_path),
-                   trace=["osrt"], capture_output=True, ranks=1, launcher=["sh", "-c", 'RANK=0 "$@"; wait', "sh"])
-    assert prof.stuck and not prof.reports, prof.log[-2000:]
-    assert prof.problem.startswith("nsys made no progress for"), prof.problem
-    assert time.monotonic() - started < 60
-
-
-def test_a_launcher_that_becomes_its_rank_s_nsys_still_arms_the_stuck_nsys_limit(ready, tmp_path, monkeypatch):  # noqa: F811
-    """CI's second hang: a launcher that execs its one rank (`sh -c 'RANK=0 exec "$@"'`, the slow launcher below)
-    is itself that rank's nsys, which the watch took for no rank: a stuck nsys was waited for without limit."""
-    from nvtx_trace.capture.profile import profile
-    from nvtx_trace.capture.torchrun import rank_stem
-
-    monkeypatch.setenv("NVTX_TRACE_NSYS_STALL_S", "8")
-    monkeypatch.setenv("STOP_AGENT_OF_RANK", "0")
-    started = time.monotonic()
-    prof = profile(ready, [sys.executable, str(ROOT / "programs" / "stops_its_nsys_agent.py")], rank_stem(tmp_path),
-                   trace=["osrt"], capture_output=True, ranks=1, launcher=["sh", "-c", 'RANK=0 exec "$@"', "sh"])
+                   trace=["osrt"], capture_output=True, ranks=1, launcher=["sh", "-c", launch, "sh"])
     assert prof.stuck and not prof.reports, prof.log[-2000:]
     assert prof.problem.startswith("nsys made no progress for"), prof.problem
     assert time.monotonic() - started < 60
