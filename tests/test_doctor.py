@@ -91,9 +91,11 @@ def _cmdline(pid: int) -> bytes:
 
 
 @pytest.mark.parametrize("during", [b"probe.py", b"export"], ids=["capture", "export"])
-def test_a_signal_during_the_probe_ends_doctor_with_one_line(nsys_path, during):
+def test_a_signal_during_the_probe_ends_doctor_with_one_line(nsys_path, during, tmp_path):
     """Told to stop while its probe's nsys captures or exports, doctor stops too: 128 + the signal and one
-    line, not a report of checks nor a line about a stage it never reached."""
+    line, not a report of checks nor a line about a stage it never reached. The probe's export takes some
+    10 ms here (a clean-clone CI run missed it): it is reached through a stand-in nsys that waits before
+    exporting, as a big report's export takes long."""
     import os
     import signal
     import time
@@ -101,8 +103,11 @@ def test_a_signal_during_the_probe_ends_doctor_with_one_line(nsys_path, during):
     from nvtx_trace.capture import processes
 
     need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
-    proc = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "doctor", "--probe"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wrapper = tmp_path / "nsys"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = export ]; then sleep 30; fi\nexec {nsys_path} "$@"\n')
+    wrapper.chmod(0o755)
+    proc = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "doctor", "--probe", "--nsys", str(wrapper)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while proc.poll() is None and time.monotonic() < deadline and not any(
@@ -116,6 +121,10 @@ def test_a_signal_during_the_probe_ends_doctor_with_one_line(nsys_path, during):
             os.killpg(proc.pid, signal.SIGKILL)
     lines = [line for line in err.splitlines() if line.strip()]
     assert proc.returncode == 143 and lines == ["nvtx-trace: interrupted (SIGTERM)"], (proc.returncode, err, out)
+    left = [p for p, _, _ in processes.live_processes() if str(tmp_path).encode() in _cmdline(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "the probe's nsys outlived doctor"
 
 
 def test_probe_runs_a_real_capture_and_reads_the_range_back(nsys_path):
