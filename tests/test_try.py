@@ -240,7 +240,8 @@ def test_more_workers_remove_the_stall_in_try_diff_and_history_and_the_script_is
               for r in ("before", "after")]
     gone = stall["status"] == "resolved" or (
         stall["after_impact_ns"] / steady[1] <= 0.4 * stall["before_impact_ns"] / steady[0])
-    assert gone and profiled["speedup"] >= 1.5, (stall, steady, profiled["speedup"], more["speedup"])
+    assert gone, (stall, steady)
+    assert profiled["speedup"] >= 1.5, (profiled["speedup"], more["speedup"])
     runs = json.loads(nvtx_trace("history", "--json", "--history", str(db)).stdout)["runs"]
     assert [(r["kind"], r["tried"]) for r in runs] == [("run", "num_workers=4"), ("try", "num_workers=4"),
                                                         ("try", "baseline"), ("run", None)]
