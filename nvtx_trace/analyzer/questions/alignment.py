@@ -28,11 +28,10 @@ TENSOR_CORE = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8")  # where that 
 
 
 def misaligned_kernels(k):
-    """(the tensor-core align1 GEMM kernels by name, their time, the same time: the ones predicted) in the window."""
+    """(the tensor-core align1 GEMM kernels by name, their time) in the window."""
     names = k.by_name
     bad = names[names["category"].isin(TENSOR_CORE) & names["name"].str.contains(MISALIGNED)]
-    misaligned = int(bad["time_ns"].sum())
-    return bad, misaligned, misaligned
+    return bad, int(bad["time_ns"].sum())
 
 
 def saved_per_step(k, tensor_core_ns: int) -> float:
@@ -44,15 +43,15 @@ def _findings(a, basis) -> list[Finding]:
     k = a.kernels
     if k is None or not k.compute_ns:
         return []
-    bad, misaligned, measured = misaligned_kernels(k)
+    bad, misaligned = misaligned_kernels(k)
     if misaligned < THRESHOLDS["misaligned_share"] * k.compute_ns or misaligned < THRESHOLDS["min_impact_ns"]:
         return []
     fix = ("Pad the dimension that is not a multiple of 8, usually the vocabulary: vocab_size=50304 instead of 50257 "
            "(Hugging Face: model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)); padded rows are "
            "never predicted if the labels never use them")
     predicted = None
-    if k.steps and measured:
-        saved = saved_per_step(k, measured)
+    if k.steps:
+        saved = saved_per_step(k, misaligned)
         what = (f"{ms(saved)} of misaligned tensor-core GEMM time per step goes (aligned kernels {ALIGNED_RATIO:.0f}x "
                 "faster on the same shapes, measured on an H100)")
         predicted = predict.gpu_work_saved(a, saved, what)
@@ -66,7 +65,7 @@ def _findings(a, basis) -> list[Finding]:
         recommend=None, predicted=predicted,
         threshold=(f">= {pct(THRESHOLDS['misaligned_share'])} of the GPU's compute in the window in tensor-core align1 "
                    "GEMM kernels"),
-        evidence={"facts": facts(a), "misaligned_ns": misaligned, "tensor_core_ns": measured, "compute_ns": k.compute_ns,
+        evidence={"facts": facts(a), "misaligned_ns": misaligned, "tensor_core_ns": misaligned, "compute_ns": k.compute_ns,
                   "aligned_ratio": ALIGNED_RATIO, "kernels": bad.head(10)},
     )]
 

@@ -55,7 +55,7 @@ def _findings(a, basis) -> list[Finding]:
         what = (f"{pct(FUSION_REMOVED)} of the {ms(per_step)} per step of elementwise, normalization, softmax and "
                 "reduction kernels goes (calibrated on a GPT-2-class model on an H100; GEMMs and batch norm "
                 "unchanged)")
-        _, _, misaligned_tc = alignment.misaligned_kernels(k)
+        _, misaligned_tc = alignment.misaligned_kernels(k)
         padded = alignment.saved_per_step(k, misaligned_tc) if misaligned_tc else 0.0
         if padded:  # Inductor pads GEMM shapes that are not multiples of the vector width (HF-style bf16, measured)
             what += (f"; and {ms(padded)} of misaligned (align1) tensor-core GEMM time, as Inductor's pad_mm pass pads "
