@@ -20,7 +20,7 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 os.environ.setdefault("NVTX_TRACE_NSYS_STALL_S", "60")
 
 
-def again_if_stuck(make, clear: Path | None = None):
+def again_after_nsys_fault(make, clear: Path | None = None):
     """``make()`` (a capture: a ProfileResult or a finished ``nvtx-trace run``), made once more after one of nsys
     2022.4's own faults, which the tool names as nsys's: a hang after the program (nvtx_trace/capture/stuck.py:
     the tool ended it) or a start-up that fails before the program runs ("Local Endpoint is not available",

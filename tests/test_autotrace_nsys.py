@@ -14,7 +14,7 @@ import sys
 from collections import Counter, defaultdict
 
 import pytest
-from conftest import ROOT, again_if_stuck, installed_nsys, need
+from conftest import ROOT, again_after_nsys_fault, installed_nsys, need
 
 from nvtx_trace import names
 
@@ -45,7 +45,7 @@ def run(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     env.pop("NVTX_AUTOTRACE", None)
     env["NVTX_AUTOTRACE_BUDGET_PCT"] = "100"  # every depth fits: names of all depths can be checked
-    result = again_if_stuck(lambda: profiling.profile(
+    result = again_after_nsys_fault(lambda: profiling.profile(
         found, [sys.executable, "-m", "nvtx_autotrace", SCRIPT, "--steps", str(STEPS), "--workers", "2",
                 "--sample-ms", "2"],  # ~8 ms steps: at a 100 % budget every depth fits with a wide margin
         out, trace=["nvtx", "osrt"], extra=["-s", "none", "--cpuctxsw", "none", "--trace-fork-before-exec=true"],

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import again_if_stuck
+from conftest import again_after_nsys_fault
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_reports" / "resnet_flawed_user.sqlite"
@@ -172,7 +172,7 @@ def capture_cpu(nsys: str, tmp: Path, code: str, trace: str = "nvtx,osrt") -> Pa
     from nvtx_trace.capture import profile as profiling
 
     tool = locate.find_nsys(nsys)
-    result = again_if_stuck(lambda: profiling.profile(tool, [sys.executable, str(script)], tmp / "cap",
+    result = again_after_nsys_fault(lambda: profiling.profile(tool, [sys.executable, str(script)], tmp / "cap",
                                                       trace=trace.split(","), extra=["--sample=none", "--cpuctxsw=none"]))
     assert result.rep is not None, result
     return export.export_sqlite(tool, result.rep)

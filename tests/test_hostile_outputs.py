@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, again_if_stuck, fill, installed_nsys
+from conftest import ROOT, again_after_nsys_fault, fill, installed_nsys
 
 SAMPLES = ROOT / "sample_reports"
 SMALL = SAMPLES / "cpu_slow_loader.sqlite"
@@ -170,7 +170,7 @@ def capture(tmp_path_factory):
     from nvtx_trace.capture.profile import profile
 
     # through the tool's own capture: a hung nsys is ended (and its agent) instead of spinning for the suite
-    result = again_if_stuck(lambda: profile(nsys, [sys.executable, "prog.py"], work / "cap", trace=["nvtx"],
+    result = again_after_nsys_fault(lambda: profile(nsys, [sys.executable, "prog.py"], work / "cap", trace=["nvtx"],
                                             extra=["--sample=none", "--cpuctxsw=none"], cwd=work,
                                             capture_output=True))
     if result.qdstrm is None or not result.qdstrm.is_file():

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, again_if_stuck, ctrl_c_when, installed_nsys, need
+from conftest import ROOT, again_after_nsys_fault, ctrl_c_when, installed_nsys, need
 
 from nvtx_trace.capture import export, locate, qdstrm
 from nvtx_trace.capture import profile as profiling
@@ -64,7 +64,7 @@ def profiled(real_nsys, tmp_path_factory):
     need("nvtx Python package", importlib.util.find_spec("nvtx") is not None)
     work = tmp_path_factory.mktemp("profile")
     (work / "prog.py").write_text(PROGRAM)
-    return again_if_stuck(lambda: profiling.profile(
+    return again_after_nsys_fault(lambda: profiling.profile(
         real_nsys, [sys.executable, "prog.py"], work / "run",
         trace=locate.pick_traces(real_nsys, ["nvtx"]),
         extra=["--sample=none", "--cpuctxsw=none"], cwd=work, capture_output=True,

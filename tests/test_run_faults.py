@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, again_if_stuck, end_tree, installed_nsys, need
+from conftest import ROOT, again_after_nsys_fault, end_tree, installed_nsys, need
 
 from nvtx_trace import runner
 from nvtx_trace.capture import processes
@@ -182,7 +182,7 @@ def cmdline(pid: int) -> str:
 def test_export_stopped_by_the_file_size_limit_says_so_and_keeps_the_report(ready, tmp_path):
     """`ulimit -f` stands in for a full disk: the export dies of SIGXFSZ half-way."""
     source = tmp_path / "made"
-    proc = again_if_stuck(lambda: subprocess.run(
+    proc = again_after_nsys_fault(lambda: subprocess.run(
         [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(source), "--trace", "nvtx", "--full", str(SLOW),
          "--steps", "20"], cwd=tmp_path, capture_output=True, text=True, timeout=300), clear=source)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, again_if_stuck, installed_nsys, need
+from conftest import ROOT, again_after_nsys_fault, installed_nsys, need
 
 from nvtx_trace.capture import own_output
 from nvtx_trace.capture.nsys_log import LOG_NAME
@@ -55,7 +55,7 @@ def quiet_run(ready, tmp_path_factory):
     started = time.monotonic()
     # --full: the whole run (the default window would run this step-less script a second time, in full;
     # test_default_window.py covers that)
-    proc = again_if_stuck(lambda: cli(["--out", "out", "--trace", "nvtx", "--full", "prog.py"], cwd=work),
+    proc = again_after_nsys_fault(lambda: cli(["--out", "out", "--trace", "nvtx", "--full", "prog.py"], cwd=work),
                           clear=work / "out")
     proc.wall_s = time.monotonic() - started
     return proc, work / "out"

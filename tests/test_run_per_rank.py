@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, again_if_stuck, need
+from conftest import ROOT, again_after_nsys_fault, need
 from test_run import SCRIPTS, WAIT, cli, ready, sql  # noqa: F401 - ready is a fixture
 
 DDP = SCRIPTS / "ddp_gloo_cpu_train.py"
@@ -30,7 +30,7 @@ def torchrun_cli(args, cwd, nproc=2, steps=STEPS):
 def per_rank(ready, tmp_path_factory):  # noqa: F811
     need("torchrun", shutil.which("torchrun") is not None)
     work = tmp_path_factory.mktemp("per_rank")
-    proc = again_if_stuck(lambda: torchrun_cli(["--out", "out", "--trace", "nvtx", "--full", "--per-rank"], work),
+    proc = again_after_nsys_fault(lambda: torchrun_cli(["--out", "out", "--trace", "nvtx", "--full", "--per-rank"], work),
                           clear=work / "out")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, work / "out", json.loads((work / "out" / "summary.json").read_text())
