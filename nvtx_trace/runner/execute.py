@@ -48,6 +48,7 @@ class RunResult:
 def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
     """Profile, then (even when the program failed or was interrupted) import, export, analyze and write."""
     created = _folders_to_make(plan.out_dir)
+    log_was_there = plan.log.exists()  # an earlier run's (--force): not ours to remove
     claim, interrupted = FolderClaim(plan.out_dir), False
     try:
         plan.out_dir.mkdir(parents=True, exist_ok=True)
@@ -68,8 +69,8 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
         raise
     finally:
         claim.release()
-        if interrupted and not _captured(plan):  # nothing was captured: the folders made for it go
-            _remove_if_empty(plan, created)
+        if interrupted and not _captured(plan):  # nothing was captured: what it added to the folder goes
+            _remove_what_was_added(plan, created, log_was_there)
 
 
 def _execute(plan: Plan, progress: Progress | None) -> RunResult:
@@ -251,12 +252,13 @@ def _keep_what_was_captured(plan: Plan, ran: bool) -> str:
     return "nothing was captured"
 
 
-def _remove_if_empty(plan: Plan, created: list[Path]) -> None:
-    """The run's own files when nothing was captured (nsys.log, the lock), then the folders it made, if empty."""
-    if not created:
-        return
-    for path in (plan.path(LOCK_NAME), plan.log):
-        path.unlink(missing_ok=True)
+def _remove_what_was_added(plan: Plan, created: list[Path], log_was_there: bool) -> None:
+    """When nothing was captured: the nsys.log this run began (in a folder of the user's too, where a signal
+    just after nsys started once left one), then the folders it made, if empty."""
+    if not log_was_there:
+        plan.log.unlink(missing_ok=True)
+    if created:
+        plan.path(LOCK_NAME).unlink(missing_ok=True)
     for made in created:
         try:
             made.rmdir()
