@@ -265,12 +265,15 @@ def test_a_signal_before_nsys_leaves_an_existing_out_folder_as_it_was(ready, too
     assert_clean(tool, out)
 
 
-@pytest.mark.parametrize("where", ["writing our pid", "linking the lock", "removing the private file"])
+@pytest.mark.parametrize("where", ["writing our pid", "linking the lock", "removing the private file",
+                                   "creating it in place"])
 def test_a_signal_anywhere_in_taking_the_lock_leaves_no_lock(tmp_path, monkeypatch, where):
     """The whole suite once caught a SIGTERM between creating the lock and handing it over: the lock stayed in
     the user's folder. Here a real SIGTERM comes at each step of taking it, with another thread alive (as in a
     run: the process watch), so that the signal may be received by that thread: the handler still raises in
     the main thread, and ``release`` removes the lock."""
+    import errno
+
     from nvtx_trace.capture.interrupts import Interrupted
     from nvtx_trace.report import outputs
     from nvtx_trace.report.outputs import FolderClaim
@@ -295,9 +298,14 @@ def test_a_signal_anywhere_in_taking_the_lock_leaves_no_lock(tmp_path, monkeypat
             monkeypatch.setattr(Path, "write_text", signalled(Path.write_text))
         elif where == "linking the lock":
             monkeypatch.setattr(os, "link", signalled(os.link))
-        else:
+        elif where == "removing the private file":
             monkeypatch.setattr(outputs.os, "link", signalled(os.link))
             monkeypatch.setattr(Path, "unlink", signalled(Path.unlink))
+        else:  # a mount without hard links: the lock is created empty, then given our pid
+            def refused(*_args, **_kwargs):
+                raise OSError(errno.EPERM, "Operation not permitted")
+            monkeypatch.setattr(outputs.os, "link", refused)
+            monkeypatch.setattr(outputs.os, "open", signalled(os.open))
         with pytest.raises(Interrupted):
             claim.take()
     finally:

@@ -240,6 +240,7 @@ class FolderClaim:
         self.lock = self.folder / LOCK_NAME
         self._mine = self.folder / f"{LOCK_NAME}.{os.getpid()}"
         self.held = False
+        self._in_place = False  # creating the lock in place: until it holds our pid, an empty lock is ours
 
     def take(self) -> None:
         for _attempt in range(2):
@@ -267,9 +268,11 @@ class FolderClaim:
 
     def _create_in_place(self) -> bool:
         """Where the file system has no hard links: the lock is made, then given our pid."""
+        self._in_place = True
         try:
             fd = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
+            self._in_place = False
             return False
         self.held = True
         with os.fdopen(fd, "w") as fh:
@@ -279,9 +282,10 @@ class FolderClaim:
     def release(self) -> None:
         """Also after a ``take`` cut short: the lock goes if it is ours (it names our pid), never another's."""
         self._mine.unlink(missing_ok=True)
-        if self.held or _pid_in(self.lock) == os.getpid():
+        pid = _pid_in(self.lock)
+        if self.held or pid == os.getpid() or (self._in_place and pid == 0 and self.lock.exists()):
             self.lock.unlink(missing_ok=True)
-        self.held = False
+        self.held = self._in_place = False
 
 
 def _pid_in(lock: Path) -> int:
