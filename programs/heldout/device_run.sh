@@ -5,7 +5,7 @@
 #   source .device-carry/env.sh; bash programs/heldout/device_run.sh [doors|fix-rn18|fix-gpt]
 # Writes under $OUT: log.txt, doors.txt, plain.jsonl, <name>.sqlite.xz, <name>.summary.json
 # fix-rn18 / fix-gpt: does a conclusion survive its fix? `nvtx-trace try --advice` (profile, then each top finding's
-# own knobs, plain and alternating) against the same change made by hand; fix-rn18 also re-measures ResNet-101 bf16
+# own knobs, plain and alternating) against the same change made by hand (vit: a ViT-B/16 fp32 trainer, the same); fix-rn18 also re-measures ResNet-101 bf16
 # channels_last (try vs by hand, issue 31's one miss, after the optimizer-state fix). try_<name>.json, plain.jsonl.
 set -u
 O=${OUT:-/tmp/out}
@@ -74,6 +74,14 @@ fix-gpt)
   cp /tmp/try/gpt_accum/profile/summary.json "$O/gpt_accum_profile.summary.json"
   plain gpt_accum_plain $H/nanogpt_accum_train.py --steps 80
   plain gpt_accum_compiled_by_hand $H/nanogpt_accum_train.py --steps 80 --compile ;;
+vit)  # 2026-11-26: a ViT-B/16 fp32 trainer written after the busy-GPU rules; advice (predicted) against by hand
+  python3 $H/vit_train.py --steps 3 --batch 4 --workers 1 >>"$O/log.txt" 2>&1 || echo "smoke test failed" >>"$O/log.txt"
+  for r in 1 2; do
+    for v in "" --tf32 --bf16; do plain "vit_fp32${v/--/_}_r$r" $H/vit_train.py --steps 90 $v; done
+  done
+  advice vit --advice $H/vit_train.py --steps 200
+  mkdir -p /tmp/run && rm -rf /tmp/run/vit_profile && cp -r /tmp/try/vit/profile /tmp/run/vit_profile && doors vit_profile
+  cp /tmp/try/vit/try.json "$O/try_vit_full.json" 2>/dev/null ;;
 compile)  # after try left out the steps in which torch.compile made a graph
   advice gpt_accum_compile compile=1 $H/nanogpt_accum_train.py --steps 400
   plain gpt_accum_plain $H/nanogpt_accum_train.py --steps 80
