@@ -6,6 +6,7 @@ import numpy as np
 
 from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.instrumentation import analyze_instrumentation, depth_text
+from nvtx_trace.analyzer.predict import collective_wait_by_step
 from nvtx_trace.analyzer.question import Context, Question
 
 
@@ -22,8 +23,14 @@ def _run(ctx: Context) -> None:
     if steady:
         ops = ctx.trace.gpu_ops if ctx.trace.has_gpu_activity else None
         n_ops = int(((ops["start_ns"] >= w0) & (ops["start_ns"] < w1)).sum()) if ops is not None else 0
-        a.instrumentation.compare_with_capture(float(np.median(a.steps.steady["duration_ns"])),
-                                               n_ops / steady + a.instrumentation.ranges_per_step)
+        table = a.steps.steady
+        idle = None
+        if "gpu_busy" in a.steps.measured and ops is not None:  # a GPU spinning in a collective waits for a
+            # peer's host, which tracing slows too (communication runs first and measured it)
+            waiting = np.nan_to_num(collective_wait_by_step(a))
+            idle = float(np.mean(table["duration_ns"].to_numpy() - table["gpu_busy_ns"].to_numpy() + waiting))
+        a.instrumentation.compare_with_capture(float(np.median(table["duration_ns"])),
+                                               n_ops / steady + a.instrumentation.ranges_per_step, idle)
 
 
 def _json(a) -> dict:
@@ -47,6 +54,12 @@ def _text(a, view) -> None:
                    f"{ms(median)} inside it; {ms(inst.profiler_cost_ns_per_step)} a step "
                    f"({pct(inst.profiler_cost_ns_per_step / median)}) is nsys's own tracing, left out of "
                    "CPU-bound findings", highlight=False)
+    elif inst.profiler_gpu_idle_ns_per_step is not None and median:
+        view.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
+                   f"{ms(median)} inside it, but the GPU waited for the host only "
+                   f"{ms(inst.profiler_gpu_idle_ns_per_step)} a step in it: nsys's tracing slows the host, so the "
+                   "difference is not its cost (the program's own drift, GPU clocks); nothing is left out for it",
+                   highlight=False)
     elif inst.outside_capture_step_ns and median and median < inst.outside_capture_step_ns:
         view.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
                    f"{ms(median)} inside it, faster under the profiler: its own cost could not be measured",
@@ -54,7 +67,7 @@ def _text(a, view) -> None:
 
 
 QUESTION = Question(
-    name="instrumentation", order=90, run=_run, needs=("window", "steps"),
+    name="instrumentation", order=111, run=_run, needs=("window", "steps", "communication"),
     results={"module_ranges_per_step": 0.0},  # nvtx_autotrace module ranges per steady step (their CPU cost shows)
     json_keys=("instrumentation", "profiler"), json_at=120, to_json=_json,
     text=_text, text_at=70,
