@@ -34,6 +34,7 @@ class Instrumentation:
     profiler_cost_ns_per_step: float | None = None  # captured median - that: the profiler's own
     profiler_gpu_idle_ns_per_step: float | None = None  # set when the difference exceeds it: not the profiler's
     # (the GPU's idle time per captured step, and its waits in collectives for a peer)
+    profiler_traced_per_step: float | None = None  # set when the difference exceeds MAX_TRACE_COST_NS on each
 
     def to_dict(self) -> dict:
         return {"ranges_per_step": self.ranges_per_step, "cost_ns_per_step": self.cost_ns_per_step,
@@ -63,7 +64,10 @@ class Instrumentation:
             return
         self.outside_capture_step_ns = ref
         diff = captured_step_ns - ref  # the ranges ran in the reference steps too
-        if diff < 0 or diff > traced_per_step * MAX_TRACE_COST_NS:  # faster under capture: not measurable
+        if diff < 0:  # faster under capture: not measurable
+            return
+        if diff > traced_per_step * MAX_TRACE_COST_NS:
+            self.profiler_traced_per_step = traced_per_step
             return
         if gpu_idle_per_step_ns is not None and diff > gpu_idle_per_step_ns:
             self.profiler_gpu_idle_ns_per_step = gpu_idle_per_step_ns

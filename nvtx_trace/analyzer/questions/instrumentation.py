@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from nvtx_trace.analyzer.findings import ms, pct
-from nvtx_trace.analyzer.instrumentation import analyze_instrumentation, depth_text
+from nvtx_trace.analyzer.instrumentation import MAX_TRACE_COST_NS, analyze_instrumentation, depth_text
 from nvtx_trace.analyzer.predict import collective_wait_by_step
 from nvtx_trace.analyzer.question import Context, Question
 
@@ -60,6 +60,12 @@ def _text(a, view) -> None:
                    f"{ms(inst.profiler_gpu_idle_ns_per_step)} a step in it: nsys's tracing slows the host, so the "
                    "difference is not its cost (the program's own drift, GPU clocks); nothing is left out for it",
                    highlight=False)
+    elif inst.profiler_traced_per_step is not None and median:
+        view.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
+                   f"{ms(median)} inside it, more than nsys's tracing can add (at most "
+                   f"{ms(MAX_TRACE_COST_NS)} for each of the {inst.profiler_traced_per_step:,.0f} GPU operations "
+                   "and ranges it traced a step): the difference is the program's own, and nothing is left out "
+                   "for it", highlight=False)
     elif inst.outside_capture_step_ns and median and median < inst.outside_capture_step_ns:
         view.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
                    f"{ms(median)} inside it, faster under the profiler: its own cost could not be measured",
