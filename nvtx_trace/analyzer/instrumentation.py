@@ -32,9 +32,9 @@ class Instrumentation:
     module_ranges_per_step: float = 0.0
     outside_capture_step_ns: float | None = None  # median step just before the capture window, same ranges
     profiler_cost_ns_per_step: float | None = None  # captured median - that: the profiler's own
-    profiler_gpu_idle_ns_per_step: float | None = None  # set when the difference exceeds it: not the profiler's
-    # (the GPU's idle time per captured step, and its waits in collectives for a peer)
-    profiler_traced_per_step: float | None = None  # set when the difference exceeds MAX_TRACE_COST_NS on each
+    # why a difference was not claimed (one of the two, set to the bound it broke):
+    profiler_gpu_idle_ns_per_step: float | None = None  # the GPU's idle (and collective-wait) time per step
+    profiler_traced_per_step: float | None = None  # the traced events per step, at MAX_TRACE_COST_NS each
 
     def to_dict(self) -> dict:
         return {"ranges_per_step": self.ranges_per_step, "cost_ns_per_step": self.cost_ns_per_step,

@@ -24,7 +24,7 @@ from nvtx_trace.capture.nsys_log import NsysLog
 from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
 from nvtx_trace.errors import BadReportError, MissingDependencyError, NsysFailedError, NvtxTraceError, UsageError
-from nvtx_trace.report.outputs import LOCK_NAME, FolderClaim, write_atomically
+from nvtx_trace.report.outputs import FolderClaim, write_atomically
 from nvtx_trace.runner import default_window
 from nvtx_trace.runner.plan import REPORT_OUTPUTS, Plan, RunOptions, rank_outputs
 
@@ -254,11 +254,10 @@ def _keep_what_was_captured(plan: Plan, ran: bool) -> str:
 
 def _remove_what_was_added(plan: Plan, created: list[Path], log_was_there: bool) -> None:
     """When nothing was captured: the nsys.log this run began (in a folder of the user's too, where a signal
-    just after nsys started once left one), then the folders it made, if empty."""
+    just after nsys started once left one), then the folders it made, if empty (its lock went with
+    ``FolderClaim.release``; another run's stays, and so does the folder)."""
     if not log_was_there:
         plan.log.unlink(missing_ok=True)
-    if created:
-        plan.path(LOCK_NAME).unlink(missing_ok=True)
     for made in created:
         try:
             made.rmdir()

@@ -49,27 +49,23 @@ def _text(a, view) -> None:
     depth = depth_text(inst.settings)
     view.print(f"Instrumentation: {inst.ranges_per_step:.0f} nvtx_autotrace ranges per step, {cost}{share}"
                + (f"; {depth}" if depth else ""), highlight=False)
-    if inst.profiler_cost_ns_per_step is not None and median:
-        view.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
-                   f"{ms(median)} inside it; {ms(inst.profiler_cost_ns_per_step)} a step "
+    if not (inst.outside_capture_step_ns and median):
+        return
+    took = f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and {ms(median)} inside it"
+    if inst.profiler_cost_ns_per_step is not None:
+        view.print(f"{took}; {ms(inst.profiler_cost_ns_per_step)} a step "
                    f"({pct(inst.profiler_cost_ns_per_step / median)}) is nsys's own tracing, left out of "
                    "CPU-bound findings", highlight=False)
-    elif inst.profiler_gpu_idle_ns_per_step is not None and median:
-        view.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
-                   f"{ms(median)} inside it, but the GPU waited for the host only "
-                   f"{ms(inst.profiler_gpu_idle_ns_per_step)} a step in it: nsys's tracing slows the host, so the "
-                   "difference is not its cost (the program's own drift, GPU clocks); nothing is left out for it",
-                   highlight=False)
-    elif inst.profiler_traced_per_step is not None and median:
-        view.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
-                   f"{ms(median)} inside it, more than nsys's tracing can add (at most "
-                   f"{ms(MAX_TRACE_COST_NS)} for each of the {inst.profiler_traced_per_step:,.0f} GPU operations "
-                   "and ranges it traced a step): the difference is the program's own, and nothing is left out "
-                   "for it", highlight=False)
-    elif inst.outside_capture_step_ns and median and median < inst.outside_capture_step_ns:
-        view.print(f"Profiler: steps took {ms(inst.outside_capture_step_ns)} just before the capture and "
-                   f"{ms(median)} inside it, faster under the profiler: its own cost could not be measured",
-                   highlight=False)
+    elif inst.profiler_gpu_idle_ns_per_step is not None:
+        view.print(f"{took}, but the GPU waited for the host only {ms(inst.profiler_gpu_idle_ns_per_step)} a step "
+                   "in it: nsys's tracing slows the host, so the difference is not its cost (the program's own "
+                   "drift, GPU clocks); nothing is left out for it", highlight=False)
+    elif inst.profiler_traced_per_step is not None:
+        view.print(f"{took}, more than nsys's tracing can add (at most {ms(MAX_TRACE_COST_NS)} for each of the "
+                   f"{inst.profiler_traced_per_step:,.0f} GPU operations and ranges it traced a step): the "
+                   "difference is the program's own, and nothing is left out for it", highlight=False)
+    elif median < inst.outside_capture_step_ns:
+        view.print(f"{took}, faster under the profiler: its own cost could not be measured", highlight=False)
 
 
 QUESTION = Question(
