@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from nvtx_autotrace import _backend, _registry, steps
 from nvtx_trace import names
@@ -130,9 +131,12 @@ def install(options_for_workers: dict) -> None:
             if where is None:  # the main process (num_workers=0): the batch wait covers it
                 return original(self, possibly_batched_index)
             _backend.push(names.worker_fetch(*where))
+            cpu = time.thread_time_ns()
             try:
                 return original(self, possibly_batched_index)
             finally:
+                _backend.push(names.worker_cpu(time.thread_time_ns() - cpu))  # a worker that waits needs no core
+                _backend.pop()
                 _backend.pop()
 
         return fetch

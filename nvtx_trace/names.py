@@ -12,6 +12,7 @@ prefix, so the analyzer can tell it from a user's own ranges by name alone.
 | training step                  | ``step 12``                                    | training thread             |
 | wait for the next batch        | ``dataloader.next [train.py:41]``              | training thread             |
 | batch fetch inside a worker    | ``dataloader.fetch [train.py:41] worker 1``    | the DataLoader worker       |
+| that fetch's CPU time          | ``dataloader.cpu 4100 us`` (inside the fetch)  | the DataLoader worker       |
 | module forward                 | ``forward layer1.0.conv1 (Conv2d)``            | training thread             |
 | root module forward            | ``forward (ResNet)``                           | training thread             |
 | whole backward pass            | ``backward``                                   | training thread             |
@@ -35,6 +36,7 @@ import re
 STEP_PREFIX = "step "
 LOADER_WAIT_PREFIX = "dataloader.next "
 WORKER_FETCH_PREFIX = "dataloader.fetch "
+WORKER_CPU_PREFIX = "dataloader.cpu "  # at a fetch's end, inside it: the CPU time the fetch took (waits are free)
 FORWARD_PREFIX = "forward "
 BACKWARD = "backward"
 BACKWARD_PREFIX = "backward "
@@ -153,6 +155,12 @@ def worker_fetch(loader: str, worker_id: int) -> str:
     return f"dataloader.fetch [{loader}] worker {worker_id}"
 
 
+def worker_cpu(cpu_ns: int) -> str:
+    """Two significant digits: enough to size workers, and few distinct names for the report to store."""
+    us = max(0, cpu_ns) // 1000
+    return f"{WORKER_CPU_PREFIX}{int(float(f'{us:.2g}'))} us"
+
+
 def _module(prefix: str, path: str, cls: str) -> str:
     return f"{prefix}{path} ({cls})" if path else f"{prefix}({cls})"
 
@@ -214,6 +222,7 @@ STEP_RE = re.compile(r"^(?:step|iteration|iter|train_step|batch)[ _#:]*(\d+)$", 
 
 LOADER_WAIT_RE = re.compile(r"^dataloader\.next \[(?P<loader>.*)\]$")
 WORKER_FETCH_RE = re.compile(r"^dataloader\.fetch \[(?P<loader>.*)\] worker (?P<worker>\d+)$")
+WORKER_CPU_RE = re.compile(r"^dataloader\.cpu (?P<us>\d+) us$")
 MODULE_RE = re.compile(r"^(?P<phase>forward|backward) (?:(?P<path>\S+) )?\((?P<cls>[^()]+)\)$")
 H2D_COPY_RE = re.compile(r"^copy\.h2d (?P<bytes>\d+) B (?P<kind>pinned|pageable) non_blocking=(?P<nb>[01])$")
 SYNC_RE = re.compile(r"^sync (?P<what>\S+)$")
@@ -228,7 +237,7 @@ def is_auto_range(name: str) -> bool:
     return bool(
         STEP_RE.match(name) and name.startswith(STEP_PREFIX)
         or name == BACKWARD
-        or name.startswith((LOADER_WAIT_PREFIX, WORKER_FETCH_PREFIX, FORWARD_PREFIX, BACKWARD_PREFIX,
+        or name.startswith((LOADER_WAIT_PREFIX, WORKER_FETCH_PREFIX, WORKER_CPU_PREFIX, FORWARD_PREFIX, BACKWARD_PREFIX,
                             OPTIMIZER_STEP_PREFIX, ZERO_GRAD_PREFIX, H2D_COPY_PREFIX, PIN_MEMORY_PREFIX,
                             SYNC_PREFIX, INSTRUMENTATION_PREFIX, CALIBRATION, SETTINGS_PREFIX, WINDOW_PREFIX))
     )

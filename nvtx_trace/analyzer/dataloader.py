@@ -59,6 +59,7 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
         "start_ns": fetch_rows["start_ns"].to_numpy(), "end_ns": fetch_rows["end_ns"].to_numpy(),
     })
     fetches["duration_ns"] = fetches["end_ns"] - fetches["start_ns"]
+    fetches["cpu_ns"] = _cpu_of_fetches(ranges, fetches, fetch_rows["gtid"].to_numpy())
     workers = (fetches.groupby(["loader", "worker", "pid"], as_index=False)
                .agg(fetches=("duration_ns", "size"), fetch_ns_total=("duration_ns", "sum"),
                     fetch_ns_median=("duration_ns", "median"), first=("start_ns", "min"), last=("end_ns", "max")))
@@ -76,6 +77,7 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
             "wait_ns_median": int(w.median()) if len(w) else 0, "wait_ns_max": int(w.max()) if len(w) else 0,
             "workers": int(f["worker"].nunique()), "fetches": int(len(f)),
             "fetch_ns_median": int(f["duration_ns"].median()) if len(f) else 0,
+            "fetch_cpu_share": _cpu_share(f),
         })
     loaders = pd.DataFrame(rows)
     restarts = {}
@@ -88,6 +90,34 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
     return LoaderResult(waits=waits, loaders=loaders, workers=workers, restarts=restarts, fetches=fetches)
 
 
+def _cpu_of_fetches(ranges: pd.DataFrame, fetches: pd.DataFrame, gtids: np.ndarray) -> np.ndarray:
+    """Each fetch's CPU time from the ``dataloader.cpu N us`` range nvtx_autotrace opens inside it, on the same
+    thread, just before it ends; NaN where there is none (an older capture, user ranges)."""
+    out = np.full(len(fetches), np.nan)
+    cpu_match = {c: names.WORKER_CPU_RE.match(c) for c in ranges["name"].cat.categories}
+    rows = ranges[name_mask(ranges["name"], cpu_match.get)]
+    if not len(rows) or not len(fetches):
+        return out
+    marks = pd.DataFrame({"gtid": rows["gtid"].to_numpy(), "start_ns": rows["start_ns"].to_numpy(),
+                          "cpu_ns": [int(cpu_match[str(n)].group("us")) * 1000 for n in rows["name"]]})
+    f = pd.DataFrame({"gtid": gtids, "start_ns": fetches["start_ns"].to_numpy(),
+                      "end_ns": fetches["end_ns"].to_numpy(), "row": np.arange(len(fetches))})
+    joined = pd.merge_asof(marks.sort_values("start_ns"), f.sort_values("start_ns"), on="start_ns", by="gtid",
+                           direction="backward")
+    inside = joined["row"].notna() & (joined["start_ns"] <= joined["end_ns"])
+    joined = joined[inside]
+    out[joined["row"].astype(np.int64).to_numpy()] = joined["cpu_ns"].to_numpy(dtype=float)
+    return out
+
+
+def _cpu_share(f: pd.DataFrame) -> float | None:
+    """The share of a fetch's wall time its worker spent on a CPU (decoding: near 1; reading from a network file
+    system or sleeping: near 0); None without CPU times."""
+    timed = f[f["cpu_ns"].notna()]
+    wall = float(timed["duration_ns"].sum())
+    return round(min(1.0, float(timed["cpu_ns"].sum()) / wall), 4) if len(timed) and wall > 0 else None
+
+
 @dataclass
 class Pace:
     """How fast a loader's workers can deliver batches for good: no step that eats one batch is shorter."""
@@ -96,6 +126,7 @@ class Pace:
     workers: int  # per training process
     fetch_ns: float  # a worker's time per batch: with several ranks, the slowest rank's workers' (all wait for it)
     slowest_rank: bool
+    cpu_share: float | None = None  # of a fetch's time, the share its worker is on a CPU (None: not recorded)
 
     @property
     def interval_ns(self) -> float:
@@ -117,11 +148,13 @@ def pace(a) -> Pace | None:
     if not have or not int(top["fetches"]):
         return None
     mine = a.loader.workers[a.loader.workers["loader"] == top["loader"]]
+    share = top.get("fetch_cpu_share")
+    share = None if share is None or share != share else float(share)
     if training_processes(a) < 2 or not len(mine):
-        return Pace(str(top["loader"]), have, float(top["fetch_ns_median"]), False)
+        return Pace(str(top["loader"]), have, float(top["fetch_ns_median"]), False, share)
     # each rank has its own `have` workers; the slowest set's typical time per batch
     slowest = np.sort(mine["fetch_ns_median"].to_numpy())[-have:]
-    return Pace(str(top["loader"]), have, float(np.median(slowest)), True)
+    return Pace(str(top["loader"]), have, float(np.median(slowest)), True, share)
 
 
 def taken_and_delivered(a, loader: str, window: tuple[int, int]) -> tuple[int, int]:
@@ -153,12 +186,19 @@ def processes_per_host(a) -> tuple[int, int]:
     return max(per_host.values(), default=1), max(1, len(per_host))
 
 
-def usable_workers(a) -> int | None:
+MAX_WAITING_WORKERS = 64  # workers that mostly wait (storage, network) need no core each, but each is a process
+
+
+def usable_workers(a, cpu_share: float | None = None) -> int | None:
     """Loader workers a training process can have without oversubscribing its host's CPU cores (one core
-    per rank for the training loop itself); None when the report does not say how many cores there are."""
+    per rank for the training loop itself); None when the report does not say how many cores there are.
+    Workers busy on a CPU only ``cpu_share`` of a fetch (the rest waiting) take that share of a core each."""
     if not a.cpu_cores:
         return None
-    return max(1, a.cpu_cores // processes_per_host(a)[0] - 1)
+    cores = max(1, a.cpu_cores // processes_per_host(a)[0] - 1)
+    if not cpu_share or cpu_share >= 1:
+        return cores
+    return max(cores, min(MAX_WAITING_WORKERS, int(cores / cpu_share)))
 
 
 # A worker's time per batch grows by this share as the busy processes on the host (workers, counted by the
@@ -172,16 +212,18 @@ CONTENTION = 0.3
 
 
 def contended_fetch_ns(fetch_ns: float, have: int, workers: int, cores: int | None, ranks: int = 1,
-                       compute_ns: float | None = None) -> float:
+                       compute_ns: float | None = None, cpu_share: float | None = None) -> float:
     """A worker's time per batch once ``workers`` workers per training process run where ``have`` ran (fetch
     time measured with ``have``, each busy all the time); ``ranks`` training processes share the ``cores``.
-    With ``compute_ns`` (a step without waits), workers that outpace the loop idle part of the time."""
+    With ``compute_ns`` (a step without waits), workers that outpace the loop idle part of the time; with
+    ``cpu_share``, a worker is on a CPU only that share of a fetch (it waits the rest)."""
     if not cores or workers <= have:
         return fetch_ns
+    on_cpu = min(1.0, cpu_share) if cpu_share else 1.0
 
     def busy(n: int, per_batch: float) -> float:  # busy workers and the training loop, all processes
         share = min(float(n), per_batch / compute_ns) if compute_ns else float(n)
-        return min(ranks * (share + 1), cores)
+        return min(ranks * (share * on_cpu + 1), cores)
 
     after = fetch_ns
     for _ in range(8):  # busier workers are slower, and slower ones are busy more of the time
@@ -190,7 +232,7 @@ def contended_fetch_ns(fetch_ns: float, have: int, workers: int, cores: int | No
 
 
 def workers_needed(fetch_ns_median: float, compute_ns_per_step: float, have: int | None = None,
-                   cores: int | None = None, ranks: int = 1) -> int:
+                   cores: int | None = None, ranks: int = 1, cpu_share: float | None = None) -> int:
     """Workers that keep the queue full: each delivers one batch per fetch time, the loop eats one per step;
     with ``have`` and ``cores``, each added worker slows every worker (contended_fetch_ns)."""
     if compute_ns_per_step <= 0 or fetch_ns_median <= 0:
@@ -199,6 +241,6 @@ def workers_needed(fetch_ns_median: float, compute_ns_per_step: float, have: int
     if not cores or have is None:
         return need
     while need < 4 * cores and 1.2 * contended_fetch_ns(fetch_ns_median, have, need, cores, ranks,
-                                                         compute_ns_per_step) / need > compute_ns_per_step:
+                                                         compute_ns_per_step, cpu_share) / need > compute_ns_per_step:
         need += 1
     return need

@@ -146,11 +146,12 @@ def _generic(a, f: Finding, idle_kinds: tuple[str, ...]) -> dict | None:
     else:
         return None
     feed = dataloader.pace(a)
-    usable = dataloader.usable_workers(a)
+    usable = dataloader.usable_workers(a, feed.cpu_share if feed else None)
     if (feed is not None and f.kind == "straggler" and f.evidence.get("why") == "loader_wait"
             and (usable is None or usable > feed.workers)):  # else more workers cannot be had: the loader bounds
         fetch = dataloader.contended_fetch_ns(feed.fetch_ns, feed.workers, usable or feed.workers, a.cpu_cores,
-                                              dataloader.processes_per_host(a)[0], compute_per_step(a))
+                                              dataloader.processes_per_host(a)[0], compute_per_step(a),
+                                              feed.cpu_share)
         return _with_more_workers(fetch, usable, now, step, stat, what)
     if feed is None or feed.interval_ns <= step:
         return _expected(now, step, stat, what) if now - step > 0 else None

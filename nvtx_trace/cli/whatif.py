@@ -8,7 +8,6 @@ on stderr, prints the table and writes the folder: try.json, try.html, one summa
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -102,8 +101,17 @@ def _measure(folder, program, knobs, advice, each, rounds, python, from_run, pro
     from nvtx_trace.report.outputs import write_atomically
     from nvtx_trace.runner import history, whatif
 
+    def say(message: str) -> None:
+        print(f"nvtx-trace try: {message}", file=sys.stderr, flush=True)
+
     if advice:
-        from_run = _profile(program, python, folder / "profile")
+        from nvtx_trace.runner.profile_child import ProfileFailed, profile
+
+        say(f"--advice: profiling {program[0]} first (nvtx-trace run, outputs in {folder / 'profile'})")
+        try:
+            from_run = profile(program, python, folder / "profile", stage="while profiling (--advice)")
+        except ProfileFailed as exc:
+            raise UsageError(f"--advice: {exc}") from None
         profile = _summary(from_run)
         sets = whatif.advised(profile.get("findings") or [])
         if not sets:
@@ -111,9 +119,6 @@ def _measure(folder, program, knobs, advice, each, rounds, python, from_run, pro
                              "nothing to try")
     else:
         sets = [{k: v} for k, v in knobs.items()] if each else [knobs]
-    def say(message: str) -> None:
-        print(f"nvtx-trace try: {message}", file=sys.stderr, flush=True)
-
     say(f"{program[0]}: the baseline and {len(sets)} variant(s), {rounds} round(s) each, alternating; no profiler "
         f"attached, steps timed after warm-up; outputs in {folder}")
     variants = whatif.compare(program, sets, rounds, python, progress=say, logs=folder)
@@ -186,33 +191,6 @@ def _make(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise cannot_write(folder, exc) from None
-
-
-def _profile(program: list[str], python: str | None, out: Path) -> Path:
-    """``nvtx-trace run`` of the program (default window, no history row) into ``out``."""
-    import subprocess
-
-    print(f"nvtx-trace try: --advice: profiling {program[0]} first (nvtx-trace run, outputs in {out})",
-          file=sys.stderr, flush=True)
-    from nvtx_trace.capture import interrupts
-
-    cmd = [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(out), "--force", "--no-history",
-           *(["--python", python] if python else []), *program]
-    interrupts.stage("while profiling (--advice)")
-    # in a group of its own: a Ctrl-C reaches it once, through us; it ends its own processes, we wait for it
-    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, **group)
-    try:
-        with interrupts.forwarding(proc):
-            proc.wait()
-    except interrupts.Interrupted as exc:  # the profile run stopped on its own terms: its line is above
-        kept = f"what it kept is in {out}" if out.is_dir() and any(out.iterdir()) else "it kept nothing"
-        exc.kept = f"the profile run ended (status {proc.returncode}); {kept}"
-        raise
-    if not (out / "summary.json").is_file():
-        raise UsageError(f"--advice: the profile run wrote no summary.json (exit status {proc.returncode}); "
-                         f"run nvtx-trace run {' '.join(program)} to see why")
-    return out
 
 
 def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]:

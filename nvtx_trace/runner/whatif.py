@@ -54,12 +54,18 @@ class Round:
 
 @dataclass
 class Variant:
-    knobs: dict
+    knobs: dict  # every knob the run applies
     rounds: list[Round] = field(default_factory=list)
+    added: dict | None = None  # the knobs tried on top of the baseline's (tune); None: all of ``knobs``
 
     @property
     def label(self) -> str:
         return names.knobs_text(self.knobs) or "baseline"
+
+    @property
+    def trial(self) -> dict:
+        """The knobs this variant is about: those it adds to the baseline's."""
+        return self.knobs if self.added is None else self.added
 
     def per_round(self, statistic: str) -> list[float | None]:
         """Each round's step in one statistic (median or mean of its steps); None for a round without steps."""
@@ -85,12 +91,12 @@ class Variant:
         """Knobs that changed nothing, judged on the first round that timed its steps (a round that crashed or
         was stopped before step 1 says nothing about the knobs)."""
         ran = next((r for r in self.rounds if r.value_ms is not None), None)
-        return ran.unapplied(self.knobs) if ran is not None and self.knobs else []
+        return ran.unapplied(self.trial) if ran is not None and self.trial else []
 
     @property
     def inert(self) -> bool:
-        """Every knob changed nothing: the variant is the baseline's program."""
-        return bool(self.knobs) and set(self.unapplied) == set(self.knobs)
+        """Every knob tried changed nothing: the variant is the baseline's program."""
+        return bool(self.trial) and set(self.unapplied) == set(self.trial)
 
 
 def _names(line: str, knob: str) -> bool:
@@ -169,11 +175,15 @@ def folder_name(label: str) -> str:
 
 
 def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: str | None = None,
-            progress=None, logs: Path | None = None) -> list[Variant]:
+            progress=None, logs: Path | None = None, base: dict | None = None) -> list[Variant]:
     """The baseline and each knob set, ``rounds`` times each, alternating; the baseline first in the list.
+    ``base``: knobs the baseline runs with (tune's configuration so far), each knob set applied on top.
     A variant whose knobs changed nothing in its first round is not run again (its timing is the baseline's
     program); each run's stderr goes to ``logs/<variant>/round-N.log``."""
-    variants = [Variant({}), *(Variant(k) for k in knob_sets)]
+    if base:
+        variants = [Variant(dict(base), added={}), *(Variant({**base, **k}, added=dict(k)) for k in knob_sets)]
+    else:
+        variants = [Variant({}), *(Variant(k) for k in knob_sets)]
     for r in range(rounds):
         order = variants if r % 2 == 0 else list(reversed(variants))
         for v in order:
@@ -227,6 +237,12 @@ def own_cost_ns(profile: dict) -> int:
     return sum(int(((profile.get(key) or {}).get("cost_ns_per_step")) or 0) for key in ("instrumentation", "profiler"))
 
 
+def plain_prediction_ms(pred: dict, own_ns: int) -> float:
+    """A finding's predicted step as a plain run keeps it: the profile's prediction less the tool's own cost per
+    step. That cost slows the training thread, not the loader's workers: a pace-bound step keeps its pace."""
+    return max(pred["step_ns"] - own_ns, pred.get("loader_pace_ns") or 0, 0) / 1e6
+
+
 def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = None, own_ns: int = 0) -> dict:
     """One variant as the documented JSON (docs/try.md): measured, predicted, verdict. Baseline and variant are
     compared in one statistic, the mean where either's steps are uneven (as diff does). A prediction is the
@@ -255,8 +271,7 @@ def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = N
     pred = (match or {}).get("predicted")
     out["predicted_step_ms"], out["verdict"] = None, None
     if pred and before and measured and not v.inert:
-        # the tool's own cost slows the training thread, not the loader's workers: a pace-bound step keeps its pace
-        out["predicted_step_ms"] = predicted = max(pred["step_ns"] - own_ns, pred.get("loader_pace_ns") or 0, 0) / 1e6
+        out["predicted_step_ms"] = predicted = plain_prediction_ms(pred, own_ns)
         stat_p = pred.get("statistic") or stat  # judged in the statistic the prediction is in
         got, base_p = v.value(stat_p) or measured, base.value(stat_p) or before
         helped = got <= (1 - HELPED) * base_p

@@ -74,25 +74,27 @@ def _findings(a, basis) -> list[Finding]:
     if int(top["workers"]) and compute:
         have = int(top["workers"])
         ranks = processes_per_host(a)[0]
-        need = workers_needed(fetch, compute, have, a.cpu_cores, ranks)
-        usable = usable_workers(a)
+        share = loader_pace.cpu_share if loader_pace else None
+        need = workers_needed(fetch, compute, have, a.cpu_cores, ranks, share)
+        usable = usable_workers(a, share)
         workers_after = min(need, usable) if usable is not None and need > have else max(need, have)
         workers_after = max(workers_after, have)
-        fetch_after = contended_fetch_ns(fetch, have, workers_after, a.cpu_cores, ranks, compute)
+        fetch_after = contended_fetch_ns(fetch, have, workers_after, a.cpu_cores, ranks, compute, share)
         if workers_after > have:
             recommend["num_workers"] = int(workers_after)
         if need > have and (usable is None or need <= usable):
             deliver = "delivers" if have == 1 else "deliver"
             fixes.append(f"num_workers={need} (now {have}): a worker{slowest} needs {ms(fetch)} per batch and "
                          f"a step computes in {ms(compute)}, so {count(have, 'worker')} {deliver} a batch every "
-                         f"{ms(fetch / have)}; each worker needs a free CPU core"
+                         f"{ms(fetch / have)}; {_cores_per_worker(share)}"
                          + _slower(fetch, fetch_after, need, a.cpu_cores))
         elif need > have:  # more workers than the machine has cores for: say so, and what else is left
             per_host, hosts = processes_per_host(a)
             ranks = count(per_host, "training process", "training processes")
             cores = (f"this machine has {a.cpu_cores} CPU cores for {ranks}" if hosts == 1 else
                      f"the smallest of the {hosts} hosts has {a.cpu_cores} CPU cores for up to {ranks}")
-            cores += " and each worker needs one"
+            cores += " and each worker needs one" if not share or share >= WAITING else (
+                f", and each worker, on a CPU {pct(share)} of its fetch, needs that share of one")
             cheaper = ("make each batch cheaper to load (decode or augment on the GPU, cache decoded samples, "
                        "smaller inputs)")
             if usable > have:
@@ -162,6 +164,16 @@ def _waits_in_window(a, loader: str) -> tuple[float, int]:
         w = w[(w["start_ns"] >= a.window["start_ns"]) & (w["start_ns"] < a.window["end_ns"])]
     d = (w["end_ns"] - w["start_ns"]).to_numpy()
     return (float(np.median(d)) if len(d) else 0.0), int(len(d))
+
+
+WAITING = 0.5  # a worker on a CPU less than this share of its fetch mostly waits (storage, network, a sleep)
+
+
+def _cores_per_worker(share: float | None) -> str:
+    if share is not None and share < WAITING:
+        return (f"a worker is on a CPU only {pct(share)} of its fetch (it waits the rest: storage, network), "
+                "so workers need far fewer cores than their number")
+    return "each worker needs a free CPU core"
 
 
 def _slower(fetch: float, fetch_after: float, workers: int, cores: int | None) -> str:
