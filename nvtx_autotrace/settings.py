@@ -127,6 +127,8 @@ def read_static() -> dict:
         "optimizers": [_optimizer(o) for o in found["optimizers"]],
         "dataloaders": [_loader(d) for d in found["loaders"]],
         "wrappers": sorted({type(m).__name__ for m in found["wrappers"]}),
+        "framework": _framework(found),
+        **_cpus(),
         "conv_bias_before_bn": _conv_bias_before_bn(roots),
     }
 
@@ -140,9 +142,14 @@ def _scan() -> dict:
     scaler_types = tuple(t for t in (getattr(torch.amp, "GradScaler", None),
                                      getattr(getattr(torch.cuda, "amp", None), "GradScaler", None)) if t)
     graph_type = getattr(torch.cuda, "CUDAGraph", None)
-    found = {k: [] for k in ("modules", "optimizers", "loaders", "wrappers", "compiled", "scalers", "graphs")}
+    found = {k: [] for k in ("modules", "optimizers", "loaders", "wrappers", "compiled", "scalers", "graphs",
+                             "drivers")}
+    drivers = _driver_types()
     for o in gc.get_objects():
         t = type(o)
+        if drivers and issubclass(t, drivers):
+            found["drivers"].append(o)
+            continue
         if issubclass(t, torch.nn.Module):
             if "_modules" not in vars(o):
                 continue  # __init__ failed before Module.__init__
@@ -160,6 +167,69 @@ def _scan() -> dict:
         elif graph_type is not None and issubclass(t, graph_type):
             found["graphs"].append(o)
     return found
+
+
+def _driver_types() -> tuple:
+    """The frameworks' loop drivers, where the program imported them (never imported here)."""
+    import sys
+
+    out = []
+    for module, name in (("transformers.trainer", "Trainer"), ("accelerate", "Accelerator"),
+                         ("lightning.pytorch", "Trainer"), ("pytorch_lightning", "Trainer")):
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type):
+            out.append(cls)
+    return tuple(out)
+
+
+def _framework(found: dict) -> dict:
+    """Which framework drives the loop, and its own precision and compile settings: fixes are phrased in its
+    options (a Trainer's TrainingArguments, Lightning's Trainer(precision=...))."""
+    for o in found["drivers"]:
+        module = type(o).__module__
+        try:
+            if "lightning" in module:
+                return {"name": "lightning", "precision": str(getattr(o, "precision", None))}
+            if module.startswith("transformers"):
+                args = getattr(o, "args", None)
+                return {"name": "hf_trainer", **{k: getattr(args, k, None) for k in (
+                    "bf16", "fp16", "tf32", "torch_compile", "dataloader_num_workers", "dataloader_pin_memory")}}
+        except Exception:  # noqa: BLE001 - a name is all we need
+            return {"name": "lightning" if "lightning" in module else "hf_trainer"}
+    if found["drivers"]:
+        return {"name": "accelerate"}
+    return {"name": "pytorch"}
+
+
+def _cpus() -> dict:
+    """The CPUs this process may use (affinity, and a cgroup CPU quota where one is set) and the host's."""
+    import os
+
+    host = os.cpu_count()
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = host
+    quota = _cgroup_quota()
+    if quota is not None and allowed:
+        allowed = max(1, min(allowed, int(quota)))
+    return {"cpus_allowed": allowed, "cpus_host": host}
+
+
+def _cgroup_quota() -> float | None:
+    """cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``/``cpu.cfs_period_us``: CPUs' worth of time; None if unset."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as fh:
+            quota, period = fh.read().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as q, open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as p:
+            quota, period = int(q.read()), int(p.read())
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
 
 
 def _ddp():

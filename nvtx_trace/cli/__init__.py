@@ -101,7 +101,7 @@ def _register() -> None:
     from nvtx_trace.cli import analyze
 
     app.command("analyze", short_help=_first_sentence(analyze.analyze.__doc__))(analyze.analyze)
-    for verb in ("run", "try", "diff", "history", "redact", "doctor"):
+    for verb in ("run", "try", "tune", "diff", "history", "redact", "doctor"):
         if verb == "try":  # a keyword: its module is whatif.py, its function try_
             from nvtx_trace.cli import whatif
 

@@ -209,6 +209,34 @@ def try_rows(result: dict, program: list[str], folder: Path, started: float, cwd
     return rows
 
 
+def tune_rows(result: dict, program: list[str], folder: Path, started: float, cwd: Path | None = None) -> list[dict]:
+    """One ``runs`` row per stage of ``nvtx-trace tune`` that timed a knob: the configuration with it (``tried``),
+    its plain step, its finding's prediction, and ``kept``/``rejected`` as the verdict."""
+    cwd = Path(cwd or os.getcwd()).resolve()
+    module = program[0] == "-m"
+    commit, dirty = _git(cwd if module else (cwd / program[0]).resolve().parent)
+    rows = []
+    for s in result["stages"]:
+        if not s["knobs"]:
+            continue
+        stat, step = s.get("statistic") or "median", s.get("measured_step_ms")
+        rows.append({
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+            "kind": "tune", "tried": _knob_text({**s["configuration"], **s["knobs"]}),
+            "script": script_key(program[1:] if module else program, "module" if module else "script", cwd),
+            "mode": "module" if module else "script", "args": json.dumps(program[2:] if module else program[1:]),
+            "cwd": str(cwd), "git_commit": commit, "git_dirty": None if dirty is None else int(dirty),
+            "knobs": json.dumps({**s["configuration"], **s["knobs"]}),
+            "window": f"plain (no profiler), tune stage {s['stage']}, {len(s['rounds_ms']['variant'])} round(s)",
+            "steps": None, f"step_ns_{stat}": int(step * 1e6) if step else None,
+            "gpu_busy_fraction": None, "findings_count": 0, "out_dir": str(folder / f"stage-{s['stage']}"),
+            "exit_code": 0 if step else 1, "duration_s": s["elapsed_s"],
+            "try_speedup": s.get("speedup"), "try_finding": s["finding"],
+            "try_predicted_step_ns": int(s["predicted_step_ms"] * 1e6) if s["predicted_step_ms"] else None,
+            "try_verdict": "kept" if s["kept"] else "rejected"})
+    return rows
+
+
 def finding_rows(summary: dict | None) -> list[dict]:
     return [{"kind": f["kind"], "cause": (f.get("evidence") or {}).get("cause"), "impact_ns": f.get("impact_ns"),
              "title": f.get("title"), "predicted_step_ns": (f.get("predicted") or {}).get("step_ns"),
@@ -584,6 +612,21 @@ def after_try(result: dict, program: list[str], folder: Path, path: Path | None,
     try:
         rows = try_rows(result, program, folder, started)
         record(path, rows[0], [], rows[1:])
+        return None
+    except HistoryError as exc:
+        return f"{exc} (not recorded)"
+    except Exception as exc:  # noqa: BLE001 - the results are already written
+        return f"history {path}: not recorded ({type(exc).__name__}: {exc})"
+
+
+def after_tune(result: dict, program: list[str], folder: Path, path: Path | None, started: float) -> str | None:
+    """Record what ``nvtx-trace tune`` timed, one row per stage; a warning or None. Never raises."""
+    if path is None:
+        return None
+    try:
+        rows = tune_rows(result, program, folder, started)
+        if rows:
+            record(path, rows[0], [], rows[1:])
         return None
     except HistoryError as exc:
         return f"{exc} (not recorded)"

@@ -30,6 +30,8 @@ def profile(program: list[str], python: str | None, out: Path, knobs: dict | Non
            *(["--try", names.knobs_text(knobs)] if knobs else []), *program]
     interrupts.stage(stage)
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    if log:
+        log.parent.mkdir(parents=True, exist_ok=True)
     err = open(log, "w", encoding="utf-8", errors="replace") if log else None
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, **group)

@@ -1,0 +1,180 @@
+"""``nvtx-trace tune SCRIPT.py [ARGS]``: stack the fixes that hold, one profile after another.
+
+Thin on purpose: ``nvtx_trace.runner.tune`` profiles, tries and judges; this checks the request, shows progress
+on stderr, prints the table and writes the folder (tune.json after every stage, tune.html at the end, a
+history row per stage).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from nvtx_trace.errors import UsageError
+
+CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+TUNE_JSON, TUNE_HTML = "tune.json", "tune.html"
+
+
+def tune(
+    target: List[str] = typer.Argument(None, metavar="SCRIPT.py [ARGS]... | -m MODULE [ARGS]...",
+                                       help="The training script (or -m module) and its arguments."),
+    budget: float = typer.Option(1200, "--budget", help="Seconds of wall time for the whole tuning."),
+    rounds: int = typer.Option(2, "--rounds", help="Runs of each side of a trial, alternating."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="Folder for the outputs (default: ./nvtx-trace-out/<name>-tune-<time>/)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Also write tune.json to this path."),
+    force: bool = typer.Option(False, "--force", "-f", help="Allow an --out folder or --json file that exists."),
+    python: Optional[str] = typer.Option(None, "--python", help="Python that runs the script (default: this one)."),
+    history_path: Optional[Path] = typer.Option(
+        None, "--history", help="Run history database (default: $NVTX_TRACE_HISTORY, else the platform's data "
+                                "folder; see nvtx-trace history)."),
+    no_history: bool = typer.Option(False, "--no-history", help="Record nothing in the run history."),
+) -> None:
+    """Profile the script, try the fix that promises most (a knob, no edit), keep it only if the step is
+    measured faster and the losses agree, profile again, until nothing left promises 3 % or the budget is
+    spent. Says how to keep what was kept. Writes tune.json and tune.html.
+
+    Example: nvtx-trace tune --budget 900 train.py --epochs 1
+    """
+    from nvtx_trace.capture import interrupts
+
+    with interrupts.Guard():  # the run in progress ends with us; what was kept so far is written
+        _tune(target or [], budget, rounds, out, json_out, force, python, history_path, no_history)
+
+
+def _program(target: list[str]) -> list[str]:
+    if target[:1] == ["-m"]:
+        if len(target) < 2:
+            raise UsageError("-m needs a module: nvtx-trace tune -m pkg.module [ARGS]")
+        return target
+    if not target or not target[0].endswith(".py"):
+        shown = target[0] if target else "nothing"
+        hint = " (a torchrun job: tune times one process; tune the script on one GPU)" if shown in (
+            "torchrun", "--") or shown.endswith("torchrun") else ""
+        raise UsageError(f"expected SCRIPT.py or -m MODULE, got {shown}{hint}: nvtx-trace tune SCRIPT.py [ARGS]")
+    if not Path(target[0]).is_file():
+        raise UsageError(f"{target[0]}: no such file")
+    return target
+
+
+def _tune(target, budget, rounds, out, json_out, force, python, history_path, no_history) -> None:
+    from nvtx_trace.capture import interrupts
+    from nvtx_trace.report.outputs import check_outputs, inside, same_path
+    from nvtx_trace.runner import history
+    from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, fresh_folder, given_folder, run_name
+    from nvtx_trace.runner.tune import Tuner, check_budget
+
+    began = time.time()
+    program = _program(target)
+    if rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    check_budget(budget)
+    script = Path(program[0]) if program[0] != "-m" else None
+    digest = _digest(script) if script else None
+    if out is not None:
+        given_folder(out)
+        taken = [n for n in (TUNE_JSON, TUNE_HTML, "stage-1") if (out / n).exists()]
+        if taken and not force:
+            raise UsageError(f"{out} already holds {', '.join(taken)}; choose another --out or pass --force")
+        folder = out.resolve()
+    else:
+        stem = run_name(program[1:] if script is None else program, "module" if script is None else "script")
+        folder = fresh_folder(Path(DEFAULT_OUT_ROOT), f"{stem}-tune", began)
+    inputs = [script] if script else []
+    if json_out:
+        if inside(json_out, folder):
+            raise UsageError(f"--json {json_out} is inside the tune folder {folder}, which gets {TUNE_JSON} "
+                             "itself; give --json a path outside it")
+        check_outputs([json_out], inputs, force)
+    history_db = history.resolve_path(history_path, disabled=no_history)
+    history.check(history_db, inputs=inputs,
+                  written=lambda p: inside(p, folder) or (json_out is not None and same_path(p, json_out)))
+    made = not folder.exists()
+    _make(folder)
+
+    def say(message: str) -> None:
+        print(f"nvtx-trace tune: {message}", file=sys.stderr, flush=True)
+
+    say(f"{' '.join(program)}: budget {budget:.0f} s; each stage profiles (nsys) and times one knob plain, "
+        f"{rounds} round(s) a side; outputs in {folder}")
+    tuner = Tuner(program, folder, python, budget, rounds, say)
+    try:
+        result = tuner.run(on_stage=lambda r: _write_json(folder, r))
+    except interrupts.Interrupted as exc:
+        tuner.stopped = "interrupted"
+        if tuner.stages:
+            _write(folder, tuner.result(), json_out)
+            exc.kept = (f"kept so far: {_kept_text(tuner.kept)}; the stages so far are in {folder / TUNE_JSON}")
+        elif made and not any(p.is_file() for p in folder.rglob("*")):
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            exc.kept = exc.kept or f"no stage ended; what the runs wrote is in {folder}"
+        raise
+    except Exception:
+        if made and not any(p.is_file() for p in folder.rglob("*")):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    from rich.console import Console
+
+    from nvtx_trace.report import tune_render
+
+    tune_render.text(result, Console(highlight=False))
+    written = _write(folder, result, json_out)
+    if script and _digest(script) != digest:
+        say(f"warning: {script} changed while it was tuned (not by nvtx-trace: it writes only to {folder})")
+    for path in written:
+        print(f"Wrote {path}", file=sys.stderr)
+    warning = history.after_tune(result, program, folder, history_db, began)
+    if warning:
+        say(f"warning: {warning}")
+    if not any(s["knobs"] for s in result["stages"]) and result["stopped"] != "nothing left":
+        raise UsageError(f"nothing was tried ({result['stopped']}): the profile alone took "
+                         f"{result['elapsed_s']:.0f} s of the {budget:.0f} s budget; give a larger --budget")
+
+
+def _kept_text(kept: dict) -> str:
+    from nvtx_trace import names
+
+    return names.knobs_text(kept) or "nothing"
+
+
+def _write_json(folder: Path, result: dict) -> None:
+    from nvtx_trace.report.outputs import write_atomically
+
+    write_atomically(folder / TUNE_JSON, json.dumps(result, indent=2) + "\n")
+
+
+def _write(folder: Path, result: dict, json_out: Path | None) -> list[Path]:
+    from nvtx_trace.report import tune_render
+    from nvtx_trace.report.outputs import write_atomically
+
+    text = json.dumps(result, indent=2) + "\n"
+    write_atomically(folder / TUNE_JSON, text)
+    write_atomically(folder / TUNE_HTML, tune_render.html(result))
+    written = [folder / TUNE_JSON, folder / TUNE_HTML]
+    if json_out:
+        write_atomically(json_out, text)
+        written.append(json_out)
+    return written
+
+
+def _make(folder: Path) -> None:
+    from nvtx_trace.report.outputs import cannot_write
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(folder, exc) from None
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,115 @@
+"""``nvtx-trace tune`` as terminal text and as one self-contained HTML page (nothing computed here)."""
+
+from __future__ import annotations
+
+from html import escape as esc
+
+from nvtx_trace.report.try_render import _ms
+
+COLUMNS = ("stage", "configuration", "top findings", "tried", "predicted", "measured", "kept", "why")
+
+
+def _knobs(k: dict | None) -> str:
+    from nvtx_trace import names
+
+    return names.knobs_text(k) if k else ""
+
+
+def cells(s: dict) -> list[str]:
+    top = ", ".join(f["kind"] for f in s["top_findings"][:3])
+    before = f"{_ms(s['baseline_step_ms'])} -> " if s.get("baseline_step_ms") else ""
+    return [str(s["stage"]), _knobs(s["configuration"]) or "as it is", top, _knobs(s["knobs"]) or "-",
+            _ms(s["predicted_step_ms"]) if s["knobs"] else "", (before + _ms(s["measured_step_ms"]))
+            if s["knobs"] else "", ("yes" if s["kept"] else "no") if s["knobs"] else "", s["why"]]
+
+
+def headline(d: dict) -> str:
+    if d["speedup"] is None or not d["baseline_step_ms"]:
+        return f"Tuning stopped ({d['stopped']}): nothing was measured"
+    kept = _knobs(d["kept_knobs"]) or "nothing"
+    how = {"final check": "measured against each other, alternating",
+           "stages": "chained over the stages' trials",
+           "profile": "from the profile (no trial ran)"}[d["step_source"]]
+    return (f"Step {d['baseline_step_ms']:.2f} ms -> {d['final_step_ms']:.2f} ms ({d['speedup']:.2f}x; {how}); "
+            f"kept: {kept}; stopped: {d['stopped']}")
+
+
+def notes(d: dict) -> list[str]:
+    out = []
+    for s in d["stages"]:
+        out += [f"  stage {s['stage']}: {line}" for line in s.get("changed") or []]
+        for log in (s.get("logs") or [])[:1] if not s["kept"] and "failed" in s["why"] else []:
+            out.append(f"  stage {s['stage']}: its output: {log}")
+    if d["permanent"]:
+        out.append("To keep them (nvtx-trace never edits your files):")
+        for p in d["permanent"]:
+            flag = f" (or this script's own flag {p['script_flag']})" if p.get("script_flag") else ""
+            out.append(f"  {_knobs({p['knob']: p['value']})}{flag}:")
+            out += [f"      {line}" for line in p["lines"]]
+    if d["remaining"]:
+        out.append("Left for you (no knob applies):")
+        for r in d["remaining"][:5]:
+            gain = (f": predicted {r['predicted_step_ms']:.2f} ms a step ({r['saving_fraction']:.0%} less)"
+                    if r.get("predicted_step_ms") is not None and r.get("saving_fraction") is not None else "")
+            out.append(f"  {r['kind']}{gain}. {r['fix'] or r['title'] or ''}")
+    fl = d.get("flops")
+    if fl and fl.get("per_step"):
+        out.append(f"Model FLOPs per step: {fl['per_step'] / 1e12:.3g} TFLOP ({fl['method']})")
+        for s in fl.get("stages") or []:
+            peak = f", {s['peak_fraction']:.0%} of the {fl['device']}'s dense {s['precision']} peak" \
+                if s.get("peak_fraction") is not None else ""
+            out.append(f"  {s['label']}: {s['tflops']:.1f} TFLOP/s{peak}")
+    return out
+
+
+def text(d: dict, console) -> None:
+    from rich.table import Table
+
+    table = Table(title="nvtx-trace tune: one row per stage (a profile, then one knob timed plain)",
+                  title_justify="left")
+    shown = COLUMNS[:-1]  # the why goes under the table, a line each: it is a sentence
+    for col in shown:
+        table.add_column(col, justify="right" if col in ("stage", "predicted", "measured") else "left",
+                         overflow="fold")
+    for s in d["stages"]:
+        table.add_row(*cells(s)[:len(shown)])
+    console.print(table)
+    for s in d["stages"]:
+        console.print(f"  stage {s['stage']}: {s['why']}", soft_wrap=True, markup=False, highlight=False)
+    console.print(headline(d), soft_wrap=True, markup=False, highlight=False)
+    for line in notes(d):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+def _chart(d: dict) -> str:
+    """The step after each stage as an inline SVG bar chart (no script needed)."""
+    points = [("as it is", d["baseline_step_ms"])] if d.get("baseline_step_ms") else []
+    points += [(f"{s['stage']}: +{_knobs(s['knobs'])}", s["measured_step_ms"]) for s in d["stages"]
+               if s["knobs"] and s["measured_step_ms"]]
+    if not points:
+        return ""
+    top = max(v for _, v in points) or 1.0
+    bar, gap, width = 28, 8, 520
+    rows = []
+    for i, (label, v) in enumerate(points):
+        y = i * (bar + gap)
+        w = max(1.0, width * v / top)
+        rows.append(f"<text x='0' y='{y + 18}'>{esc(label)}</text><rect x='260' y='{y}' width='{w:.1f}' "
+                    f"height='{bar}' fill='#4a7fb5'/><text x='{266 + w:.1f}' y='{y + 18}'>{v:.2f} ms</text>")
+    height = len(points) * (bar + gap)
+    return (f"<svg width='{260 + width + 90}' height='{height}' role='img' aria-label='step per stage' "
+            f"style='font:12px system-ui'>{''.join(rows)}</svg>")
+
+
+def html(d: dict) -> str:
+    head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
+    rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells(s)) + "</tr>" for s in d["stages"])
+    lines = "".join(f"<li>{esc(line.strip())}</li>" for line in notes(d))
+    program = " ".join(d["program"])
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>nvtx-trace tune: {esc(program)}</title>
+<style>body{{font:14px system-ui,sans-serif;margin:2em}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;
+text-align:left;vertical-align:top}}</style></head>
+<body><h1>nvtx-trace tune</h1><p><code>{esc(program)}</code>, {d['rounds']} round(s) per trial, alternating,
+plain</p><p><b>{esc(headline(d))}</b></p><h2>Step per stage</h2>{_chart(d)}
+<h2>Stages</h2><table><tr>{head}</tr>{rows}</table><ul>{lines}</ul></body></html>
+"""

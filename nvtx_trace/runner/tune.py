@@ -1,0 +1,352 @@
+"""``nvtx-trace tune``: profile, try what promises most, keep it only if it holds, profile again.
+
+A stage is one profile (``nvtx-trace run``, default window) of the program with the knobs kept so far, and one
+trial: the untried finding with the largest predicted saving whose fix a knob applies, timed plain against the
+configuration so far, alternating (``try``'s compare). The knob is kept only when the step is at least 3 %
+faster beyond the rounds' spread and the first steps' losses agree within what that knob allows. A kept knob
+changes the program, so the next stage profiles it anew (GPU settings are then judged on a profile taken after
+a loader fix); a rejected one is never tried again and the same profile offers its next finding. It ends when no
+untried finding predicts 3 % or more, or when the budget cannot pay for the next stage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvtx_trace import names
+from nvtx_trace.errors import NvtxTraceError, UsageError
+from nvtx_trace.runner import whatif
+from nvtx_trace.runner.profile_child import ProfileFailed, profile
+
+MIN_SAVING = 0.03  # a finding must predict at least this share of the step, and a trial measure it
+DEFAULT_BUDGET_S = 1200
+MIN_BUDGET_S = 60  # less cannot pay for one profile and one trial of any program
+TOP_FINDINGS = 5  # findings shown per stage
+# How far the first steps' losses may move with a knob, beyond the baseline's own run-to-run difference:
+# knobs that only change how fast data comes keep the arithmetic (a worker count changes which worker seeds a
+# sample's random augmentation, hence its bound); the others change rounding, as their measured spread shows
+# (HF-style GPT-2: tf32 + bf16 autocast + compile moved the first losses by 0.14 %).
+LOSS_BOUNDS = {"pin_memory": 0.0, "persistent_workers": 0.0, "prefetch_factor": 0.0, "set_to_none": 0.0,
+               "no_empty_cache": 0.0, "num_workers": 0.05, "fused_optimizer": 1e-3, "foreach_optimizer": 1e-3,
+               "cudnn_benchmark": 0.01, "channels_last": 0.01, "compile": 0.01, "tf32": 0.01, "amp": 0.02}
+
+
+@dataclass
+class Candidate:
+    finding: dict
+    knobs: dict  # what the trial adds to the configuration so far
+    predicted_step_ms: float  # as a plain run keeps it (the tool's own cost taken out)
+    profile_step_ms: float
+
+    @property
+    def saving(self) -> float:
+        return 1 - self.predicted_step_ms / self.profile_step_ms
+
+
+def next_knobs(finding: dict, kept: dict) -> dict:
+    """The knobs that take the finding's fix further than the configuration so far: those of its ``recommend``
+    not already kept at that value; a ``precision`` finding's next step only (TF32 from fp32, then bf16)."""
+    wanted = {k: v for k, v in whatif.knobs_of({**finding, "kind": None}).items() if kept.get(k) != v}
+    if not wanted:
+        wanted = {k: v for k, v in whatif.KIND_KNOBS.get(finding.get("kind"), {}).items() if kept.get(k) != v}
+    if finding.get("kind") == "precision" and wanted:
+        wanted = dict([next(iter(wanted.items()))])
+    if wanted.get("amp") == "fp16":  # needs a GradScaler the program may not have: never applied
+        return {}
+    return wanted
+
+
+def _profile_step_ms(summary: dict, statistic: str) -> float | None:
+    stats = (summary.get("steps") or {}).get("summary") or {}
+    value = stats.get(f"step_ns_{statistic}") or stats.get("step_ns_median")
+    return value / 1e6 if value else None
+
+
+def candidates(summary: dict, kept: dict, rejected: list[dict]) -> list[Candidate]:
+    """The profile's findings a knob applies, not yet rejected, predicting at least MIN_SAVING; largest first."""
+    own = whatif.own_cost_ns(summary)
+    out = []
+    for f in summary.get("findings") or []:
+        knobs = next_knobs(f, kept)
+        pred = f.get("predicted")
+        if not knobs or not pred or pred.get("step_ns") is None or _rejected(knobs, rejected):
+            continue
+        step = _profile_step_ms(summary, pred.get("statistic") or "median")
+        if not step:
+            continue
+        c = Candidate(f, knobs, whatif.plain_prediction_ms(pred, own), max(step - own / 1e6, 1e-9))
+        if c.saving >= MIN_SAVING:
+            out.append(c)
+    return sorted(out, key=lambda c: -c.saving)
+
+
+def _rejected(knobs: dict, rejected: list[dict]) -> bool:
+    """A knob rejected once is not tried again, whatever value a later profile proposes for it."""
+    return any(k in r for r in rejected for k in knobs)
+
+
+def remaining(summary: dict, kept: dict) -> list[dict]:
+    """What no knob applies, with its predicted gain on top of the configuration profiled: the user's edits."""
+    own = whatif.own_cost_ns(summary)
+    out = []
+    for f in summary.get("findings") or []:
+        if next_knobs(f, kept) or f.get("kind") in ("instrumentation",):
+            continue
+        pred = f.get("predicted") or {}
+        step = _profile_step_ms(summary, pred.get("statistic") or "median")
+        after = whatif.plain_prediction_ms(pred, own) if pred.get("step_ns") is not None else None
+        before = step - own / 1e6 if step else None
+        out.append({"kind": f.get("kind"), "title": f.get("title"), "fix": f.get("fix"),
+                    "impact_ms": round((f.get("impact_ns") or 0) / 1e6, 3),
+                    "predicted_step_ms": round(after, 3) if after is not None else None,
+                    "saving_fraction": round(1 - after / before, 4) if after is not None and before else None,
+                    "where": (f.get("evidence") or {}).get("where")})
+    return sorted(out, key=lambda r: (-(r["saving_fraction"] or 0), -r["impact_ms"]))
+
+
+def loss_bound(knobs: dict) -> float:
+    return max((LOSS_BOUNDS.get(k, 0.01) for k in knobs), default=0.0)
+
+
+def judge(base: whatif.Variant, v: whatif.Variant) -> dict:
+    """Measured against the configuration so far, in one statistic (the mean where either's steps are uneven);
+    kept only if faster by MIN_SAVING with every variant round faster than every baseline round, and the
+    losses within the knob's bound beyond the baseline's own noise."""
+    stat = "mean" if "mean" in (v.statistic, base.statistic) else "median"
+    before, after = base.value(stat), v.value(stat)
+    mine, theirs = [x for x in v.per_round(stat) if x is not None], [x for x in base.per_round(stat) if x]
+    noise = whatif.loss_noise(base)
+    diff = whatif.loss_difference(base.rounds[0].losses, v.rounds[0].losses) if v.rounds and base.rounds else None
+    bound = loss_bound(v.trial)
+    out = {"statistic": stat, "baseline_step_ms": before, "measured_step_ms": after,
+           "rounds_ms": {"baseline": base.per_round(stat), "variant": v.per_round(stat)},
+           "speedup": before / after if before and after else None,
+           "changed": sorted({ln for r in v.rounds for ln in r.lines}),
+           "loss_max_rel_diff": diff, "loss_noise_rel": noise, "loss_bound_rel": bound,
+           "logs": [str(r.log) for r in v.rounds if r.log]}
+    failures = [r.why for r in v.rounds if r.value_ms is None]
+    lost = [x for x in (v.rounds[0].losses if v.rounds else []) if x is not None and not (abs(x) < float("inf"))]
+    if v.inert:
+        why = f"it changed nothing in this program ({'; '.join(out['changed']) or 'no line from the knob'})"
+    elif failures:
+        why = f"a run failed: {failures[0]}"
+    elif not before or not after:
+        why = "no step time was measured"
+    elif after > (1 - MIN_SAVING) * before:
+        why = f"{before / after:.2f}x: less than {MIN_SAVING:.0%} faster"
+    elif mine and theirs and max(mine) >= min(theirs):
+        why = (f"{before / after:.2f}x, but within the spread of the rounds (slowest with it {max(mine):.2f} ms, "
+               f"fastest without {min(theirs):.2f} ms)")
+    elif lost:
+        why = "the loss became NaN or infinite"
+    elif diff is not None and diff > bound + (noise or 0):
+        why = (f"the first steps' losses moved {diff:.2%}, beyond the {bound:.2%} this knob allows"
+               + (f" plus the baseline's own {noise:.2%}" if noise else ""))
+    else:
+        out["kept"] = True
+        out["why"] = (f"{before / after:.2f}x faster, every round; losses "
+                      + ("not recorded" if diff is None else f"within {diff:.2%} (bound {bound:.2%})"))
+        return out
+    out["kept"], out["why"] = False, why
+    return out
+
+
+@dataclass
+class Tuner:
+    program: list[str]
+    folder: Path
+    python: str | None = None
+    budget_s: float = DEFAULT_BUDGET_S
+    rounds: int = 2
+    say: object = print  # progress, one line at a time
+    clock: object = time.monotonic
+    kept: dict = field(default_factory=dict)
+    rejected: list = field(default_factory=list)
+    stages: list = field(default_factory=list)
+    stopped: str | None = None
+    final_check: dict | None = None
+    last_profile: dict = field(default_factory=dict)
+    _began: float = 0.0
+    _profile_s: float | None = None
+    _run_s: float | None = None
+    _baseline: float | None = None  # the original program, plain, in the first trial
+    _current: float | None = None  # the configuration so far, as last measured
+    _profiles: int = 0
+
+    def left(self) -> float:
+        return self.budget_s - (self.clock() - self._began)
+
+    def clock_text(self) -> str:
+        used = self.clock() - self._began
+        return f"{_mmss(used)} used, {_mmss(max(0.0, self.budget_s - used))} left"
+
+    def trial_s(self) -> float:
+        per_run = self._run_s if self._run_s is not None else 0.7 * (self._profile_s or 0)
+        return 2 * self.rounds * per_run
+
+    def run(self, on_stage=None) -> dict:
+        """Stages until nothing is left or the budget is spent; ``on_stage(result)`` after each (tune.json
+        written as it goes). Interrupted propagates, the result so far is ``self.result()``."""
+        self._began = self.clock()
+        stale, summary = True, {}
+        while True:
+            if stale:
+                if self._profiles and self._profile_s + self.trial_s() > self.left():
+                    self.stopped = "budget"
+                    break
+                summary = self._profile()
+                if summary is None:
+                    break
+                stale = False
+            found = candidates(summary, self.kept, self.rejected)
+            if not found:
+                self._stage_row(summary, None, {"kept": False, "why": self._nothing_left(summary)})
+                self.stopped = "nothing left"
+                break
+            c = found[0]
+            if self.trial_s() > self.left():
+                self.stopped = "budget"
+                break
+            kept = self._trial(summary, c)
+            if on_stage:
+                on_stage(self.result())
+            if kept:
+                self.kept.update(c.knobs)
+                stale = True
+            else:
+                self.rejected.append(c.knobs)
+        if len([s for s in self.stages if s["kept"]]) > 1 and self.trial_s() <= self.left():
+            self._check_final()
+        return self.result()
+
+    def _profile(self) -> dict | None:
+        n = len(self.stages) + 1
+        out = self.folder / f"stage-{n}" / "profile"
+        what = f" with {names.knobs_text(self.kept)}" if self.kept else " as it is"
+        self.say(f"stage {n}: profiling {self.program[0]}{what} (nvtx-trace run; {self.clock_text()})")
+        t0 = self.clock()
+        try:
+            profile(self.program, self.python, out, self.kept, stage=f"while profiling (stage {n})",
+                    log=out.parent / "profile.log")
+        except ProfileFailed as exc:
+            if not self._profiles:
+                raise UsageError(f"{self.program[0]}: {exc}") from None
+            self.stopped = f"profile failed: {exc}"
+            return None
+        self._profile_s = self.clock() - t0
+        self._profiles += 1
+        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        if not ((summary.get("steps") or {}).get("summary") or {}).get("steps"):
+            if self._profiles == 1:
+                raise UsageError(f"{self.program[0]}: the profile found no training steps (nothing called "
+                                 "optimizer.step() or nvtx_autotrace.mark_step()): tune needs a training loop of "
+                                 f"at least ~30 steps; the profile is in {out}")
+            self.stopped = "the profile found no training steps"
+            return None
+        self.last_profile = {"path": str(out), "summary": summary}
+        return summary
+
+    def _trial(self, summary: dict, c: Candidate) -> bool:
+        n = len(self.stages) + 1
+        label = names.knobs_text(c.knobs)
+        self.say(f"stage {n}: trying {label} ({c.finding.get('kind')}: predicted {c.profile_step_ms:.2f} -> "
+                 f"{c.predicted_step_ms:.2f} ms) against {names.knobs_text(self.kept) or 'the program as it is'}, "
+                 f"{self.rounds} round(s) each, plain ({self.clock_text()})")
+        t0 = self.clock()
+        try:
+            base, v = whatif.compare(self.program, [c.knobs], self.rounds, self.python,
+                                     progress=lambda m: self.say(f"stage {n}: {m}"),
+                                     logs=self.folder / f"stage-{n}", base=self.kept)
+        except NvtxTraceError:
+            if self._baseline is None:
+                raise
+            self.stopped = "the configuration so far stopped giving step times"
+            return False
+        runs = sum(len(x.rounds) for x in (base, v))
+        self._run_s = (self.clock() - t0) / max(1, runs)
+        verdict = judge(base, v)
+        if self._baseline is None:
+            self._baseline = verdict["baseline_step_ms"]
+        self._current = verdict["measured_step_ms"] if verdict["kept"] else (verdict["baseline_step_ms"]
+                                                                              or self._current)
+        self._stage_row(summary, c, verdict)
+        self.say(f"stage {n}: {label} {'kept' if verdict['kept'] else 'rejected'}: {verdict['why']}")
+        return verdict["kept"]
+
+    def _check_final(self) -> None:
+        """The original program against the tuned one, alternating: the cumulative speed-up measured, not
+        chained over trials that ran minutes apart."""
+        label = names.knobs_text(self.kept)
+        self.say(f"final check: the program as it is against {label}, {self.rounds} round(s) each, plain "
+                 f"({self.clock_text()})")
+        base, v = whatif.compare(self.program, [dict(self.kept)], self.rounds, self.python,
+                                 progress=lambda m: self.say(f"final check: {m}"), logs=self.folder / "final")
+        self.final_check = judge(base, v)
+
+    def _stage_row(self, summary: dict, c: Candidate | None, verdict: dict) -> None:
+        own = whatif.own_cost_ns(summary)
+        profiled = _profile_step_ms(summary, ((summary.get("steps") or {}).get("summary") or {}).get("statistic")
+                                    or "median")
+        top = []
+        for f in (summary.get("findings") or [])[:TOP_FINDINGS]:
+            pred = f.get("predicted") or {}
+            top.append({"kind": f.get("kind"), "impact_ms": round((f.get("impact_ns") or 0) / 1e6, 3),
+                        "knobs": next_knobs(f, self.kept) or None,
+                        "predicted_step_ms": (round(whatif.plain_prediction_ms(pred, own), 3)
+                                              if pred.get("step_ns") is not None else None)})
+        self.stages.append({
+            "stage": len(self.stages) + 1, "profile": self.last_profile.get("path"),
+            "configuration": dict(self.kept), "profile_step_ms": round(profiled - own / 1e6, 3) if profiled else None,
+            "top_findings": top, "knobs": dict(c.knobs) if c else None,
+            "finding": c.finding.get("kind") if c else None,
+            "predicted_step_ms": round(c.predicted_step_ms, 3) if c else None,
+            **{k: verdict.get(k) for k in ("baseline_step_ms", "measured_step_ms", "speedup", "statistic",
+                                           "rounds_ms", "changed", "loss_max_rel_diff", "loss_noise_rel",
+                                           "loss_bound_rel", "logs")},
+            "kept": bool(verdict.get("kept")), "why": verdict["why"],
+            "elapsed_s": round(self.clock() - self._began, 1)})
+
+    def _nothing_left(self, summary: dict) -> str:
+        tried = [names.knobs_text(r) for r in self.rejected]
+        return ("nothing left: no untried finding a knob applies predicts "
+                f"{MIN_SAVING:.0%} or more" + (f" (rejected before: {', '.join(tried)})" if tried else ""))
+
+    def result(self) -> dict:
+        from nvtx_trace.runner import permanent
+
+        check = self.final_check
+        if check and check.get("measured_step_ms"):
+            base, final, source = check["baseline_step_ms"], check["measured_step_ms"], "final check"
+        elif self._baseline is not None:
+            base, final, source = self._baseline, self._current, "stages"
+        else:
+            base = final = next((s["profile_step_ms"] for s in self.stages if s["profile_step_ms"]), None)
+            source = "profile"
+        settings = (self.last_profile.get("summary") or {}).get("settings") or {}
+        last = self.last_profile.get("summary") or {}
+        return {
+            "program": self.program, "rounds": self.rounds, "budget_s": self.budget_s,
+            "elapsed_s": round(self.clock() - self._began, 1) if self._began else 0.0,
+            "stopped": self.stopped, "baseline_step_ms": base, "final_step_ms": final,
+            "speedup": base / final if base and final else None, "step_source": source,
+            "kept_knobs": dict(self.kept), "stages": list(self.stages),
+            "final_check": check,
+            "remaining": remaining(last, self.kept) if last else [],
+            "permanent": permanent.lines(self.kept, settings, Path(self.program[0])),
+            "flops": None,
+        }
+
+
+def _mmss(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def check_budget(budget_s: float) -> None:
+    if budget_s < MIN_BUDGET_S:
+        raise UsageError(f"--budget {budget_s:g} s cannot pay for one stage (a profile and a plain trial of "
+                         "runs): give --budget {MIN_BUDGET_S} or more (default {DEFAULT_BUDGET_S})")
+
