@@ -167,6 +167,11 @@ if os.environ.get(names.LOSSES_ENV):  # nvtx-trace try: the losses of the first 
     except ValueError as exc:
         _registry.warn_once("losses", f"losses not recorded: {names.LOSSES_ENV}: {exc}")
 
+if os.environ.get(names.FLOPS_ENV):  # nvtx-trace tune: one warm-up step's model FLOPs, in the settings record
+    from nvtx_autotrace import flops as _flops
+
+    _flops.install()
+
 if os.environ.get(names.CAPTURE_ENV):  # capture window (nvtx-trace run --warmup-steps/--steps)
     from nvtx_autotrace import capture as _capture
 

@@ -63,6 +63,12 @@ def install() -> None:
     _registry.on_undo(steps.on_step_boundary_once(2, emit_if_read))  # zero_grad, empty_cache: after step 1's step()
 
 
+def note(key: str, value) -> None:
+    """A figure measured elsewhere in the program (flops.py's count), written with the record from now on."""
+    _seen.setdefault("notes", {})[key] = value
+    emit_if_read()
+
+
 def saw_zero_grad(args: tuple, kwargs: dict) -> None:
     """Called by optim.py's zero_grad wrapper (one wrapper per attribute: the registry never stacks them)."""
     if _seen:
@@ -106,6 +112,7 @@ def read_dynamic() -> dict:
         "anomaly_detection": bool(torch.is_anomaly_enabled()),
         "autograd_profiler": _profiler_type(),
         **({"device_peak_allocated_bytes": device["peak_allocated_bytes"]} if device else {}),
+        **_seen.get("notes", {}),
     }
 
 

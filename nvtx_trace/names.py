@@ -65,6 +65,7 @@ WINDOW_FILE_ENV = "NVTX_AUTOTRACE_WINDOW_FILE"
 AUTOTRACE_ENV = "NVTX_AUTOTRACE"
 # nvtx-trace try: the knobs nvtx_autotrace applies (nvtx_autotrace/knobs.py), e.g. "amp=bf16,num_workers=8"
 TRY_ENV = "NVTX_AUTOTRACE_TRY"
+FLOPS_ENV = "NVTX_AUTOTRACE_FLOPS"  # tune's first profile: count one warm-up step's model FLOPs (flops.py)
 LOSSES_ENV = "NVTX_AUTOTRACE_LOSSES"  # try: the first N steps' losses, written to the window file
 
 

@@ -22,9 +22,10 @@ class ProfileFailed(NvtxTraceError):
 
 
 def profile(program: list[str], python: str | None, out: Path, knobs: dict | None = None,
-            stage: str = "while profiling", log: Path | None = None) -> Path:
+            stage: str = "while profiling", log: Path | None = None, env: dict | None = None) -> Path:
     """``nvtx-trace run`` of the program (default window, no history row, ``knobs`` applied) into ``out``;
-    its own stderr goes to ``log`` when given (the caller shows progress of its own), else to ours."""
+    its own stderr goes to ``log`` when given (the caller shows progress of its own), else to ours; ``env``:
+    variables added for the program (``NVTX_AUTOTRACE_*``)."""
     cmd = [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(out), "--force", "--no-history",
            *(["--python", python] if python else []),
            *(["--try", names.knobs_text(knobs)] if knobs else []), *program]
@@ -34,7 +35,8 @@ def profile(program: list[str], python: str | None, out: Path, knobs: dict | Non
         log.parent.mkdir(parents=True, exist_ok=True)
     err = open(log, "w", encoding="utf-8", errors="replace") if log else None
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, **group)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})},
+                                **group)
         try:
             with interrupts.forwarding(proc):
                 proc.wait()

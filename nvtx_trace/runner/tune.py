@@ -169,6 +169,7 @@ class Tuner:
     stopped: str | None = None
     final_check: dict | None = None
     last_profile: dict = field(default_factory=dict)
+    first_settings: dict = field(default_factory=dict)  # the program as it is: its FLOPs were counted there
     _began: float = 0.0
     _profile_s: float | None = None
     _run_s: float | None = None
@@ -230,7 +231,7 @@ class Tuner:
         t0 = self.clock()
         try:
             profile(self.program, self.python, out, self.kept, stage=f"while profiling (stage {n})",
-                    log=out.parent / "profile.log")
+                    log=out.parent / "profile.log", env={} if self._profiles else {names.FLOPS_ENV: "1"})
         except ProfileFailed as exc:
             if not self._profiles:
                 raise UsageError(f"{self.program[0]}: {exc}") from None
@@ -247,6 +248,8 @@ class Tuner:
             self.stopped = "the profile found no training steps"
             return None
         self.last_profile = {"path": str(out), "summary": summary}
+        if self._profiles == 1:
+            self.first_settings = summary.get("settings") or {}
         return summary
 
     def _trial(self, summary: dict, c: Candidate) -> bool:
@@ -336,8 +339,27 @@ class Tuner:
             "final_check": check,
             "remaining": remaining(last, self.kept) if last else [],
             "permanent": permanent.lines(self.kept, settings, Path(self.program[0])),
-            "flops": None,
+            "flops": self._flops(base),
         }
+
+    def _flops(self, original_ms: float | None) -> dict | None:
+        """Model FLOPs per step (counted once, in the first profile's warm-up), and what each measured
+        configuration achieves of the GPU's dense peak for the math it runs in."""
+        from nvtx_trace import device_peaks
+
+        flops = self.first_settings.get("model_flops_per_step")
+        if not flops:
+            return None
+        device = (self.first_settings.get("device") or {}).get("name")
+        points = [("as it is", {}, original_ms)] if original_ms else []
+        points += [(names.knobs_text({**s["configuration"], **s["knobs"]}), {**s["configuration"], **s["knobs"]},
+                    s["measured_step_ms"]) for s in self.stages if s["kept"] and s["measured_step_ms"]]
+        rows = [{"label": label, "step_ms": round(step, 3),
+                 **device_peaks.achieved(flops, step, device, device_peaks.precision_of(self.first_settings, knobs))}
+                for label, knobs, step in points]
+        return {"per_step": flops, "method": "torch.utils.flop_counter.FlopCounterMode over one warm-up step "
+                f"(step {self.first_settings.get('flops_step')}) of the first profile", "device": device,
+                "stages": rows}
 
 
 def _mmss(seconds: float) -> str:

@@ -1,0 +1,44 @@
+"""Model FLOPs per step, counted once in warm-up (``NVTX_AUTOTRACE_FLOPS``, set by ``nvtx-trace tune``).
+
+``torch.utils.flop_counter.FlopCounterMode`` is entered when step ``FLOPS_STEP`` begins and left when the next
+begins, so it counts that whole step (forward, loss, backward: the autograd threads inherit the mode, and the
+optimizer). It slows that one step several times over, which is why it is a warm-up step and counted once; the
+count goes into the settings record (``model_flops_per_step``), where the analyzer turns it into FLOP/s.
+Programs already compiled when the step begins are not counted (the mode would make graphs anew).
+"""
+
+from __future__ import annotations
+
+from nvtx_autotrace import _registry, settings, steps
+
+FLOPS_STEP = 2  # step 0 compiles and initialises lazily; step 1 writes the settings record
+
+
+def install() -> None:
+    state: dict = {}
+
+    def begin() -> None:
+        import torch
+
+        from nvtx_autotrace.budget import compiled, find_roots
+
+        lead = steps._lead() if steps._lead is not None else None
+        if any(compiled(r) for r in find_roots(lead)) or torch.cuda.is_current_stream_capturing():
+            return
+        from torch.utils.flop_counter import FlopCounterMode
+
+        mode = FlopCounterMode(display=False)
+        mode.__enter__()
+        state["mode"] = mode
+
+    def end() -> None:
+        mode = state.pop("mode", None)
+        if mode is None:
+            return
+        mode.__exit__(None, None, None)
+        settings.note("model_flops_per_step", int(mode.get_total_flops()))
+        settings.note("flops_step", FLOPS_STEP)
+
+    guard = _registry.Guard("flops")
+    _registry.on_undo(steps.on_step_boundary_once(FLOPS_STEP, guard.hook(begin)))
+    _registry.on_undo(steps.on_step_boundary_once(FLOPS_STEP + 1, guard.hook(end)))
