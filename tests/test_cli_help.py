@@ -10,7 +10,7 @@ import pytest
 
 from nvtx_trace import __version__
 
-VERBS = ["analyze", "run", "try", "diff", "history", "redact", "doctor"]
+VERBS = ["analyze", "run", "try", "tune", "diff", "history", "redact", "doctor"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

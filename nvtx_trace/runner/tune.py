@@ -25,6 +25,7 @@ MIN_SAVING = 0.03  # a finding must predict at least this share of the step, and
 DEFAULT_BUDGET_S = 1200
 MIN_BUDGET_S = 60  # less cannot pay for one profile and one trial of any program
 TOP_FINDINGS = 5  # findings shown per stage
+MIN_STEPS = 3  # fewer in a profile: no loop ends its steps (one range for the whole run is no training step)
 # How far the first steps' losses may move with a knob, beyond the baseline's own run-to-run difference:
 # knobs that only change how fast data comes keep the arithmetic (a worker count changes which worker seeds a
 # sample's random augmentation, hence its bound); the others change rounding, as their measured spread shows
@@ -240,7 +241,7 @@ class Tuner:
         self._profile_s = self.clock() - t0
         self._profiles += 1
         summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-        if not ((summary.get("steps") or {}).get("summary") or {}).get("steps"):
+        if (((summary.get("steps") or {}).get("summary") or {}).get("steps") or 0) < MIN_STEPS:
             if self._profiles == 1:
                 raise UsageError(f"{self.program[0]}: the profile found no training steps (nothing called "
                                  "optimizer.step() or nvtx_autotrace.mark_step()): tune needs a training loop of "

@@ -61,6 +61,27 @@ def lines(s: dict) -> list[str]:
 def _text(a, view) -> None:
     if a.settings:
         view.print("Settings (recorded): " + "; ".join(lines(a.settings)), highlight=False)
+        flops = flops_line(a)
+        if flops:
+            view.print(flops, highlight=False)
+
+
+def flops_line(a) -> str:
+    """Model FLOPs (counted once in warm-up, where nvtx-trace tune asked for it) as FLOP/s at the profiled step,
+    and the share of the device's dense peak for the math the step runs in."""
+    from nvtx_trace import device_peaks
+
+    flops = a.settings.get("model_flops_per_step")
+    summary = a.steps.summary() if a.steps else {}
+    step_ns = summary.get(f"step_ns_{summary.get('statistic') or 'median'}") if summary else None
+    if not flops or not step_ns:
+        return ""
+    device = (a.settings.get("device") or {}).get("name")
+    r = device_peaks.achieved(flops, step_ns / 1e6, device, device_peaks.precision_of(a.settings))
+    peak = (f", {r['peak_fraction']:.0%} of the {device}'s dense {r['precision']} peak ({r['peak_tflops']:g})"
+            if r["peak_fraction"] is not None else "")
+    return (f"Model FLOPs: {flops / 1e12:.3g} TFLOP a step (counted in warm-up step "
+            f"{a.settings.get('flops_step')}): {r['tflops']:g} TFLOP/s at the profiled step{peak}")
 
 
 def _html(a, d, view) -> str:
