@@ -186,9 +186,22 @@ def _models(model: dict) -> None:
         if "amp" in model:
             _autocast(root, where, model["amp"])
         if model.get("compile"):
-            root.compile()
-            say(f"compile=1: {where}.compile() (in place): its forward is compiled at its next call; the first "
+            inner = _inside_wrapper(root)
+            inner.compile()
+            held = f"{where}.module ({type(inner).__name__}, inside the wrapper)" if inner is not root else where
+            say(f"compile=1: {held}.compile() (in place): its forward is compiled at its next call; the first "
                 "steps after are slow while it compiles")
+
+
+def _inside_wrapper(root):
+    """The module a DataParallel or DistributedDataParallel wraps: compiling the wrapper compiles its scatter and
+    gather, not the model (measured: 1.01x on a one-GPU DataParallel), so the model inside is compiled."""
+    import torch
+
+    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    while isinstance(root, wrappers) and isinstance(getattr(root, "module", None), torch.nn.Module):
+        root = root.module
+    return root
 
 
 def _autocast(root, where: str, dtype: str) -> None:
@@ -197,16 +210,20 @@ def _autocast(root, where: str, dtype: str) -> None:
     if dtype == "fp16":
         say("amp=fp16: not applied: fp16 needs a GradScaler around backward and the optimizer step; use amp=bf16")
         return
-    forward = root.forward
+    # Lightning's training_step computes the loss, often calling a submodule rather than self.forward: autocast
+    # goes around it too, as Lightning's own precision plugin does
+    methods = ["forward"] + (["training_step"] if callable(getattr(root, "training_step", None)) else [])
+    for name in methods:
+        original = getattr(root, name)
 
-    @functools.wraps(forward)
-    def autocast_forward(*args, **kwargs):
-        with torch.autocast(device_type=_device_type(root), dtype=torch.bfloat16):
-            return forward(*args, **kwargs)
+        def autocast_call(*args, _original=original, **kwargs):
+            with torch.autocast(device_type=_device_type(root), dtype=torch.bfloat16):
+                return _original(*args, **kwargs)
 
-    root.forward = autocast_forward
-    say(f"amp=bf16: {where}.forward runs under torch.autocast(dtype=torch.bfloat16) from step 1 on (a loss "
-        "computed outside it gets bf16 outputs)")
+        setattr(root, name, functools.wraps(original)(autocast_call))
+    runs = "runs" if len(methods) == 1 else "run"
+    say(f"amp=bf16: {where}.{' and .'.join(methods)} {runs} under torch.autocast(dtype=torch.bfloat16) from step 1 "
+        "on (a loss computed outside it gets bf16 outputs)")
 
 
 def _channels_last(root, where: str, optimizer=None) -> None:

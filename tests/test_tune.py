@@ -241,3 +241,30 @@ def test_a_program_with_nothing_to_fix_gets_one_profile_and_no_trial(tmp_path):
     assert d["stopped"] == "nothing left" and [s["knobs"] for s in d["stages"]] == [None]
     assert d["step_source"] == "profile" and d["speedup"] == 1.0
     assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["stage-1", "tune.html", "tune.json"]
+
+
+@pytest.mark.torch
+def test_compile_reaches_the_model_inside_a_data_parallel_wrapper_and_amp_lightning_s_training_step(capsys):
+    """compile=1 on a DataParallel compiles the model it wraps (the wrapper's own compile left the model eager:
+    1.01x on one GPU); amp=bf16 wraps a LightningModule-shaped root's training_step, which computes the loss
+    without calling self.forward."""
+    torch = pytest.importorskip("torch")
+    from nvtx_autotrace import knobs
+
+    inner = torch.nn.Linear(4, 4)
+    wrapped = torch.nn.DataParallel(inner)
+    assert knobs._inside_wrapper(wrapped) is inner
+    assert knobs._inside_wrapper(torch.nn.DataParallel(wrapped)) is inner and knobs._inside_wrapper(inner) is inner
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 4)
+
+        def training_step(self, x):
+            return self.net(x).dtype  # the loss side: a submodule, not self.forward
+
+    root = Step()
+    knobs._autocast(root, "Step", "bf16")
+    assert root.training_step(torch.ones(2, 4)) == torch.bfloat16
+    assert "Step.forward and .training_step run under torch.autocast" in capsys.readouterr().err
