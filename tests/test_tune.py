@@ -268,3 +268,27 @@ def test_compile_reaches_the_model_inside_a_data_parallel_wrapper_and_amp_lightn
     knobs._autocast(root, "Step", "bf16")
     assert root.training_step(torch.ones(2, 4)) == torch.bfloat16
     assert "Step.forward and .training_step run under torch.autocast" in capsys.readouterr().err
+
+
+@pytest.mark.torch
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_ctrl_c_after_a_kept_stage_writes_what_was_kept_and_leaves_nothing_running(tmp_path):
+    """Ctrl-C while stage 2 profiles: exit 130, one line saying what was kept, tune.json with stage 1 and
+    `stopped` "interrupted", nothing of the program or nsys left running."""
+    from conftest import ctrl_c_when, installed_nsys
+
+    installed_nsys()
+    child = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "tune", "--no-history", "--out",
+                              str(tmp_path / "t"), "programs/slow_loader_train.py", "--sleep-fetch", "--workers", "2",
+                              "--work-ms", "10", "--batch", "4", "--step-ms", "2", "--steps", "4000"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    _, err = ctrl_c_when(child, "nvtx-trace tune: stage 2: profiling", timeout=120)
+    assert child.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("nvtx-trace: interrupted (SIGINT)") and "kept so far: num_workers=" in last, last
+    d = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert d["stopped"] == "interrupted" and [s["kept"] for s in d["stages"]] == [True]
+    assert d["kept_knobs"] == d["stages"][0]["knobs"] and "Traceback" not in err
+    assert not _left_running("slow_loader_train.py")
