@@ -128,8 +128,13 @@ def install(options_for_workers: dict) -> None:
     def make_fetch(original):
         def fetch(self, possibly_batched_index):
             where = _worker
-            if where is None:  # the main process (num_workers=0): the batch wait covers it
-                return original(self, possibly_batched_index)
+            if where is None:  # the main process (num_workers=0): the batch wait covers it; its CPU time sizes
+                cpu = time.thread_time_ns()  # the workers that would take it over
+                try:
+                    return original(self, possibly_batched_index)
+                finally:
+                    _backend.push(names.worker_cpu(time.thread_time_ns() - cpu))
+                    _backend.pop()
             _backend.push(names.worker_fetch(*where))
             cpu = time.thread_time_ns()
             try:

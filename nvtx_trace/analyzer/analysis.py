@@ -39,7 +39,8 @@ class Analysis:
     skipped: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     thread_names: dict[int, str] = field(default_factory=dict)
-    cpu_cores: int | None = None  # of the profiled machine, as the report says: advice never exceeds it
+    cpu_cores: int | None = None  # the CPUs the program may use (settings record), else the machine's: advice never exceeds it
+    cpus_host: int | None = None  # the machine's, where the settings record says the program may use fewer
     pid_hosts: dict[int, str] = field(default_factory=dict)  # several reports merged: each pid's named host
 
     def __post_init__(self):

@@ -51,6 +51,8 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
     })
     waits["duration_ns"] = waits["end_ns"] - waits["start_ns"]
     waits = waits.sort_values("start_ns", ignore_index=True)
+    marks = _cpu_marks(ranges)
+    waits["cpu_ns"] = _cpu_within(marks, waits)  # num_workers=0: the loop loads the batch itself, in its wait
 
     fetches = pd.DataFrame({
         "loader": [fetch_match[str(n)].group("loader") for n in fetch_rows["name"]],
@@ -59,7 +61,9 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
         "start_ns": fetch_rows["start_ns"].to_numpy(), "end_ns": fetch_rows["end_ns"].to_numpy(),
     })
     fetches["duration_ns"] = fetches["end_ns"] - fetches["start_ns"]
-    fetches["cpu_ns"] = _cpu_of_fetches(ranges, fetches, fetch_rows["gtid"].to_numpy())
+    fetches["gtid"] = fetch_rows["gtid"].to_numpy()
+    fetches["cpu_ns"] = _cpu_within(marks, fetches)
+    fetches = fetches.drop(columns=["gtid"])
     workers = (fetches.groupby(["loader", "worker", "pid"], as_index=False)
                .agg(fetches=("duration_ns", "size"), fetch_ns_total=("duration_ns", "sum"),
                     fetch_ns_median=("duration_ns", "median"), first=("start_ns", "min"), last=("end_ns", "max")))
@@ -77,7 +81,7 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
             "wait_ns_median": int(w.median()) if len(w) else 0, "wait_ns_max": int(w.max()) if len(w) else 0,
             "workers": int(f["worker"].nunique()), "fetches": int(len(f)),
             "fetch_ns_median": int(f["duration_ns"].median()) if len(f) else 0,
-            "fetch_cpu_share": _cpu_share(f),
+            "fetch_cpu_share": _cpu_share(f) if len(f) else _cpu_share(waits[waits["loader"] == loader]),
         })
     loaders = pd.DataFrame(rows)
     restarts = {}
@@ -90,22 +94,25 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
     return LoaderResult(waits=waits, loaders=loaders, workers=workers, restarts=restarts, fetches=fetches)
 
 
-def _cpu_of_fetches(ranges: pd.DataFrame, fetches: pd.DataFrame, gtids: np.ndarray) -> np.ndarray:
-    """Each fetch's CPU time from the ``dataloader.cpu N us`` range nvtx_autotrace opens inside it, on the same
-    thread, just before it ends; NaN where there is none (an older capture, user ranges)."""
-    out = np.full(len(fetches), np.nan)
+def _cpu_marks(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The ``dataloader.cpu N us`` ranges nvtx_autotrace opens at the end of each batch load, inside it."""
     cpu_match = {c: names.WORKER_CPU_RE.match(c) for c in ranges["name"].cat.categories}
     rows = ranges[name_mask(ranges["name"], cpu_match.get)]
-    if not len(rows) or not len(fetches):
+    return pd.DataFrame({"gtid": rows["gtid"].to_numpy(), "start_ns": rows["start_ns"].to_numpy(),
+                         "cpu_ns": [int(cpu_match[str(n)].group("us")) * 1000 for n in rows["name"]]})
+
+
+def _cpu_within(marks: pd.DataFrame, loads: pd.DataFrame) -> np.ndarray:
+    """Each load's (a worker's fetch, or a wait in which the loop loaded the batch itself) CPU time: the mark on
+    the same thread that starts inside it; NaN where there is none (an older capture, user ranges)."""
+    out = np.full(len(loads), np.nan)
+    if not len(marks) or not len(loads):
         return out
-    marks = pd.DataFrame({"gtid": rows["gtid"].to_numpy(), "start_ns": rows["start_ns"].to_numpy(),
-                          "cpu_ns": [int(cpu_match[str(n)].group("us")) * 1000 for n in rows["name"]]})
-    f = pd.DataFrame({"gtid": gtids, "start_ns": fetches["start_ns"].to_numpy(),
-                      "end_ns": fetches["end_ns"].to_numpy(), "row": np.arange(len(fetches))})
+    f = pd.DataFrame({"gtid": loads["gtid"].to_numpy(), "start_ns": loads["start_ns"].to_numpy(),
+                      "end_ns": loads["end_ns"].to_numpy(), "row": np.arange(len(loads))})
     joined = pd.merge_asof(marks.sort_values("start_ns"), f.sort_values("start_ns"), on="start_ns", by="gtid",
                            direction="backward")
-    inside = joined["row"].notna() & (joined["start_ns"] <= joined["end_ns"])
-    joined = joined[inside]
+    joined = joined[joined["row"].notna() & (joined["start_ns"] <= joined["end_ns"])]
     out[joined["row"].astype(np.int64).to_numpy()] = joined["cpu_ns"].to_numpy(dtype=float)
     return out
 

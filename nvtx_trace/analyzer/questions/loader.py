@@ -91,7 +91,7 @@ def _findings(a, basis) -> list[Finding]:
         elif need > have:  # more workers than the machine has cores for: say so, and what else is left
             per_host, hosts = processes_per_host(a)
             ranks = count(per_host, "training process", "training processes")
-            cores = (f"this machine has {a.cpu_cores} CPU cores for {ranks}" if hosts == 1 else
+            cores = (f"{_cores_words(a)} for {ranks}" if hosts == 1 else
                      f"the smallest of the {hosts} hosts has {a.cpu_cores} CPU cores for up to {ranks}")
             cores += " and each worker needs one" if not share or share >= WAITING else (
                 f", and each worker, on a CPU {pct(share)} of its fetch, needs that share of one")
@@ -111,6 +111,22 @@ def _findings(a, basis) -> list[Finding]:
         else:
             fixes.append(f"prefetch_factor=4 or more: {have} workers are enough on average "
                          f"({ms(fetch)} per batch each, step {ms(compute)}) but batches arrive in bursts")
+    elif int(top["workers"]) == 0 and compute and _loads_itself(top):
+        # the loop loads each batch itself (its CPU time was recorded inside the wait): a worker would spend that
+        per_batch, _ = _waits_in_window(a, top["loader"])
+        share = float(top["fetch_cpu_share"])
+        ranks = processes_per_host(a)[0]
+        need = max(1, workers_needed(per_batch, compute, 0, a.cpu_cores, ranks, share))
+        usable = usable_workers(a, share)
+        workers_after = min(need, usable) if usable is not None else need
+        fetch = per_batch
+        fetch_after = contended_fetch_ns(per_batch, 0, workers_after, a.cpu_cores, ranks, compute, share)
+        recommend["num_workers"] = int(workers_after)
+        fixes.append(f"num_workers={workers_after} (now 0: the training loop loads each batch itself, a median "
+                     f"{ms(per_batch)} per batch, while a step computes in {ms(compute)}; workers load the next "
+                     f"batches while the step runs); {_cores_per_worker(share)}"
+                     + (f" ({need} would keep up, but {_cores_words(a)})" if need > workers_after else "")
+                     + _slower(per_batch, fetch_after, workers_after, a.cpu_cores))
     elif int(top["workers"]) == 0:
         per = ms(_waits_in_window(a, top["loader"])[0])
         fixes.append(f"raise num_workers (no worker-process ranges were recorded: num_workers=0, or the report was "
@@ -164,6 +180,19 @@ def _waits_in_window(a, loader: str) -> tuple[float, int]:
         w = w[(w["start_ns"] >= a.window["start_ns"]) & (w["start_ns"] < a.window["end_ns"])]
     d = (w["end_ns"] - w["start_ns"]).to_numpy()
     return (float(np.median(d)) if len(d) else 0.0), int(len(d))
+
+
+def _loads_itself(top) -> bool:
+    """num_workers=0 for certain: nvtx_autotrace recorded the load's CPU time inside the loop's own wait (without
+    worker ranges alone, workers may have run untraced: a capture without --trace-fork-before-exec=true)."""
+    share = top.get("fetch_cpu_share")
+    return share is not None and share == share
+
+
+def _cores_words(a) -> str:
+    if a.cpus_host and a.cpus_host != a.cpu_cores:
+        return f"this process may use {a.cpu_cores} CPUs of the host's {a.cpus_host}"
+    return f"this machine has {a.cpu_cores} CPU cores" if a.cpu_cores else "the report does not say how many cores"
 
 
 WAITING = 0.5  # a worker on a CPU less than this share of its fetch mostly waits (storage, network, a sleep)

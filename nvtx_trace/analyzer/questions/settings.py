@@ -20,6 +20,16 @@ def _run(ctx: Context) -> None:
     if len(ranges):
         pid = ctx.result.steps.pid if ctx.result.steps else None
         ctx.result.settings = read_record(ranges, names.SETTINGS_PREFIX, pid)
+        _cpus_allowed(ctx.result)
+
+
+def _cpus_allowed(a) -> None:
+    """Worker counts and contention models use the CPUs the program may use (its affinity mask, a cgroup quota:
+    a scheduler's or container's 16 of a 32-core host), not the host's."""
+    allowed = (a.settings or {}).get("cpus_allowed")
+    if isinstance(allowed, int) and allowed > 0 and (a.cpu_cores is None or allowed < a.cpu_cores):
+        a.cpus_host = a.cpu_cores or (a.settings or {}).get("cpus_host")
+        a.cpu_cores = allowed
 
 
 def facts(a) -> str:
