@@ -8,6 +8,7 @@ Checked independently: the pace against SQL over the workers' fetch ranges, the 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -55,3 +56,44 @@ def test_the_finding_projects_the_workers_pace_and_it_matches_sql(run):
     assert behind["delivery_ns"] > 2 * behind["step_ns"]  # about 40 ms against about 8 ms
     assert behind["batches_taken"] > behind["batches_delivered"]
     assert "steps will slow to about" in printed or "The loader falls behind" in printed
+
+
+@pytest.mark.torch
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_a_loop_that_loads_its_own_batches_is_told_how_many_workers_within_the_cpus_it_may_use(tmp_path):
+    """num_workers=0, one CPU allowed (taskset), samples that wait 5 ms (I/O): the finding names a worker count
+    and predicts a step; the CPU share it sizes them by is the one an independent SQL over the export finds
+    (each batch's `dataloader.cpu` time over the wait that holds it); the settings record says 1 CPU allowed."""
+    import shutil
+    import sqlite3
+
+    from conftest import installed_nsys
+
+    installed_nsys()
+    if not shutil.which("taskset"):
+        pytest.skip("taskset not installed")
+    out = tmp_path / "run"
+    proc = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "nvtx_trace.cli", "run", "--no-history",
+                           "--out", str(out), str(ROOT / "programs" / "slow_loader_train.py"), "--workers", "0",
+                           "--sleep-fetch", "--work-ms", "5", "--batch", "4", "--step-ms", "2", "--steps", "3000"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads((out / "summary.json").read_text())
+    assert d["settings"]["cpus_allowed"] == 1 and d["settings"]["cpus_host"] == os.cpu_count()
+    stall = next(f for f in d["findings"] if f["kind"] == "dataloader_stall")
+    assert stall["recommend"]["num_workers"] >= 2 and stall["predicted"]["step_ns"] < d["steps"]["summary"][
+        "step_ns_" + stall["predicted"]["statistic"]]
+    assert "now 0: the training loop loads each batch itself" in stall["fix"]
+    if os.cpu_count() > 1:
+        assert "this process may use 1 CPUs of the host's" in stall["fix"] or "on a CPU only" in stall["fix"]
+    con = sqlite3.connect(out / "report.sqlite")
+    name = "COALESCE(e.text, (SELECT value FROM StringIds WHERE id = e.textId))"
+    rows = con.execute(f"""
+        SELECT CAST(substr(c.name, 16) AS INTEGER) * 1000, w.e - w.s FROM
+          (SELECT e.start s, e.end e, e.globalTid t FROM NVTX_EVENTS e WHERE {name} LIKE 'dataloader.next %') w
+          JOIN (SELECT e.start s, e.globalTid t, {name} name FROM NVTX_EVENTS e
+                WHERE {name} LIKE 'dataloader.cpu %') c ON c.t = w.t AND c.s >= w.s AND c.s <= w.e""").fetchall()
+    share = sum(cpu for cpu, _ in rows) / sum(wall for _, wall in rows)
+    assert d["dataloader"]["loaders"][0]["fetch_cpu_share"] == pytest.approx(min(1.0, share), abs=1e-4)
+    assert share < 0.5  # the samples sleep: a worker needs far less than a core

@@ -25,7 +25,7 @@ from nvtx_trace.runner.whatif import Round, Variant
 
 def cli(*args: str, cwd=ROOT, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "tune", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+                          text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
 
 
 def finding(kind, step_ms, recommend, statistic="median"):

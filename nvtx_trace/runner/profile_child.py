@@ -35,8 +35,8 @@ def profile(program: list[str], python: str | None, out: Path, knobs: dict | Non
         log.parent.mkdir(parents=True, exist_ok=True)
     err = open(log, "w", encoding="utf-8", errors="replace") if log else None
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **(env or {})},
-                                **group)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, **(env or {})}, **group)
         try:
             with interrupts.forwarding(proc):
                 proc.wait()
