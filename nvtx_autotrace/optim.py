@@ -29,6 +29,8 @@ def install(emit_ranges: bool, note_zero_grad: Callable[[tuple, dict], None] | N
             stack = _tls.__dict__.setdefault("open", [])
             stack.append(optimizer)
             _backend.push(names.optimizer_step(type(optimizer).__name__))
+            return _traced_closure(optimizer, args, kwargs)
+        return None
 
     def post(optimizer, args, kwargs) -> None:
         if compiling():
@@ -65,3 +67,24 @@ def install(emit_ranges: bool, note_zero_grad: Callable[[tuple, dict], None] | N
             return zero_grad
 
         _registry.patch(torch.optim.Optimizer, "zero_grad", make_zero_grad)
+
+
+def _traced_closure(optimizer, args: tuple, kwargs: dict):
+    """``step(closure)`` runs forward, loss and backward inside the optimizer's step (Lightning's automatic
+    optimization, LBFGS): a range of their own around the closure, so that time is not the optimizer's.
+    Returns the hook's (args, kwargs) with the closure wrapped, or None when there is none."""
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args: (the optimizer, closure, ...)
+    if not callable(closure):
+        return None
+    name = names.optimizer_closure(type(optimizer).__name__)
+
+    def traced_closure(*a, **k):
+        _backend.push(name)
+        try:
+            return closure(*a, **k)
+        finally:
+            _backend.pop()
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": traced_closure}
+    return (args[0], traced_closure, *args[2:]), kwargs

@@ -18,6 +18,7 @@ prefix, so the analyzer can tell it from a user's own ranges by name alone.
 | whole backward pass            | ``backward``                                   | training thread             |
 | module backward                | ``backward layer1.0.conv1 (Conv2d)``           | autograd thread             |
 | optimizer step / zero_grad     | ``optimizer.step (SGD)``                       | training thread             |
+| the closure a step runs        | ``optimizer.closure (SGD)`` (inside the step)  | training thread             |
 | host-to-device copy            | ``copy.h2d 602112 B pageable non_blocking=0``  | training thread             |
 | pin_memory()                   | ``pin_memory 602112 B``                        | any                         |
 | host sync                      | ``sync item``, ``sync cuda.synchronize``       | training thread             |
@@ -41,6 +42,8 @@ FORWARD_PREFIX = "forward "
 BACKWARD = "backward"
 BACKWARD_PREFIX = "backward "
 OPTIMIZER_STEP_PREFIX = "optimizer.step "
+# optimizer.step(closure): the closure computes forward, loss and backward inside the step (Lightning, LBFGS)
+OPTIMIZER_CLOSURE_PREFIX = "optimizer.closure "
 ZERO_GRAD_PREFIX = "optimizer.zero_grad "
 H2D_COPY_PREFIX = "copy.h2d "
 PIN_MEMORY_PREFIX = "pin_memory "
@@ -152,6 +155,10 @@ def loader_wait(loader: str) -> str:
     return f"dataloader.next [{loader}]"
 
 
+def optimizer_closure(cls: str) -> str:
+    return f"{OPTIMIZER_CLOSURE_PREFIX}({cls})"
+
+
 def worker_fetch(loader: str, worker_id: int) -> str:
     return f"dataloader.fetch [{loader}] worker {worker_id}"
 
@@ -238,7 +245,8 @@ def is_auto_range(name: str) -> bool:
     return bool(
         STEP_RE.match(name) and name.startswith(STEP_PREFIX)
         or name == BACKWARD
-        or name.startswith((LOADER_WAIT_PREFIX, WORKER_FETCH_PREFIX, WORKER_CPU_PREFIX, FORWARD_PREFIX, BACKWARD_PREFIX,
-                            OPTIMIZER_STEP_PREFIX, ZERO_GRAD_PREFIX, H2D_COPY_PREFIX, PIN_MEMORY_PREFIX,
-                            SYNC_PREFIX, INSTRUMENTATION_PREFIX, CALIBRATION, SETTINGS_PREFIX, WINDOW_PREFIX))
+        or name.startswith((LOADER_WAIT_PREFIX, WORKER_FETCH_PREFIX, WORKER_CPU_PREFIX, FORWARD_PREFIX,
+                            BACKWARD_PREFIX, OPTIMIZER_STEP_PREFIX, OPTIMIZER_CLOSURE_PREFIX, ZERO_GRAD_PREFIX,
+                            H2D_COPY_PREFIX, PIN_MEMORY_PREFIX, SYNC_PREFIX, INSTRUMENTATION_PREFIX, CALIBRATION,
+                            SETTINGS_PREFIX, WINDOW_PREFIX))
     )

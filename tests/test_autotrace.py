@@ -370,3 +370,33 @@ def test_fault_injection_each_feature_fails_alone_and_the_program_runs_on(at, to
     ours = [str(w.message) for w in caught if str(w.message).startswith("nvtx_autotrace")]
     if attr != "worker_fetch":  # the workers' warning goes to their own stderr
         assert ours and all("switched off" in m for m in ours), ours
+
+
+def test_a_closure_run_inside_optimizer_step_gets_its_own_range_and_counts_as_forward(at, torch):
+    """Lightning's automatic optimization and LBFGS run forward, loss and backward inside
+    ``optimizer.step(closure)``: the closure gets ``optimizer.closure (...)`` inside the step's range, its result
+    is returned unchanged, and the gap causes count it as forward work, not the optimizer's."""
+    import pandas as pd
+
+    from nvtx_trace.analyzer.gpu_idle import category_masks
+
+    at.install(enabled="1")
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        loss = model(torch.ones(4, 2)).pow(2).mean()
+        loss.backward()
+        return loss
+
+    got = [opt.step(closure), opt.step(closure=closure)]
+    assert all(torch.is_tensor(x) for x in got)  # what the closure returned, through the wrapper
+    main = [(kind, name) for kind, name, _ in at.recorder.events if kind in ("push", "pop")
+            and (name is None or name.startswith(("optimizer.", "backward")))]
+    first = [name for kind, name in main if kind == "push"][:3]
+    assert first == ["optimizer.step (SGD)", "optimizer.closure (SGD)", "optimizer.zero_grad (SGD)"], main
+    assert at.recorder.names().count("optimizer.closure (SGD)") == 2
+    names_ = pd.Series(["optimizer.step (SGD)", "optimizer.closure (SGD)", "forward (Linear)"], dtype="category")
+    masks = category_masks(names_, r"^$")
+    assert list(masks["optimizer"]) == [True, False, False] and list(masks["forward"]) == [False, True, True]

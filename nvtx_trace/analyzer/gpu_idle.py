@@ -84,12 +84,14 @@ def category_masks(range_names: pd.Series, user_loader_pattern: str) -> dict[str
     loader = loader_wait_mask(range_names, user_loader_pattern)
     sync = by(lambda c: names.SYNC_RE.match(c))
     copy = by(lambda c: c.startswith((names.H2D_COPY_PREFIX, names.PIN_MEMORY_PREFIX)))
-    optimizer = by(lambda c: OPTIMIZER_RE.search(c))
-    backward = by(lambda c: BACKWARD_RE.search(c)) & ~optimizer
-    forward = by(lambda c: FORWARD_RE.search(c)) & ~optimizer & ~backward
+    # a closure run inside optimizer.step computes forward, loss and backward: the forward's, not the optimizer's
+    closure = by(lambda c: c.startswith(names.OPTIMIZER_CLOSURE_PREFIX))
+    optimizer = by(lambda c: OPTIMIZER_RE.search(c)) & ~closure
+    backward = by(lambda c: BACKWARD_RE.search(c)) & ~optimizer & ~closure
+    forward = (by(lambda c: FORWARD_RE.search(c)) | closure) & ~optimizer & ~backward
     claimed = is_step | loader | sync | copy | optimizer | backward | forward
     return {"dataloader": loader, "sync": sync, "copy": copy, "optimizer": optimizer, "backward": backward,
-            "forward": forward, "other_range": ~claimed}
+            "forward": forward, "other_range": ~claimed, "closure": closure}
 
 
 def analyze_idle(trace: Trace, min_gap_ns: int, user_loader_pattern: str) -> IdleResult:
@@ -149,6 +151,8 @@ def _cause_sets(gaps: iv.Set, ranges, masks, syncs, copies, slow_api) -> dict[st
     raw["cuda_api"] = from_df(slow_api)
     for key in ("optimizer", "backward", "forward", "other_range"):
         raw[key] = from_df(ranges, masks.get(key)) if len(ranges) else iv.empty()
+    if len(ranges) and masks.get("closure") is not None and masks["closure"].any():  # step(closure): not the optimizer
+        raw["optimizer"] = iv.subtract(raw["optimizer"], from_df(ranges, masks["closure"]))
     claimed = iv.empty()
     out = {}
     for key in CAUSES:

@@ -45,6 +45,9 @@ def _run(ctx: Context) -> None:
     if hit.any():
         steps = len(a.steps.steady)
         inside = iv.union(start[hit], ranges["end_ns"].to_numpy()[hit])  # nested wrappers' ranges counted once
+        closure = name_mask(ranges["name"], lambda n: n.startswith(names.OPTIMIZER_CLOSURE_PREFIX))
+        if closure.any():  # step(closure): forward, loss and backward ran inside it, not the optimizer's work
+            inside = iv.subtract(inside, iv.union(start[closure], ranges["end_ns"].to_numpy()[closure]))
         gpus = [d for d in (a.idle.devices if a.idle else []) if a.steps.pid in (d.pids or ())]
         idle = None
         if gpus:  # the training process's GPU(s) idle while optimizer.step runs: what launching costs the GPU
