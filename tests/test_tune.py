@@ -58,7 +58,7 @@ def test_the_largest_predicted_saving_goes_first_and_small_or_rejected_ones_neve
     assert got[0].predicted_step_ms == pytest.approx(48.0) and got[0].profile_step_ms == pytest.approx(98.0)
     # a knob rejected once is not tried again, whatever value a later profile proposes
     assert [c.knobs for c in tune.candidates(p, {}, [{"num_workers": 4}, {"tf32": True}])] == [{"compile": True}]
-    left = tune.remaining(p, {})
+    left = tune.remaining(p)
     assert [r["kind"] for r in left] == ["sync"] and left[0]["saving_fraction"] == pytest.approx(1 - 8 / 98, abs=1e-3)
 
 

@@ -47,7 +47,11 @@ def notes(d: dict) -> list[str]:
             out.append(f"  {_knobs({p['knob']: p['value']})}{flag}:")
             out += [f"      {line}" for line in p["lines"]]
     if d["remaining"]:
-        out.append("Left for you (no knob applies):")
+        src = (d.get("remaining_from") or {}).get("configuration") or {}
+        later = {k: v for k, v in d["kept_knobs"].items() if src.get(k) != v}
+        since = (f"; from the profile of {_knobs(src) or 'the program as it is'}, before {_knobs(later)} was kept"
+                 if later else "")
+        out.append(f"Left for you (no knob applies{since}):")
         for r in d["remaining"][:5]:
             gain = (f": predicted {r['predicted_step_ms']:.2f} ms a step ({r['saving_fraction']:.0%} less)"
                     if r.get("predicted_step_ms") is not None and r.get("saving_fraction") is not None else "")

@@ -89,12 +89,13 @@ def _rejected(knobs: dict, rejected: list[dict]) -> bool:
     return any(k in r for r in rejected for k in knobs)
 
 
-def remaining(summary: dict, kept: dict) -> list[dict]:
-    """What no knob applies, with its predicted gain on top of the configuration profiled: the user's edits."""
+def remaining(summary: dict) -> list[dict]:
+    """What no knob applies, with its predicted gain on top of the configuration profiled: the user's edits.
+    (A finding whose knob was kept or rejected is not among them: a knob did apply.)"""
     own = whatif.own_cost_ns(summary)
     out = []
     for f in summary.get("findings") or []:
-        if next_knobs(f, kept) or f.get("kind") in ("instrumentation",):
+        if next_knobs(f, {}):
             continue
         pred = f.get("predicted") or {}
         step = _profile_step_ms(summary, pred.get("statistic") or "median")
@@ -125,7 +126,7 @@ def judge(base: whatif.Variant, v: whatif.Variant) -> dict:
     out = {"statistic": stat, "baseline_step_ms": before, "measured_step_ms": after,
            "rounds_ms": {"baseline": base.per_round(stat), "variant": v.per_round(stat)},
            "speedup": before / after if before and after else None,
-           "changed": sorted({ln for r in v.rounds for ln in r.lines}),
+           "changed": sorted({ln for r in v.rounds for ln in r.lines if any(whatif.said_by(ln, k) for k in v.trial)}),
            "loss_max_rel_diff": diff, "loss_noise_rel": noise, "loss_bound_rel": bound,
            "logs": [str(r.log) for r in v.rounds if r.log]}
     failures = [r.why for r in v.rounds if r.value_ms is None]
@@ -248,7 +249,7 @@ class Tuner:
                                  f"at least ~30 steps; the profile is in {out}")
             self.stopped = "the profile found no training steps"
             return None
-        self.last_profile = {"path": str(out), "summary": summary}
+        self.last_profile = {"path": str(out), "summary": summary, "configuration": dict(self.kept)}
         if self._profiles == 1:
             self.first_settings = summary.get("settings") or {}
         return summary
@@ -338,7 +339,9 @@ class Tuner:
             "speedup": base / final if base and final else None, "step_source": source,
             "kept_knobs": dict(self.kept), "stages": list(self.stages),
             "final_check": check,
-            "remaining": remaining(last, self.kept) if last else [],
+            "remaining": remaining(last) if last else [],
+            "remaining_from": {"profile": self.last_profile.get("path"),
+                               "configuration": self.last_profile.get("configuration")} if last else None,
             "permanent": permanent.lines(self.kept, settings, Path(self.program[0])),
             "flops": self._flops(base),
         }

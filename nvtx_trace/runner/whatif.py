@@ -46,7 +46,7 @@ class Round:
         line names them: no DataLoader built, empty_cache never called, no step 1)."""
         out = []
         for k in knobs:
-            mine = [ln for ln in self.lines if _names(ln, k)]
+            mine = [ln for ln in self.lines if said_by(ln, k)]
             if not mine or all("not applied" in ln for ln in mine):
                 out.append(k)
         return out
@@ -99,7 +99,7 @@ class Variant:
         return bool(self.trial) and set(self.unapplied) == set(self.trial)
 
 
-def _names(line: str, knob: str) -> bool:
+def said_by(line: str, knob: str) -> bool:
     """A knob's line starts with the knobs it is about: ``num_workers=8, pin_memory=True: DataLoader ...``."""
     head = line.split(": ", 1)[0]
     return any(part.strip().split("=", 1)[0] == knob for part in head.split(","))
