@@ -53,3 +53,25 @@ def test_settings_only_findings_are_raised_and_say_they_are_recorded(analysis):
     assert debug.predicted is None  # no GPU work measured on a CPU run: nothing to bound the step by
     for kind in ("data_parallel", "conv_bias_before_bn"):
         assert by_kind[kind].predicted is None and "No prediction" in by_kind[kind].fix
+
+
+def test_a_fix_is_said_in_the_options_of_the_framework_driving_the_loop():
+    """The settings record names the framework: a Lightning user is told Trainer(precision="bf16-mixed") and
+    set_float32_matmul_precision, an HF Trainer user TrainingArguments; plain PyTorch gets no extra sentence."""
+    from types import SimpleNamespace
+
+    from nvtx_trace.analyzer.findings import Finding
+    from nvtx_trace.analyzer.questions.ranking import _in_the_framework_s_words
+
+    def said(framework, recommend):
+        f = Finding("precision", "t", 1, "Turn on TF32.", recommend=recommend)
+        _in_the_framework_s_words(SimpleNamespace(settings={"framework": {"name": framework}}), [f])
+        return f.fix
+
+    assert said("lightning", {"tf32": True, "amp": "bf16"}) == (
+        'Turn on TF32. In Lightning: torch.set_float32_matmul_precision("high"); '
+        'Trainer(..., precision="bf16-mixed").')
+    assert said("hf_trainer", {"num_workers": 8, "pin_memory": True}) == (
+        "Turn on TF32. In Hugging Face Trainer: TrainingArguments(..., dataloader_num_workers=8); "
+        "TrainingArguments(..., dataloader_pin_memory=True).")
+    assert said("pytorch", {"tf32": True}) == said("lightning", {"pin_memory": True}) == "Turn on TF32."

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from nvtx_trace import framework_options
+
 # the script's own flags that set a knob, as scripts commonly name them (matched in add_argument calls)
 FLAGS = {"tf32": ("tf32", "allow-tf32", "allow_tf32"), "amp": ("bf16", "amp"),
          "compile": ("compile", "torch-compile", "torch_compile"),
@@ -41,23 +43,12 @@ def _pytorch(knob: str, value, settings: dict) -> list[str]:
     }.get(knob, [])
 
 
-HF_ARGS = {"tf32": "tf32=True", "amp": "bf16=True", "compile": "torch_compile=True",
-           "fused_optimizer": 'optim="adamw_torch_fused"', "num_workers": "dataloader_num_workers={v}",
-           "pin_memory": "dataloader_pin_memory={b}", "persistent_workers": "dataloader_persistent_workers={b}",
-           "prefetch_factor": "dataloader_prefetch_factor={v}"}
-LIGHTNING = {"tf32": ['torch.set_float32_matmul_precision("high")  # before trainer.fit'],
-             "amp": ['Trainer(..., precision="bf16-mixed")'],
-             "cudnn_benchmark": ["Trainer(..., benchmark=True)"],
-             "compile": ["model = torch.compile(model)  # the LightningModule, before trainer.fit(model)"]}
-
-
 def _framework(knob: str, value, settings: dict) -> tuple[str, list[str]]:
     """(whose option it is, the lines): the framework's own where it has one, else plain PyTorch's."""
-    name = (settings.get("framework") or {}).get("name") or "pytorch"
-    if name == "hf_trainer" and knob in HF_ARGS:
-        return name, [f"TrainingArguments(..., {HF_ARGS[knob].format(v=value, b=bool(value))})"]
-    if name == "lightning" and knob in LIGHTNING:
-        return name, LIGHTNING[knob]
+    name = framework_options.framework_of(settings)
+    own = framework_options.option(name, knob, value)
+    if own:
+        return name, [own]
     if name == "lightning" and knob in ("fused_optimizer", "foreach_optimizer"):
         return name, ["# in configure_optimizers():", *_pytorch(knob, value, settings)]
     return "pytorch", _pytorch(knob, value, settings)

@@ -25,6 +25,7 @@ def build_findings(a) -> list[Finding]:
             basis.found += q.findings(a, basis)
     out = basis.found
     predict.add_predictions(a, out, idle_kinds())
+    _in_the_framework_s_words(a, out)
     steps = len(a.steps.steady) if a.steps else 0
     gpus = max(1, len(a.idle.devices) if a.idle else 1)
 
@@ -39,6 +40,14 @@ def build_findings(a) -> list[Finding]:
         return 0, -p["saving_ns"] * steps * gpus
 
     return sorted(out, key=rank)
+
+
+def _in_the_framework_s_words(a, findings: list[Finding]) -> None:
+    """A loop a framework drives (the settings record says which) gets each fix's settings in its own options."""
+    from nvtx_trace import framework_options
+
+    for f in findings:
+        f.fix += framework_options.sentence(a.settings, dict(f.recommend or {}))
 
 
 def first_change(a) -> dict | None:
