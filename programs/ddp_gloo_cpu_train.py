@@ -26,6 +26,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--work-ms", type=float, default=2.0, help="each sample's load time")
+    p.add_argument("--sleep-fetch", action="store_true", help="samples wait (I/O) instead of computing")
     args = p.parse_args(argv)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -33,7 +35,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loader = DataLoader(SlowPoints(args.steps * 4, 2.0), batch_size=4, num_workers=args.workers)
+    loader = DataLoader(SlowPoints(args.steps * 4, args.work_ms, args.sleep_fetch), batch_size=4,
+                        num_workers=args.workers)
     for step, (x, y) in enumerate(loader):  # noqa: B007 - the count is printed after the loop
         loss = F.cross_entropy(model(x), y)
         loss.backward()

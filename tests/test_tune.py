@@ -155,7 +155,8 @@ def test_permanent_lines_follow_the_framework_and_the_script_s_own_flags(tmp_pat
 @pytest.mark.parametrize("args, says", [
     (["--budget", "10", "programs/cpu_train.py"], "--budget 10 s cannot pay for one stage"),
     (["missing.py"], "missing.py: no such file"),
-    (["torchrun", "--nproc_per_node=2", "programs/cpu_train.py"], "a torchrun job"),
+    (["--", "torchrun", "--nproc_per_node=2", "--no-python", "echo"], "not --no-python"),
+    (["--", "torchrun", "--nproc_per_node=2", "missing.py"], "missing.py: no such file"),
     (["--rounds", "0", "programs/cpu_train.py"], "--rounds must be at least 1"),
 ])
 def test_bad_requests_are_one_line_and_a_nonzero_exit(args, says, tmp_path):
@@ -292,3 +293,22 @@ def test_ctrl_c_after_a_kept_stage_writes_what_was_kept_and_leaves_nothing_runni
     assert d["stopped"] == "interrupted" and [s["kept"] for s in d["stages"]] == [True]
     assert d["kept_knobs"] == d["stages"][0]["knobs"] and "Traceback" not in err
     assert not _left_running("slow_loader_train.py")
+
+
+@pytest.mark.torch
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_a_torchrun_job_is_tuned_rank_by_rank_and_its_script_s_flag_named(tmp_path):
+    """`tune -- torchrun --nproc_per_node=2`: the profile is run's of the whole job, each plain run starts
+    nvtx_autotrace in every rank (rank 0's steps timed), and the DDP ranks' loaders (one worker each, samples
+    waiting 10 ms: 40 ms a batch) get more workers: at least 2x, the bound the program sets."""
+    from conftest import installed_nsys
+
+    installed_nsys()
+    proc = cli("--no-history", "--budget", "600", "--out", str(tmp_path / "t"), "--", "torchrun", "--nproc_per_node=2",
+               "programs/ddp_gloo_cpu_train.py", "--sleep-fetch", "--work-ms", "10", "--steps", "400", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert d["speedup"] >= 2.0 and d["kept_knobs"].get("num_workers", 1) > 1, d
+    assert d["permanent"][0]["script_flag"] == f"--workers {d['kept_knobs']['num_workers']}"
+    assert not _left_running("ddp_gloo_cpu_train.py")

@@ -49,19 +49,32 @@ def tune(
         _tune(target or [], budget, rounds, out, json_out, force, python, history_path, no_history)
 
 
-def _program(target: list[str]) -> list[str]:
+def _program(target: list[str]) -> tuple[list[str], Path | None]:
+    """The program and the script file it runs (None for a module): a script, ``-m MODULE`` or a torchrun job."""
+    from nvtx_trace.capture import torchrun
+
+    launch = torchrun.parse(target)
+    if launch is not None:
+        if not launch.program or launch.kind == "command":
+            raise UsageError("torchrun: give the script (or -m module) its ranks run, not --no-python: nvtx-trace "
+                             "tune -- torchrun --nproc_per_node=N train.py [ARGS]")
+        if launch.kind == "module":
+            return target, None
+        script = Path(launch.program[0])
+        if not script.is_file():
+            raise UsageError(f"{script}: no such file")
+        return target, script
     if target[:1] == ["-m"]:
         if len(target) < 2:
             raise UsageError("-m needs a module: nvtx-trace tune -m pkg.module [ARGS]")
-        return target
+        return target, None
     if not target or not target[0].endswith(".py"):
         shown = target[0] if target else "nothing"
-        hint = " (a torchrun job: tune times one process; tune the script on one GPU)" if shown in (
-            "torchrun", "--") or shown.endswith("torchrun") else ""
-        raise UsageError(f"expected SCRIPT.py or -m MODULE, got {shown}{hint}: nvtx-trace tune SCRIPT.py [ARGS]")
+        raise UsageError(f"expected SCRIPT.py, -m MODULE or -- torchrun ..., got {shown}: nvtx-trace tune "
+                         "SCRIPT.py [ARGS]")
     if not Path(target[0]).is_file():
         raise UsageError(f"{target[0]}: no such file")
-    return target
+    return target, Path(target[0])
 
 
 def _tune(target, budget, rounds, out, json_out, force, python, history_path, no_history) -> None:
@@ -72,11 +85,10 @@ def _tune(target, budget, rounds, out, json_out, force, python, history_path, no
     from nvtx_trace.runner.tune import Tuner, check_budget
 
     began = time.time()
-    program = _program(target)
+    program, script = _program(target)
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
     check_budget(budget)
-    script = Path(program[0]) if program[0] != "-m" else None
     digest = _digest(script) if script else None
     if out is not None:
         given_folder(out)
@@ -85,7 +97,11 @@ def _tune(target, budget, rounds, out, json_out, force, python, history_path, no
             raise UsageError(f"{out} already holds {', '.join(taken)}; choose another --out or pass --force")
         folder = out.resolve()
     else:
-        stem = run_name(program[1:] if script is None else program, "module" if script is None else "script")
+        from nvtx_trace.runner.plan import classify
+
+        module = program[0] == "-m"
+        mode = classify(program[1:] if module else program, module)
+        stem = run_name(program[1:] if module else program, mode)
         folder = fresh_folder(Path(DEFAULT_OUT_ROOT), f"{stem}-tune", began)
     inputs = [script] if script else []
     if json_out:

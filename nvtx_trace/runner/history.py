@@ -212,9 +212,12 @@ def try_rows(result: dict, program: list[str], folder: Path, started: float, cwd
 def tune_rows(result: dict, program: list[str], folder: Path, started: float, cwd: Path | None = None) -> list[dict]:
     """One ``runs`` row per stage of ``nvtx-trace tune`` that timed a knob: the configuration with it (``tried``),
     its plain step, its finding's prediction, and ``kept``/``rejected`` as the verdict."""
+    from nvtx_trace.runner.plan import classify
+
     cwd = Path(cwd or os.getcwd()).resolve()
     module = program[0] == "-m"
-    commit, dirty = _git(cwd if module else (cwd / program[0]).resolve().parent)
+    mode = classify(program[1:] if module else program, module)
+    commit, dirty = _git(cwd if mode != "script" else (cwd / program[0]).resolve().parent)
     rows = []
     for s in result["stages"]:
         if not s["knobs"]:
@@ -223,8 +226,8 @@ def tune_rows(result: dict, program: list[str], folder: Path, started: float, cw
         rows.append({
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
             "kind": "tune", "tried": _knob_text({**s["configuration"], **s["knobs"]}),
-            "script": script_key(program[1:] if module else program, "module" if module else "script", cwd),
-            "mode": "module" if module else "script", "args": json.dumps(program[2:] if module else program[1:]),
+            "script": script_key(program[1:] if module else program, mode, cwd),
+            "mode": mode, "args": json.dumps(program[2:] if module else program[1:]),
             "cwd": str(cwd), "git_commit": commit, "git_dirty": None if dirty is None else int(dirty),
             "knobs": json.dumps({**s["configuration"], **s["knobs"]}),
             "window": f"plain (no profiler), tune stage {s['stage']}, {len(s['rounds_ms']['variant'])} round(s)",

@@ -54,8 +54,10 @@ def _framework(knob: str, value, settings: dict) -> tuple[str, list[str]]:
     return "pytorch", _pytorch(knob, value, settings)
 
 
-def script_flags(script: Path) -> set[str]:
+def script_flags(script: Path | None) -> set[str]:
     """The long options the script's own argparse declares (read, never run)."""
+    if script is None:
+        return set()
     try:
         text = script.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -63,7 +65,7 @@ def script_flags(script: Path) -> set[str]:
     return set(re.findall(r"""add_argument\(\s*(?:["']-\w["']\s*,\s*)?["']--?([\w-]+)["']""", text))
 
 
-def lines(kept: dict, settings: dict, script: Path) -> list[dict]:
+def lines(kept: dict, settings: dict, script: Path | None) -> list[dict]:
     """One entry per kept knob: the framework's own option, the script's flag where it has one."""
     flags = script_flags(script)
     out = []

@@ -28,7 +28,8 @@ def profile(program: list[str], python: str | None, out: Path, knobs: dict | Non
     variables added for the program (``NVTX_AUTOTRACE_*``)."""
     cmd = [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(out), "--force", "--no-history",
            *(["--python", python] if python else []),
-           *(["--try", names.knobs_text(knobs)] if knobs else []), *program]
+           *(["--try", names.knobs_text(knobs)] if knobs else []),
+           *(program if program[:1] == ["-m"] else ["--", *program])]  # a torchrun job's options stay its own
     interrupts.stage(stage)
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     if log:

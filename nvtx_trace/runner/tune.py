@@ -342,7 +342,7 @@ class Tuner:
             "remaining": remaining(last) if last else [],
             "remaining_from": {"profile": self.last_profile.get("path"),
                                "configuration": self.last_profile.get("configuration")} if last else None,
-            "permanent": permanent.lines(self.kept, settings, Path(self.program[0])),
+            "permanent": permanent.lines(self.kept, settings, script_of(self.program)),
             "flops": self._flops(base),
         }
 
@@ -364,6 +364,15 @@ class Tuner:
         return {"per_step": flops, "method": "torch.utils.flop_counter.FlopCounterMode over one warm-up step "
                 f"(step {self.first_settings.get('flops_step')}) of the first profile", "device": device,
                 "stages": rows}
+
+
+def script_of(program: list[str]) -> Path | None:
+    """The script file the program runs (a torchrun job's ranks' too); None for a module."""
+    from nvtx_trace.capture import torchrun
+
+    launch = torchrun.parse(program)
+    words = launch.program if launch is not None and launch.kind == "script" else program
+    return Path(words[0]) if words and words[0] != "-m" and words[0].endswith(".py") else None
 
 
 def _mmss(seconds: float) -> str:

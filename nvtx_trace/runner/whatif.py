@@ -119,7 +119,7 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
             env[names.TRY_ENV] = names.knobs_text(knobs)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-        cmd = [python or sys.executable, "-m", "nvtx_autotrace", *target]
+        cmd = command(target, python)
         log = log or Path(tmp) / "stderr.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w", encoding="utf-8", errors="replace") as err:
@@ -134,6 +134,7 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         lines = [ln[len(KNOB_LINE):] for ln in stderr.splitlines() if ln.startswith(KNOB_LINE)]
         events = default_window.events(window)
         kept = log if log.parent != Path(tmp) else None
+    events = _lead_rank(events)
     closed = next((e for e in reversed(events) if e.get("step_ms")), {})
     steps, compiled = closed.get("step_ms"), set(closed.get("compiled") or ())
     compiled_ms = [t for i, t in enumerate(steps or ()) if i in compiled]
@@ -152,6 +153,27 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
     stat = typical_statistic(median, mean, None)
     return Round(steps, stat, median if stat == "median" else mean, lines, proc.returncode, "", losses, kept,
                  compiled_ms)
+
+
+def command(target: list[str], python: str | None = None) -> list[str]:
+    """The plain run: ``python -m nvtx_autotrace SCRIPT ARGS``; a torchrun job starts that in each rank
+    (``torchrun [its options] --no-python python -u -m nvtx_autotrace SCRIPT ARGS``)."""
+    from nvtx_trace.capture import torchrun
+
+    launch = torchrun.parse(target)
+    if launch is not None and launch.program and launch.kind != "command":
+        return [*launch.launcher, "--no-python", *launch.rank_argv(python)]
+    return [python or sys.executable, "-m", "nvtx_autotrace", *target]
+
+
+def _lead_rank(events: list[dict]) -> list[dict]:
+    """Rank 0's decisions (every rank of a torchrun job appends to one window file; they step together, each
+    stopping after the same fixed count): one rank's steps and losses, not the ranks' interleaved."""
+    ranks = {e.get("rank") for e in events}
+    if len(ranks) < 2:
+        return events
+    lead = "0" if "0" in ranks else sorted(r for r in ranks if r is not None)[0]
+    return [e for e in events if e.get("rank") == lead]
 
 
 def loss_difference(base: list, other: list) -> float | None:
