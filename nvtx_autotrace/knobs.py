@@ -63,6 +63,8 @@ def install(knobs: dict) -> None:
             return empty_cache
 
         _wrap(torch.cuda, "empty_cache", make_empty_cache)
+    if knobs.get("no_data_parallel"):
+        _single_device_data_parallel()
     model = {k: v for k, v in knobs.items() if k in MODEL_KNOBS}
     if model:
         _registry.on_undo(steps.on_step_boundary_once(1, lambda: _models(model)))
@@ -113,6 +115,42 @@ def _loaders(loader: dict) -> None:
         return __init__
 
     _wrap(dl.DataLoader, "__init__", make_init)
+
+
+def _single_device_data_parallel() -> None:
+    """DataParallel over one GPU scatters each batch, gathers each output and runs its module in a thread; with
+    the inputs already on that GPU, calling the module is the same computation without that host work."""
+    import torch
+
+    seen: set[int] = set()
+
+    def make_forward(original):
+        def forward(self, *args, **kwargs):
+            ids = getattr(self, "device_ids", None) or []
+            if len(ids) == 1 and _all_on(args, kwargs, ids[0]):
+                if id(self) not in seen:
+                    seen.add(id(self))
+                    say(f"no_data_parallel=1: DataParallel over one GPU ({type(self.module).__name__}) calls its "
+                        "module directly (no scatter, gather or thread)")
+                return self.module(*args, **kwargs)
+            if id(self) not in seen:
+                seen.add(id(self))
+                why = ("it spans several GPUs" if len(ids) > 1 else "it drives no GPU" if not ids else
+                       "its inputs are not on its GPU yet (it moves them)")
+                say(f"no_data_parallel=1: not applied to DataParallel ({type(self.module).__name__}): {why}")
+            return original(self, *args, **kwargs)
+
+        return forward
+
+    _wrap(torch.nn.DataParallel, "forward", make_forward)
+
+
+def _all_on(args, kwargs, device_id) -> bool:
+    import torch
+
+    tensors = [a for a in (*args, *kwargs.values()) if torch.is_tensor(a)]
+    return bool(tensors) and all(t.is_cuda and t.device.index == device_id for t in tensors) and not any(
+        isinstance(a, (list, tuple, dict)) for a in (*args, *kwargs.values()))
 
 
 def _workers_refused(dataset, have: int, want) -> str:
@@ -187,9 +225,11 @@ def _models(model: dict) -> None:
             _autocast(root, where, model["amp"])
         if model.get("compile"):
             inner = _inside_wrapper(root)
-            inner.compile()
+            mode = model["compile"] if isinstance(model["compile"], str) else None
+            inner.compile(**({"mode": mode} if mode else {}))
             held = f"{where}.module ({type(inner).__name__}, inside the wrapper)" if inner is not root else where
-            say(f"compile=1: {held}.compile() (in place): its forward is compiled at its next call; the first "
+            said = f'compile(mode="{mode}")' if mode else "compile()"
+            say(f"compile={mode or 1}: {held}.{said} (in place): its forward is compiled at its next call; the first "
                 "steps after are slow while it compiles")
 
 

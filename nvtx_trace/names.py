@@ -80,7 +80,10 @@ def autotrace_option_env(option: str) -> str:
 # nvtx-trace try's knobs (applied by nvtx_autotrace/knobs.py), each with the type of its value
 LOADER_KNOBS = {"num_workers": int, "pin_memory": bool, "persistent_workers": bool, "prefetch_factor": int}
 KNOBS = {**LOADER_KNOBS, "tf32": bool, "cudnn_benchmark": bool, "fused_optimizer": bool, "foreach_optimizer": bool,
-         "amp": str, "compile": bool, "channels_last": bool, "set_to_none": bool, "no_empty_cache": bool}
+         "amp": str, "compile": bool, "channels_last": bool, "set_to_none": bool, "no_empty_cache": bool,
+         "no_data_parallel": bool}
+# compile=1 compiles with torch.compile's default mode; a mode by name picks it (reduce-overhead: CUDA graphs)
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 NUMERICS_KNOBS = ("tf32", "amp", "channels_last", "compile")  # knobs that change the program's arithmetic
 _YES, _NO = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
@@ -99,6 +102,8 @@ def parse_knobs(text: str) -> dict:
 
 
 def _knob_value(key: str, value: str):
+    if key == "compile" and value.lower() in COMPILE_MODES:
+        return value.lower()
     if key == "amp":
         if value.lower() not in ("bf16", "bfloat16", "fp16", "float16"):
             raise ValueError(f"amp={value!r}: expected bf16 or fp16")
@@ -115,7 +120,8 @@ def _knob_value(key: str, value: str):
         return True
     if value.lower() in _NO:
         return False
-    raise ValueError(f"{key}={value!r}: expected 1 or 0")
+    raise ValueError(f"{key}={value!r}: expected 1 or 0" + (f" or a mode ({', '.join(COMPILE_MODES)})"
+                                                            if key == "compile" else ""))
 
 
 def knobs_text(knobs: dict) -> str:

@@ -312,3 +312,37 @@ def test_a_torchrun_job_is_tuned_rank_by_rank_and_its_script_s_flag_named(tmp_pa
     assert d["speedup"] >= 2.0 and d["kept_knobs"].get("num_workers", 1) > 1, d
     assert d["permanent"][0]["script_flag"] == f"--workers {d['kept_knobs']['num_workers']}"
     assert not _left_running("ddp_gloo_cpu_train.py")
+
+
+def test_compile_takes_a_mode_and_the_launch_bound_finding_recommends_cuda_graphs():
+    """compile=reduce-overhead (CUDA graphs) is a knob of its own value; a launch-bound cpu_overhead finding
+    recommends it unless the program captures graphs already, so tune and try --advice measure it."""
+    from types import SimpleNamespace
+
+    from nvtx_trace import names
+    from nvtx_trace.analyzer.questions.cpu_bound import _cuda_graphs
+
+    assert names.parse_knobs("compile=reduce-overhead") == {"compile": "reduce-overhead"}
+    assert names.knobs_text({"compile": "max-autotune", "tf32": True}) == "compile=max-autotune,tf32=1"
+    with pytest.raises(ValueError, match="or a mode"):
+        names.parse_knobs("compile=fast")
+    assert _cuda_graphs(SimpleNamespace(settings={"cuda_graphs": 0})) == {"compile": "reduce-overhead"}
+    assert _cuda_graphs(SimpleNamespace(settings={"cuda_graphs": 2})) is None
+    # kept compile=1, a later profile's launch-bound finding: the mode is the next thing to try
+    assert tune.next_knobs({"kind": "cpu_overhead", "recommend": {"compile": "reduce-overhead"}},
+                           {"compile": True}) == {"compile": "reduce-overhead"}
+
+
+@pytest.mark.torch
+def test_no_data_parallel_leaves_a_wrapper_without_one_gpu_as_it_is_and_says_why(capsys):
+    torch = pytest.importorskip("torch")
+    from nvtx_autotrace import _registry, knobs
+
+    model = torch.nn.DataParallel(torch.nn.Linear(2, 2))  # no GPU here: it drives none
+    knobs._single_device_data_parallel()
+    try:
+        out = model(torch.ones(1, 2))
+    finally:
+        _registry.undo_all()
+    assert out.shape == (1, 2)
+    assert "no_data_parallel=1: not applied to DataParallel (Linear): it drives no GPU" in capsys.readouterr().err

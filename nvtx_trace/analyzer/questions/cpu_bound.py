@@ -43,6 +43,7 @@ def _cpu_overhead(a, basis) -> list[Finding]:
             continue
         label = dict(zip(a.window_causes["cause"], a.window_causes["label"]))[cause]
         out.append(Finding(
+            recommend=_cuda_graphs(a) if cause in ("forward", "backward") else None,
             kind="cuda_api" if cause == "cuda_api" else "cpu_overhead",
             title=f"GPU idle {ms(ns)} ({of_window(a, ns / basis.gpu_ns)}): {label}" + own_cost_note(a, raw - ns)
                   + (profiler_unmeasured(a) if cause == "cuda_api" else ""),
@@ -51,6 +52,13 @@ def _cpu_overhead(a, basis) -> list[Finding]:
             evidence={"cause": cause, "idle_ns": int(raw), "instrumentation_ns": int(raw - ns)},
         ))
     return out
+
+
+def _cuda_graphs(a) -> dict | None:
+    """Launches that cannot keep the GPU fed: torch.compile's reduce-overhead mode replays the step's kernels as
+    CUDA graphs, one launch for many (the knob compile=reduce-overhead; tune and try measure whether it holds).
+    None where the program captures graphs already."""
+    return None if (a.settings or {}).get("cuda_graphs") else {"compile": "reduce-overhead"}
 
 
 def _launch_bound(a, basis) -> list[Finding]:
@@ -69,6 +77,7 @@ def _launch_bound(a, basis) -> list[Finding]:
         if short_idle < THRESHOLDS["min_impact_ns"] or short_idle < THRESHOLDS["launch_bound_fraction"] * window_ns:
             continue
         out.append(Finding(
+            recommend=_cuda_graphs(a),
             kind="cpu_overhead",
             title=f"GPU {dev.device_id} is busy only {pct(busy / window_ns)} of the window; {ms(raw)} "
                   f"({pct(raw / window_ns)}) is lost in {n_short} gaps shorter than {ms(a.min_gap_ns)} "

@@ -28,9 +28,10 @@ def _findings(a, basis) -> list[Finding]:
                   "model and scattering each batch every step from GPU 0",
             impact_ns=0,
             fix="Use DistributedDataParallel, one process per GPU (torchrun --nproc_per_node=N train.py; "
-                "model = DDP(model, device_ids=[local_rank])). No prediction: on one GPU DataParallel calls the "
-                "model directly; its cost grows with the GPUs it drives.",
-            recommend={"ddp": True}, threshold="a DataParallel instance alive (settings record)",
+                "model = DDP(model, device_ids=[local_rank])); on one GPU, call the model itself (DataParallel still "
+                "scatters each batch and gathers each output on the host: the knob no_data_parallel=1 does that "
+                "without an edit). No prediction: its cost grows with the GPUs it drives.",
+            recommend={"no_data_parallel": True}, threshold="a DataParallel instance alive (settings record)",
             evidence={"wrappers": s.get("wrappers"), "facts": RECORDED}))
     k = a.kernels
     conv = k.time(*CONV) if k is not None else 0
