@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -192,16 +193,45 @@ def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
                 f"exporting it needs nsys ({exc}), or export it on a machine that has nsys: "
                 f"nsys export --type sqlite {path}"
             ) from None
-    # never over an export we did not make from this report: that one goes to the cache instead
-    foreign = is_sqlite(beside) and not _fresh_sqlite(beside, path)  # (a broken file is replaced)
-    target = beside if _writable(path.parent) and not foreign else cached
+    # never over a file we did not make from this report (a text file, a link, another export): the user's own
+    # file named like our export stays as it is, and the export goes to the private cache instead, said
+    beside_rep = with_suffix(stem, ".nsys-rep") if suffix == ".qdstrm" else None
+    taken = [p for p in (beside, beside_rep) if p is not None and _taken(p, path)]
+    target = beside if _writable(path.parent) and not taken else cached
+    if taken:
+        print(f"nvtx-trace: {taken[0]} is not an export nvtx-trace made of {path.name}, so it is left as it is; the "
+              f"export goes to {target.parent}", file=sys.stderr)
     target.parent.mkdir(parents=True, exist_ok=True)
     rep = path
     if suffix == ".qdstrm":
         rep = target.with_suffix(".nsys-rep")
-        if not (rep.is_file() and rep.stat().st_mtime >= path.stat().st_mtime):
+        if not (_looks_like_report(rep) and rep.stat().st_mtime >= path.stat().st_mtime):
             rep = import_copy(nsys, path, rep, progress=progress)  # the importer appends to its input
     return export_sqlite(nsys, rep, target, progress=progress, source=path)
+
+
+REPORT_MAGIC = b"NVIDIA"  # the first bytes of every .nsys-rep nsys writes ("NVIDIA Tegra Profiler Report ...")
+
+
+def _looks_like_report(p: Path) -> bool:
+    """A real file that starts as nsys's reports do: an import of ours, not a text file that took the name."""
+    try:
+        if p.is_symlink() or not p.is_file():
+            return False
+        with open(p, "rb") as fh:
+            return fh.read(len(REPORT_MAGIC)) == REPORT_MAGIC
+    except OSError:
+        return False
+
+
+def _taken(p: Path, rep: Path) -> bool:
+    """``p`` exists and is not ours to replace: an .sqlite that is not our export of ``rep``, an .nsys-rep that is
+    no report (a link, or a file of something else)."""
+    if not (p.exists() or p.is_symlink()):
+        return False
+    if p.suffix == ".sqlite":
+        return p.is_symlink() or not _fresh_sqlite(p, rep)
+    return not _looks_like_report(p)
 
 
 # Reports shipped compressed (sample_reports/*.sqlite.xz): read through a private copy, never one beside them.

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from nvtx_trace.capture import interrupts, own_output, stuck
+from nvtx_trace.capture import interrupts, lifeline, own_output, stuck
 from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
 from nvtx_trace.capture.paths import stem_of, with_suffix
@@ -209,6 +209,7 @@ def profile(
                     handover.close()
                 raise NsysFailedError(f"could not start {cmd[0]}: {exc}") from exc
             born = started_at(proc.pid)
+            line = lifeline.tie(proc)  # killed with SIGKILL, we still take nsys and the program with us
             capture = guard.start_capture(proc, handover.started if handover is not None and not launcher
                                           else None)
         pumps = []
@@ -241,6 +242,7 @@ def profile(
         if capture_output and log is not None:
             log.write(text)
         _end_agents({proc.pid, *(capture.watch.profilers if launcher else ())}, since=born)  # each rank's nsys's too
+        line.release()
         if capture.late and not capture.first:  # it came as nsys ended: the capture is whole, we stop now
             interrupts.stage("as nsys ended")
             guard.stop(capture.late)

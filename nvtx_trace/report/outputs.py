@@ -126,6 +126,11 @@ def check_outputs(outputs: list[Path], inputs: list[Path], force: bool) -> None:
             raise UsageError(f"{out} {problem}; choose another output path")
         if out.is_dir():
             raise UsageError(f"{out} is a directory; give a file path for the output")
+        odd = _not_a_regular_file(out)
+        if odd:
+            raise UsageError(f"{out} is {odd}: nvtx-trace writes outputs as regular files and replaces nothing else, "
+                             f"--force included; give a file path" + (" (--json - writes to stdout)"
+                                                                      if "stdout" in str(out) else ""))
         if out.exists() and not force:
             raise UsageError(f"{out} already exists; pass --force to overwrite it")
         parent = out.parent if str(out.parent) else Path(".")
@@ -134,6 +139,24 @@ def check_outputs(outputs: list[Path], inputs: list[Path], force: bool) -> None:
         if not parent.is_dir():
             raise UsageError(f"{parent} is a file, not a folder; choose another output path")
         check_takes_files(parent, "choose another output path")
+
+
+def _not_a_regular_file(out: Path) -> str:
+    """What ``out`` is when it is there and not a regular file (writing it would replace a device, a FIFO or a
+    link with a file: /dev/null made a regular file breaks the machine), else ''."""
+    import stat
+
+    try:
+        mode = os.lstat(out).st_mode
+    except OSError:
+        return ""
+    if stat.S_ISLNK(mode):
+        return f"a symbolic link (to {os.readlink(out)})"
+    if stat.S_ISREG(mode):
+        return ""
+    return ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else
+            "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "not a regular file")
 
 
 def check_takes_files(folder: Path, what_to_do: str) -> None:

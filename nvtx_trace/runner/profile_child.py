@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from nvtx_trace import names
-from nvtx_trace.capture import interrupts
+from nvtx_trace.capture import interrupts, lifeline
 from nvtx_trace.errors import NvtxTraceError
 
 
@@ -38,9 +38,11 @@ def profile(program: list[str], python: str | None, out: Path, knobs: dict | Non
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                 env={**os.environ, **(env or {})}, **group)
+        line = lifeline.tie(proc)  # killed with SIGKILL, we take the run (and its nsys, its program) with us
         try:
             with interrupts.forwarding(proc):
                 proc.wait()
+            line.release()
         except interrupts.Interrupted as exc:  # the profile run stopped on its own terms: its line is above
             kept = f"what it kept is in {out}" if out.is_dir() and any(out.iterdir()) else "it kept nothing"
             exc.kept = f"the profile run ended (status {proc.returncode}); {kept}"

@@ -11,6 +11,7 @@ uneven (the rule ``diff`` uses); a variant's step is the median of its rounds.
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from nvtx_trace import names
 from nvtx_trace.analyzer.steps import typical_statistic
-from nvtx_trace.capture import interrupts
+from nvtx_trace.capture import interrupts, lifeline, processes
 from nvtx_trace.errors import NvtxTraceError
 from nvtx_trace.runner import default_window
 
@@ -123,13 +124,24 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         log = log or Path(tmp) / "stderr.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w", encoding="utf-8", errors="replace") as err:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=err)
+            line = lifeline.tie(proc)  # a SIGKILL of ours takes the program and its workers with it
             try:
-                proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err,
-                                      timeout=timeout)
+                proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
+                for pid in [*processes.descendants(proc.pid), proc.pid]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                proc.wait()
                 return Round([], "median", None, [], -1, f"the run was stopped after {timeout:.0f} s (the default "
                                                          "window takes at most about two minutes after start-up)",
                              log=log)
+            finally:
+                if proc.returncode is not None:
+                    line.release()
         stderr = log.read_text(encoding="utf-8", errors="replace")
         lines = [ln[len(KNOB_LINE):] for ln in stderr.splitlines() if ln.startswith(KNOB_LINE)]
         events = default_window.events(window)

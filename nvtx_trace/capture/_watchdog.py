@@ -1,0 +1,70 @@
+"""The watchdog of lifeline.py, run as a file (``python -I -S _watchdog.py ROOT_PID ROOT_START``): no package
+import, so it starts in milliseconds. Stdin is the pipe; end of file without "done" means the tool died."""
+
+import os
+import signal
+import sys
+import time
+
+
+def stat(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            tail = fh.read().rsplit(")", 1)[1].split()
+        return tail  # state ppid pgrp session ... starttime at [19]
+    except (OSError, IndexError):
+        return None
+
+
+def tree(root):
+    """root and every live process under it, by parent links."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            s = stat(name)
+            if s and s[0] != "Z":
+                children.setdefault(int(s[1]), []).append(int(name))
+    found, todo = [root], list(children.get(root, []))
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += children.get(p, [])
+    return found
+
+
+def main():
+    root, born = int(sys.argv[1]), sys.argv[2]
+    said = b""
+    while True:
+        chunk = os.read(0, 64)
+        if not chunk:
+            break
+        said += chunk
+    if said.startswith(b"done"):
+        return 0
+    s = stat(root)
+    if s is None or s[19] != born:  # already gone, or its pid is another process's now
+        return 0
+    seen = {}  # pid -> its start time: a pid is killed only while it is still that process
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        top = stat(root)
+        if top is not None and top[19] == born and top[0] != "Z":  # its tree, before its children lose it
+            for p in tree(root):
+                t = stat(p)
+                if t is not None:
+                    seen.setdefault(p, t[19])
+        alive = [p for p, b in seen.items() if (t := stat(p)) is not None and t[19] == b and t[0] != "Z"]
+        if not alive:
+            break
+        for p in alive:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Issue 42's worst cases: nothing of the user's lost, nothing left running.
+
+- A SIGKILL of nvtx-trace (a scheduler's final kill, the OOM killer) takes nsys, its agent, the program and its
+  DataLoader workers with it (capture/lifeline.py), at every stage tried, for run, try and tune.
+- An export never replaces a file of the user's named like it (a text file, a link): it goes to the cache, said.
+- ``--force`` replaces regular files only: a device, a FIFO or a link is refused in one line and left as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, SAMPLES
+
+SCRIPT = ROOT / "programs" / "slow_loader_train.py"
+
+
+def _matching(marker: str) -> list[str]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                args = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            with open(f"/proc/{pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in args and state != "Z" and int(pid) != os.getpid():
+            out.append(f"{pid} {args[:160]}")
+    return out
+
+
+def _gone(marker: str, within: float = 15.0) -> list[str]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        left = _matching(marker)
+        if not left:
+            return []
+        time.sleep(0.2)
+    return _matching(marker)
+
+
+def _kill_all(marker: str) -> None:
+    for line in _matching(marker):
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _start(words: list[str], cwd) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", *words], cwd=cwd, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(child: subprocess.Popen, text: str, timeout: float = 120) -> list[str]:
+    seen, deadline = [], time.monotonic() + timeout
+    for line in child.stderr:
+        seen.append(line)
+        if text in line or time.monotonic() > deadline:
+            break
+    assert any(text in line for line in seen), "".join(seen[-20:])
+    return seen
+
+
+@pytest.mark.torch
+@pytest.mark.nsys
+@pytest.mark.slow
+@pytest.mark.parametrize("verb, wait_for", [
+    ("run", None),  # while nsys starts
+    ("run", "step 3 loss"),  # in the capture, the program's workers busy
+    ("try", "round 1/2: num_workers=3"),  # a timed plain run
+    ("tune", "stage 1: profiling"),  # tune's profile: a run in a run
+])
+def test_a_sigkill_takes_nsys_the_program_and_its_workers_with_it(tmp_path, verb, wait_for):
+    from conftest import installed_nsys
+
+    installed_nsys()
+    marker = f"--steps {100000 + os.getpid() % 1000}{len(verb)}{len(wait_for or '')}"  # in the program's args only
+    program = [str(SCRIPT), "--workers", "2", "--work-ms", "2", *marker.split()]
+    words = {"run": ["run", "--no-history", "--full", "--out", "out", *program],
+             "try": ["try", "--no-history", "--out", "out", "num_workers=3", *program],
+             "tune": ["tune", "--no-history", "--out", "out", *program]}[verb]
+    child = _start(words, tmp_path)
+    try:
+        if wait_for:
+            _wait_for(child, wait_for)
+            time.sleep(2.0)  # its processes up and busy
+        else:
+            time.sleep(0.3)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        left = _gone(marker)
+        assert not left, left
+    finally:
+        _kill_all(marker)
+        if child.poll() is None:
+            child.kill()
+
+
+@pytest.fixture(scope="module")
+def a_report(tmp_path_factory):
+    """A real .nsys-rep of this machine's nsys."""
+    from conftest import installed_nsys
+
+    installed_nsys()
+    work = tmp_path_factory.mktemp("rep")
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--no-history", "--full", "--out", "out",
+                           str(SCRIPT), "--steps", "12", "--workers", "1", "--work-ms", "1"], cwd=work,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return work / "out" / "report.nsys-rep"
+
+
+@pytest.mark.torch
+@pytest.mark.nsys
+@pytest.mark.slow
+@pytest.mark.parametrize("beside", ["text", "link"])
+def test_an_export_never_replaces_the_user_s_file_named_like_it(tmp_path, a_report, monkeypatch, beside):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    rep = tmp_path / "r.nsys-rep"
+    shutil.copy(a_report, rep)
+    mine = tmp_path / "notes.txt"
+    mine.write_text("the user's own notes\n")
+    sqlite = tmp_path / "r.sqlite"
+    if beside == "text":
+        shutil.copy(mine, sqlite)
+    else:
+        sqlite.symlink_to(mine)
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(rep), "--json", str(tmp_path / "j")],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "is not an export nvtx-trace made of r.nsys-rep, so it is left as it is" in proc.stderr
+    assert mine.read_text() == "the user's own notes\n"
+    if beside == "text":
+        assert sqlite.read_text() == "the user's own notes\n" and not sqlite.is_symlink()
+    else:
+        assert sqlite.is_symlink() and os.readlink(sqlite) == str(mine)
+    assert list((tmp_path / "cache").rglob("r.sqlite"))  # the export went to the cache
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "link"])
+def test_force_replaces_regular_files_only(tmp_path, kind):
+    if kind == "device":
+        target = "/dev/null"
+    elif kind == "fifo":
+        target = str(tmp_path / "pipe")
+        os.mkfifo(target)
+    else:
+        (tmp_path / "real.json").write_text("keep me\n")
+        target = str(tmp_path / "link.json")
+        os.symlink(tmp_path / "real.json", target)
+    before = os.lstat(target)
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(SAMPLES / "cpu_slow_loader.sqlite"),
+                           "--json", target, "--force"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and "replaces nothing else, --force included" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    after = os.lstat(target)
+    assert stat.S_IFMT(after.st_mode) == stat.S_IFMT(before.st_mode) and after.st_ino == before.st_ino
+    if kind == "link":
+        assert (tmp_path / "real.json").read_text() == "keep me\n"
