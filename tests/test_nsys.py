@@ -193,15 +193,20 @@ def test_ensure_sqlite_exports_a_report_once_and_leaves_it_untouched(real_nsys, 
     assert export.ensure_sqlite(db) == db
 
 
-def test_ensure_sqlite_replaces_a_newer_but_broken_export(real_nsys, profiled, tmp_path):
+def test_ensure_sqlite_leaves_a_newer_but_broken_export_and_exports_to_the_cache(real_nsys, profiled, tmp_path,
+                                                                                  monkeypatch):
+    """What an interrupted `nsys export` leaves is not ours to replace (ours are written whole, then renamed): an
+    export goes beside the report only where the name is free or holds our own export of exactly that report."""
     rep = tmp_path / "r.nsys-rep"
     shutil.copy(profiled.rep, rep)
     garbage = tmp_path / "r.sqlite"
     garbage.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)  # what an interrupted export leaves
     os.utime(rep, (time.time() - 60, time.time() - 60))
     assert not export.is_sqlite(garbage)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     db = export.ensure_sqlite(rep, real_nsys)
-    assert db == garbage and export.is_sqlite(db) and RANGE in nvtx_ranges(db)
+    assert db != garbage and export.is_sqlite(db) and RANGE in nvtx_ranges(db)
+    assert garbage.read_bytes() == b"SQLite format 3\x00" + b"\x00" * 100
 
 
 def test_ensure_sqlite_never_trusts_or_overwrites_an_export_it_did_not_make_from_this_report(
