@@ -167,3 +167,27 @@ def test_force_replaces_regular_files_only(tmp_path, kind):
     assert stat.S_IFMT(after.st_mode) == stat.S_IFMT(before.st_mode) and after.st_ino == before.st_ino
     if kind == "link":
         assert (tmp_path / "real.json").read_text() == "keep me\n"
+
+
+def test_names_from_a_report_are_shown_never_obeyed(tmp_path):
+    """A loader named with escape sequences (clear the screen, retitle the window) and a report path holding a
+    newline and a forged line of ours: the terminal gets their escapes, one line each (a hand-built edge case:
+    the real sample's one loader label renamed)."""
+    import sqlite3
+
+    evil = "\x1b[2J\x1b]0;owned\x07evil.py:1"
+    name = "r\nnvtx-trace: no problems found.sqlite"
+    db = tmp_path / name
+    shutil.copy(SAMPLES / "cpu_slow_loader.sqlite", db)
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("UPDATE StringIds SET value = replace(value, 'slow_loader_train.py:53', ?)", (evil,))
+    con.close()
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(db)], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    shown = proc.stdout + proc.stderr
+    assert "\x1b[2J" not in shown and "\x1b]0;" not in shown and "\x07" not in shown
+    assert "\\x1b[2J\\x1b]0;owned\\x07evil.py:1" in shown  # the name, as its escapes
+    assert not any(line.startswith("nvtx-trace: no problems found") for line in shown.splitlines())
+    assert "r\\nnvtx-trace: no problems found.sqlite" in proc.stdout

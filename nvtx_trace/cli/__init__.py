@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a full stdout is found here, not in the interpreter's last flush
         return code
     except OutputError as err:
-        print(f"nvtx-trace: error: {err}", file=sys.stderr)
+        print(f"nvtx-trace: error: {_printable(err)}", file=sys.stderr)
         if isinstance(err, _StdoutFailed):  # what is still buffered for it must not fail at exit
             _quiet_stdout()
         return err.exit_code
@@ -209,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     finally:
         sys.stdout = stdout
+
+
+def _printable(err) -> str:
+    """An error line names paths and names the user gave or a report holds: one line, escapes shown, never run."""
+    from nvtx_trace.report.sections import printable
+
+    return printable(err)
 
 
 def _usage_line(exc, words: list[str]) -> str:
@@ -245,7 +252,7 @@ def _command(argv: list[str] | None) -> int:
     except OutputError:
         raise
     except NvtxTraceError as err:
-        print(f"nvtx-trace: error: {err}", file=sys.stderr)
+        print(f"nvtx-trace: error: {_printable(err)}", file=sys.stderr)
         return err.exit_code
     except Interrupted as exc:  # told to stop; run and try say what was kept
         print(f"nvtx-trace: {exc}", file=sys.stderr)

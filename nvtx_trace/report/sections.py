@@ -12,27 +12,37 @@ from rich.table import Table
 
 from nvtx_trace.report.html_table import table
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, *range(0x80, 0xa0))}
+_CONTROL.update({0x0a: "\\n", 0x0d: "\\r", 0x09: "\\t"})
+
+
+def printable(text) -> str:
+    """Names from a report (kernels, ranges, threads, paths) shown, never obeyed: an escape sequence that would
+    clear the screen or retitle the window, or a newline that would forge a line of ours, is printed as its
+    escape (``\\x1b``, ``\\n``)."""
+    return str(text).translate(_CONTROL)
+
 
 class TextView:
-    """``views.TextView`` over a rich Console."""
+    """``views.TextView`` over a rich Console: every line a question prints goes through ``printable``."""
 
     def __init__(self, console):
         self.console = console
 
     def print(self, *parts, **options) -> None:
-        self.console.print(*parts, **options)
+        self.console.print(*(printable(p) if isinstance(p, str) else p for p in parts), **options)
 
     def table(self, title: str, columns: list[tuple[str, str]], rows: list[list[str]]) -> None:
-        t = Table(title=title, title_justify="left", show_edge=False)
+        t = Table(title=printable(title), title_justify="left", show_edge=False)
         for name, justify in columns:
-            t.add_column(name, justify=justify)
+            t.add_column(printable(name), justify=justify)
         for row in rows:
-            t.add_row(*row)
+            t.add_row(*(printable(c) if isinstance(c, str) else c for c in row))
         self.console.print(t)
 
     @staticmethod
     def escape(text: str) -> str:
-        return escape(text)
+        return escape(printable(text))
 
 
 class HtmlView:
