@@ -47,6 +47,22 @@ def _gone(marker: str, within: float = 15.0) -> list[str]:
     return _matching(marker)
 
 
+def _agents_of(nsys_pids) -> list[int]:
+    """The nsys agents those nsys processes started (an agent's session is named after its nsys's pid)."""
+    marks = {str(p) for p in nsys_pids}
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                args = [w.decode("utf-8", "replace") for w in fh.read().split(b"\0") if w]
+        except OSError:
+            continue
+        if "--start-agent" in args and any(a.startswith("--session-name=") and a.rsplit("-", 1)[-1] in marks
+                                           for a in args):
+            found.append(int(pid))
+    return found
+
+
 def _kill_all(marker: str) -> None:
     for line in _matching(marker):
         try:
@@ -96,12 +112,20 @@ def test_a_sigkill_takes_nsys_the_program_and_its_workers_with_it(tmp_path, verb
             time.sleep(2.0)  # its processes up and busy
         else:
             time.sleep(0.3)
+        from nvtx_trace.capture.processes import descendants
+
+        tree = descendants(child.pid)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
         left = _gone(marker)
-        assert not left, left
+        deadline = time.monotonic() + 10
+        while _agents_of(tree) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not left and not _agents_of(tree), (left, _agents_of(tree))
     finally:
         _kill_all(marker)
+        for pid in _agents_of(locals().get("tree", [])):
+            os.kill(pid, signal.SIGKILL)
         if child.poll() is None:
             child.kill()
 

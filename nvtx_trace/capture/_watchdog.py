@@ -32,6 +32,27 @@ def tree(root):
     return found
 
 
+def agents(nsys_pids, since):
+    """``nsys --start-agent`` helpers named after these nsys processes (their session name ends in the pid),
+    started since ``since``: they leave their nsys's tree, and outlive it unless killed."""
+    marks = {str(p) for p in nsys_pids}
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                args = [w.decode("utf-8", "replace") for w in fh.read().split(b"\0") if w]
+        except OSError:
+            continue
+        if "--start-agent" in args and any(a.startswith("--session-name=") and a.rsplit("-", 1)[-1] in marks
+                                           for a in args):
+            t = stat(name)
+            if t is not None and int(t[19]) >= since:
+                found.append(int(name))
+    return found
+
+
 def main():
     root, born = int(sys.argv[1]), sys.argv[2]
     said = b""
@@ -54,6 +75,10 @@ def main():
                 t = stat(p)
                 if t is not None:
                     seen.setdefault(p, t[19])
+        for p in agents(list(seen), int(born)):
+            t = stat(p)
+            if t is not None:
+                seen.setdefault(p, t[19])
         alive = [p for p, b in seen.items() if (t := stat(p)) is not None and t[19] == b and t[0] != "Z"]
         if not alive:
             break
@@ -63,6 +88,12 @@ def main():
             except OSError:
                 pass
         time.sleep(0.05)
+    for p in seen:  # a killed agent leaves its shared memory behind; the next agents see it
+        if stat(p) is None:
+            try:
+                os.unlink(f"/dev/shm/quadd-agent-instance-{p}")
+            except OSError:
+                pass
     return 0
 
 
