@@ -3,7 +3,8 @@
 # by hand, on the GPU machine (device tool), from the repo root:
 #   source .device-carry/env.sh; bash benchmarks/tune_device.sh LABEL [GPU] [BUDGET_S]
 # Labels: hf_fp32 (HF-style GPT-2, 6 layers, fp32 defaults), gpt_fp32 (GPT-2-class, 6 layers, fp32, hand-written
-# attention), gpt_bf16 (the same in bf16 autocast, eager), rn18_loader (ImageNet-style ResNet-18, CPU transforms, 2 workers).
+# attention), gpt_bf16 (the same in bf16 autocast, eager), gpt_compiled (the same, compiled), rn50_cl
+# (ResNet-50 fp32 channels_last on GPU-made batches), rn18_loader (ImageNet-style ResNet-18, CPU transforms, 2 workers).
 # Several labels run at once, one per GPU, each pinned to its share of the cores:
 #   bash benchmarks/tune_device.sh hf_fp32 0 & bash benchmarks/tune_device.sh gpt_fp32 1 & wait
 # Writes $OUT/tune_<LABEL>.json (tune's), $OUT/hand_<LABEL>.jsonl (plain runs by hand: the program's own
@@ -30,6 +31,12 @@ case $LABEL in
   gpt_bf16) PROG="$B/gpt_train.py --dtype bf16 --layers 6 --steps 800 --warmup 5"
             HAND=("$B/gpt_train.py --dtype bf16 --layers 6 --steps 40 --warmup 20"
                   "$B/gpt_train.py --dtype bf16 --layers 6 --compile --steps 40 --warmup 20") ;;
+  rn50_cl) PROG="$B/resnet_train.py --channels-last --data gpu --steps 800 --warmup 5"
+           HAND=("$B/resnet_train.py --channels-last --data gpu --steps 40 --warmup 20"
+                 "$B/resnet_train.py --channels-last --data gpu --dtype bf16 --steps 40 --warmup 20") ;;
+  gpt_compiled) PROG="$B/gpt_train.py --dtype bf16 --layers 6 --compile --steps 800 --warmup 5"
+                HAND=("$B/gpt_train.py --dtype bf16 --layers 6 --compile --steps 40 --warmup 20"
+                      "$B/gpt_train.py --dtype bf16 --layers 6 --compile --optim fused --steps 40 --warmup 20") ;;
   rn18_loader) PROG="programs/heldout/loader_bound_resnet.py --workers 2 --steps 3000"
                HAND=("programs/heldout/loader_bound_resnet.py --workers 2 --steps 60"
                      "programs/heldout/loader_bound_resnet.py --workers $((SHARE - 2)) --steps 120") ;;
