@@ -610,24 +610,21 @@ def after_run(result, path: Path | None, started: float) -> tuple[str | None, st
 
 def after_try(result: dict, program: list[str], folder: Path, path: Path | None, started: float) -> str | None:
     """Record what ``nvtx-trace try`` timed, one row per variant; a warning or None. Never raises."""
-    if path is None:
-        return None
-    try:
-        rows = try_rows(result, program, folder, started)
-        record(path, rows[0], [], rows[1:])
-        return None
-    except HistoryError as exc:
-        return f"{exc} (not recorded)"
-    except Exception as exc:  # noqa: BLE001 - the results are already written
-        return f"history {path}: not recorded ({type(exc).__name__}: {exc})"
+    return _record_plain(path, lambda: try_rows(result, program, folder, started))
 
 
 def after_tune(result: dict, program: list[str], folder: Path, path: Path | None, started: float) -> str | None:
-    """Record what ``nvtx-trace tune`` timed, one row per stage; a warning or None. Never raises."""
+    """Record what ``nvtx-trace tune`` timed, one row per stage that timed a knob; a warning or None."""
+    return _record_plain(path, lambda: tune_rows(result, program, folder, started))
+
+
+def _record_plain(path: Path | None, make_rows) -> str | None:
+    """Rows of plain runs (no findings): recorded in one transaction, or a warning; never raises (the results
+    are already written)."""
     if path is None:
         return None
     try:
-        rows = tune_rows(result, program, folder, started)
+        rows = make_rows()
         if rows:
             record(path, rows[0], [], rows[1:])
         return None
