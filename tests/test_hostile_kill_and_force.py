@@ -215,3 +215,34 @@ def test_names_from_a_report_are_shown_never_obeyed(tmp_path):
     assert "\\x1b[2J\\x1b]0;owned\\x07evil.py:1" in shown  # the name, as its escapes
     assert not any(line.startswith("nvtx-trace: no problems found") for line in shown.splitlines())
     assert "r\\nnvtx-trace: no problems found.sqlite" in proc.stdout
+
+
+@pytest.mark.parametrize("words, says", [
+    (["try", "num_wrkers=4", "programs/cpu_train.py"], "unknown knob 'num_wrkers'"),
+    (["analyze", str(SAMPLES / "cpu_slow_loader.sqlite"), "--json", "/tmp/" + "a" * 300 + ".json"],
+     "File name too long"),
+])
+def test_misspelt_knobs_and_impossible_names_are_one_line(words, says):
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", *words], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_export_metadata_stored_as_blobs_is_read_as_text(tmp_path):
+    import json
+    import sqlite3
+
+    db = tmp_path / "blob.sqlite"
+    shutil.copy(SAMPLES / "cpu_slow_loader.sqlite", db)
+    con = sqlite3.connect(db)
+    with con:
+        table = next(t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                     if t in ("META_DATA_EXPORT", "EXPORT_META_DATA"))
+        con.execute(f"UPDATE {table} SET value = CAST(value AS BLOB)")
+        version = con.execute(f"SELECT value FROM {table} WHERE name = 'EXPORT_PRODUCT_VERSION'").fetchone()[0]
+    con.close()
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(db), "--json", "-"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["report"]["nsys_version"] == version.decode()

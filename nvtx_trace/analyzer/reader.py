@@ -86,11 +86,18 @@ def open_report(path: Path) -> tuple[sqlite3.Connection, ReportInfo]:
     return conn, info
 
 
+def _text(value):
+    """A metadata value as text: an export may store it as a BLOB (bytes, which no JSON takes) or a number."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if value is None or isinstance(value, str) else str(value)
+
+
 def _read_metadata(conn: sqlite3.Connection, info: ReportInfo) -> None:
     meta = {}
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if table in info.tables:
-            meta.update(dict(conn.execute(f"SELECT name, value FROM {table}").fetchall()))
+            meta.update({_text(k): _text(v) for k, v in conn.execute(f"SELECT name, value FROM {table}")})
     info.nsys_version = meta.get("EXPORT_PRODUCT_VERSION")
     info.schema_version = meta.get("EXPORT_SCHEMA_VERSION")
     if "ANALYSIS_DETAILS" in info.tables:

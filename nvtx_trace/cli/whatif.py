@@ -197,7 +197,7 @@ def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]
     """KNOB=VALUE words first, then the program."""
     knobs: dict = {}
     i = 0
-    while i < len(target) and "=" in target[i] and target[i].split("=", 1)[0] in names.KNOBS:
+    while i < len(target) and "=" in target[i] and not target[i].startswith("-") and not target[i].endswith(".py"):
         try:
             knobs.update(names.parse_knobs(target[i]))
         except ValueError as exc:

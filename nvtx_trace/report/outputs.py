@@ -117,28 +117,36 @@ def check_not_an_input(out: Path, inputs) -> None:
 def check_outputs(outputs: list[Path], inputs: list[Path], force: bool) -> None:
     """UsageError (one line) for the first output path that cannot or must not be written."""
     for i, out in enumerate(outputs):
-        for other in outputs[:i]:
-            if same_path(out, other):
-                raise UsageError(f"{other} and {out} are the same file; give each output its own path")
-        check_not_an_input(out, inputs)
-        problem = describe_unreadable(out)
-        if problem:
-            raise UsageError(f"{out} {problem}; choose another output path")
-        if out.is_dir():
-            raise UsageError(f"{out} is a directory; give a file path for the output")
-        odd = _not_a_regular_file(out)
-        if odd:
-            raise UsageError(f"{out} is {odd}: nvtx-trace writes outputs as regular files and replaces nothing else, "
-                             f"--force included; give a file path" + (" (--json - writes to stdout)"
-                                                                      if "stdout" in str(out) else ""))
-        if out.exists() and not force:
-            raise UsageError(f"{out} already exists; pass --force to overwrite it")
-        parent = out.parent if str(out.parent) else Path(".")
-        if not parent.exists():
-            raise UsageError(f"{parent} does not exist; create it first")
-        if not parent.is_dir():
-            raise UsageError(f"{parent} is a file, not a folder; choose another output path")
-        check_takes_files(parent, "choose another output path")
+        try:
+            _check_output(out, outputs[:i], inputs, force)
+        except OSError as exc:  # a name too long, a loop of links, a folder we may not search: said, not raised
+            raise UsageError(f"{out}: {_reason(exc)}; choose another output path") from None
+
+
+def _check_output(out: Path, before: list[Path], inputs: list[Path], force: bool) -> None:
+    """One output path: not an input, not another output, a regular file or none, in a folder that takes files."""
+    for other in before:
+        if same_path(out, other):
+            raise UsageError(f"{other} and {out} are the same file; give each output its own path")
+    check_not_an_input(out, inputs)
+    problem = describe_unreadable(out)
+    if problem:
+        raise UsageError(f"{out} {problem}; choose another output path")
+    if out.is_dir():
+        raise UsageError(f"{out} is a directory; give a file path for the output")
+    odd = _not_a_regular_file(out)
+    if odd:
+        raise UsageError(f"{out} is {odd}: nvtx-trace writes outputs as regular files and replaces nothing else, "
+                         f"--force included; give a file path" + (" (--json - writes to stdout)"
+                                                                  if "stdout" in str(out) else ""))
+    if out.exists() and not force:
+        raise UsageError(f"{out} already exists; pass --force to overwrite it")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.exists():
+        raise UsageError(f"{parent} does not exist; create it first")
+    if not parent.is_dir():
+        raise UsageError(f"{parent} is a file, not a folder; choose another output path")
+    check_takes_files(parent, "choose another output path")
 
 
 def _not_a_regular_file(out: Path) -> str:
