@@ -79,7 +79,7 @@ def _program(target: list[str]) -> tuple[list[str], Path | None]:
 
 def _tune(target, budget, rounds, out, json_out, force, python, history_path, no_history) -> None:
     from nvtx_trace.capture import interrupts
-    from nvtx_trace.report.outputs import check_outputs, inside, same_path
+    from nvtx_trace.report.outputs import check_outputs, file_digest, inside, make_folder, same_path
     from nvtx_trace.runner import history
     from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, fresh_folder, given_folder, run_name
     from nvtx_trace.runner.tune import Tuner, check_budget
@@ -89,7 +89,7 @@ def _tune(target, budget, rounds, out, json_out, force, python, history_path, no
     if rounds < 1:
         raise UsageError("--rounds must be at least 1")
     check_budget(budget)
-    digest = _digest(script) if script else None
+    digest = file_digest(script) if script else None
     if out is not None:
         given_folder(out)
         taken = [n for n in (TUNE_JSON, TUNE_HTML, "stage-1") if (out / n).exists()]
@@ -113,7 +113,7 @@ def _tune(target, budget, rounds, out, json_out, force, python, history_path, no
     history.check(history_db, inputs=inputs,
                   written=lambda p: inside(p, folder) or (json_out is not None and same_path(p, json_out)))
     made = not folder.exists()
-    _make(folder)
+    make_folder(folder)
 
     def say(message: str) -> None:
         print(f"nvtx-trace tune: {message}", file=sys.stderr, flush=True)
@@ -143,7 +143,7 @@ def _tune(target, budget, rounds, out, json_out, force, python, history_path, no
 
     tune_render.text(result, Console(highlight=False))
     written = _write(folder, result, json_out)
-    if script and _digest(script) != digest:
+    if script and file_digest(script) != digest:
         say(f"warning: {script} changed while it was tuned (not by nvtx-trace: it writes only to {folder})")
     for path in written:
         print(f"Wrote {path}", file=sys.stderr)
@@ -181,16 +181,4 @@ def _write(folder: Path, result: dict, json_out: Path | None) -> list[Path]:
     return written
 
 
-def _make(folder: Path) -> None:
-    from nvtx_trace.report.outputs import cannot_write
 
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise cannot_write(folder, exc) from None
-
-
-def _digest(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()

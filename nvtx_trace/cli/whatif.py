@@ -59,7 +59,7 @@ def _try(target, rounds, each, from_run, out, json_out, force, python, advice, h
     import time
 
     from nvtx_trace.capture import interrupts
-    from nvtx_trace.report.outputs import check_outputs, inside, same_path
+    from nvtx_trace.report.outputs import check_outputs, file_digest, inside, make_folder, same_path
     from nvtx_trace.runner import history
 
     began = time.time()
@@ -68,7 +68,7 @@ def _try(target, rounds, each, from_run, out, json_out, force, python, advice, h
         raise UsageError("--rounds must be at least 1")
     if advice and (knobs or from_run):
         raise UsageError("--advice takes its knobs from the profile it runs: give neither knobs nor --from with it")
-    script_hash = _digest(Path(program[0]))
+    script_hash = file_digest(Path(program[0]))
     folder = _folder(out, program, force, began)
     inputs = [Path(program[0]), *([from_run] if from_run else [])]
     _check_apart(folder, from_run, json_out)
@@ -79,7 +79,7 @@ def _try(target, rounds, each, from_run, out, json_out, force, python, advice, h
                   written=lambda p: inside(p, folder) or (json_out is not None and same_path(p, json_out)))
     profile = _summary(from_run) if from_run else {}  # a bad --from is refused before anything runs
     made = not folder.exists()
-    _make(folder)
+    make_folder(folder)
     try:
         _measure(folder, program, knobs, advice, each, rounds, python, from_run, profile, json_out, script_hash,
                  history_db, began)
@@ -98,31 +98,17 @@ def _measure(folder, program, knobs, advice, each, rounds, python, from_run, pro
     from rich.console import Console
 
     from nvtx_trace.report import try_render
-    from nvtx_trace.report.outputs import write_atomically
+    from nvtx_trace.report.outputs import file_digest, make_folder, write_atomically
     from nvtx_trace.runner import history, whatif
 
     def say(message: str) -> None:
         print(f"nvtx-trace try: {message}", file=sys.stderr, flush=True)
 
     if advice:
-        from nvtx_trace.runner.profile_child import ProfileFailed, profile
-
-        say(f"--advice: profiling {program[0]} first (nvtx-trace run, outputs in {folder / 'profile'})")
-        try:
-            from_run = profile(program, python, folder / "profile", stage="while profiling (--advice)")
-        except ProfileFailed as exc:
-            raise UsageError(f"--advice: {exc}") from None
-        profile = _summary(from_run)
-        sets = whatif.advised(profile.get("findings") or [])
-        if not sets:
-            raise UsageError(f"{from_run}: no finding has a fix that a knob applies ({', '.join(names.KNOBS)}); "
-                             "nothing to try")
+        from_run, profile, sets = whatif.advice(program, python, folder / "profile", say)
     else:
         sets = [{k: v} for k, v in knobs.items()] if each else [knobs]
-    say(f"{program[0]}: the baseline and {len(sets)} variant(s), {rounds} round(s) each, alternating; no profiler "
-        f"attached, steps timed after warm-up; outputs in {folder}")
-    variants = whatif.compare(program, sets, rounds, python, progress=say, logs=folder)
-    result = whatif.result(program, rounds, variants, profile, str(from_run) if from_run else None)
+    result = whatif.measure(program, sets, rounds, python, folder, profile, str(from_run) if from_run else None, say)
     try_render.text(result, Console(highlight=False))
     text = json.dumps(result, indent=2) + "\n"
     written = [folder / TRY_JSON, folder / TRY_HTML]
@@ -130,12 +116,12 @@ def _measure(folder, program, knobs, advice, each, rounds, python, from_run, pro
     write_atomically(written[1], try_render.html(result))
     for r in result["variants"]:
         sub = folder / whatif.folder_name(r["label"])
-        _make(sub)
+        make_folder(sub)
         write_atomically(sub / "summary.json", json.dumps(whatif.summary_of(r, sub), indent=2) + "\n")
     if json_out:
         write_atomically(json_out, text)
         written.append(json_out)
-    if _digest(Path(program[0])) != script_hash:  # a promise: the knobs never touch the user's files
+    if file_digest(Path(program[0])) != script_hash:  # a promise: the knobs never touch the user's files
         say(f"warning: {program[0]} changed while it was tried (not by nvtx-trace: it writes only to {folder})")
     for path in written:
         print(f"Wrote {path}", file=sys.stderr)
@@ -147,10 +133,6 @@ def _measure(folder, program, knobs, advice, each, rounds, python, from_run, pro
         print(f"Next: nvtx-trace diff {folder / 'baseline'} {folder / first}", file=sys.stderr)
 
 
-def _digest(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _folder(out: Path | None, program: list[str], force: bool, now: float) -> Path:
@@ -183,14 +165,6 @@ def _check_apart(folder: Path, from_run: Path | None, json_out: Path | None) -> 
                          "give --json a path outside it")
 
 
-def _make(folder: Path) -> None:
-    """A folder of the outputs, made now; a disk that refuses it is one line naming it."""
-    from nvtx_trace.report.outputs import cannot_write
-
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise cannot_write(folder, exc) from None
 
 
 def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]:

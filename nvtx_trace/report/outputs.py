@@ -209,6 +209,21 @@ def cannot_write(path, exc: OSError) -> OutputError:
     return OutputError(f"cannot write {path}: {_reason(exc)}; nothing was written there, choose another path")
 
 
+def make_folder(folder: Path) -> None:
+    """A folder of the outputs, made now; a disk that refuses it is one line naming it."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(folder, exc) from None
+
+
+def file_digest(path: Path) -> str:
+    """What a file holds, to say afterwards that nvtx-trace left it as it was (try and tune hash the script)."""
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def write_atomically(path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file beside it and a rename: a reader, or a second
     writer of the same file, never sees half of it, and an interrupted or failed write (a full disk) leaves

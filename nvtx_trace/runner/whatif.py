@@ -236,6 +236,35 @@ def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: s
     return variants
 
 
+def advice(program: list[str], python: str | None, out: Path, say) -> tuple[Path, dict, list[dict]]:
+    """``try --advice``: the profile (``nvtx-trace run`` into ``out``), its summary, and the knob sets of its top
+    findings; UsageError when the profile fails or no finding has a fix a knob applies."""
+    from nvtx_trace.diff import load_summary
+    from nvtx_trace.errors import UsageError
+    from nvtx_trace.runner.profile_child import ProfileFailed, profile
+
+    say(f"--advice: profiling {program[0]} first (nvtx-trace run, outputs in {out})")
+    try:
+        run = profile(program, python, out, stage="while profiling (--advice)")
+    except ProfileFailed as exc:
+        raise UsageError(f"--advice: {exc}") from None
+    summary = load_summary(run)
+    sets = advised(summary.get("findings") or [])
+    if not sets:
+        raise UsageError(f"{run}: no finding has a fix that a knob applies ({', '.join(names.KNOBS)}); "
+                         "nothing to try")
+    return run, summary, sets
+
+
+def measure(program: list[str], sets: list[dict], rounds: int, python: str | None, folder: Path, profile: dict,
+            source: str | None, say) -> dict:
+    """``try``'s runs: the baseline and each knob set, alternating, plain; what they say (try.json)."""
+    say(f"{program[0]}: the baseline and {len(sets)} variant(s), {rounds} round(s) each, alternating; no profiler "
+        f"attached, steps timed after warm-up; outputs in {folder}")
+    variants = compare(program, sets, rounds, python, progress=say, logs=folder)
+    return result(program, rounds, variants, profile, source)
+
+
 # ---------------------------------------------------------------- what the runs say
 
 CONFIRMED_WITHIN = 0.25  # measured step within 25 % of the predicted one
