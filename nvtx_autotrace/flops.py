@@ -1,8 +1,8 @@
 """Model FLOPs per step, counted once in warm-up (``NVTX_AUTOTRACE_FLOPS``, set by ``nvtx-trace tune``).
 
-``torch.utils.flop_counter.FlopCounterMode`` is entered when step ``FLOPS_STEP`` begins and left when the next
-begins, so it counts that whole step (forward, loss, backward: the autograd threads inherit the mode, and the
-optimizer). It slows that one step several times over, which is why it is a warm-up step and counted once; the
+``torch.utils.flop_counter``'s formulas, counted by a dispatch mode entered when step ``FLOPS_STEP`` begins and
+left when the next begins, so it counts that whole step (forward, loss, backward: the autograd threads inherit
+the mode, and the optimizer). It slows that one step several times over, which is why it is a warm-up step and counted once; the
 count goes into the settings record (``model_flops_per_step``), where the analyzer turns it into FLOP/s.
 Programs already compiled when the step begins are not counted (the mode would make graphs anew).
 """
@@ -23,11 +23,10 @@ def install() -> None:
         from nvtx_autotrace.budget import compiled, find_roots
 
         lead = steps._lead() if steps._lead is not None else None
-        if any(compiled(r) for r in find_roots(lead)) or torch.cuda.is_current_stream_capturing():
+        capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+        if capturing or any(compiled(r) for r in find_roots(lead)):
             return
-        from torch.utils.flop_counter import FlopCounterMode
-
-        mode = FlopCounterMode(display=False)
+        mode = _counter()
         mode.__enter__()
         state["mode"] = mode
 
@@ -36,9 +35,29 @@ def install() -> None:
         if mode is None:
             return
         mode.__exit__(None, None, None)
-        settings.note("model_flops_per_step", int(mode.get_total_flops()))
+        settings.note("model_flops_per_step", int(mode.total))
         settings.note("flops_step", FLOPS_STEP)
 
     guard = _registry.Guard("flops")
     _registry.on_undo(steps.on_step_boundary_once(FLOPS_STEP, guard.hook(begin)))
     _registry.on_undo(steps.on_step_boundary_once(FLOPS_STEP + 1, guard.hook(end)))
+
+
+def _counter():
+    """FlopCounterMode's formulas (``flop_registry``: matmuls, convolutions, attention) without its module
+    tracker, whose hooks on every module's forward and backward upset the module ranges' own autograd hooks."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class Count(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                self.total += formula(*args, **kwargs, out_val=out)
+            return out
+
+    return Count()

@@ -217,6 +217,13 @@ def test_a_loader_bound_loop_tunes_to_2x_with_more_workers_kept_and_the_script_u
     assert first["measured_step_ms"] == pytest.approx(statistics.median(first["rounds_ms"]["variant"]))
     assert d["stopped"] in ("nothing left", "budget") and (tmp_path / "t" / "tune.html").is_file()
     assert d["permanent"][0]["knob"] == "num_workers" and d["permanent"][0]["script_flag"].startswith("--workers ")
+    # model FLOPs of one step, counted in the first profile's warm-up: Linear(8, 16), ReLU, Linear(16, 4) on 4
+    # samples: forward 2*4*8*16 + 2*4*16*4 = 1536, backward the weights' two and the hidden input's one, 2048
+    assert d["flops"]["per_step"] == 3584 and d["flops"]["device"] is None
+    assert "<svg" in (tmp_path / "t" / "tune.html").read_text()  # the step per stage, drawn
+    shown = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", d["stages"][0]["profile"] +
+                            "/report.sqlite"], capture_output=True, text=True, cwd=ROOT, timeout=300).stdout
+    assert "Model FLOPs: 3.58e-09 TFLOP a step (counted in warm-up step 2)" in shown
     assert json.loads((tmp_path / "t" / "tune.json").read_text()) == d
     runs = json.loads(subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "history", "--json", "--history",
                                       str(db)], capture_output=True, text=True, cwd=ROOT).stdout)["runs"]
