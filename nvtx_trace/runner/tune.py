@@ -361,7 +361,7 @@ class Tuner:
         rows = [{"label": label, "step_ms": round(step, 3),
                  **device_peaks.achieved(flops, step, device, device_peaks.precision_of(self.first_settings, knobs))}
                 for label, knobs, step in points]
-        return {"per_step": flops, "method": "torch.utils.flop_counter.FlopCounterMode over one warm-up step "
+        return {"per_step": flops, "method": "torch.utils.flop_counter's formulas over one warm-up step "
                 f"(step {self.first_settings.get('flops_step')}) of the first profile", "device": device,
                 "stages": rows}
 
