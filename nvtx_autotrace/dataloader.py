@@ -77,6 +77,33 @@ def _let_the_profiler_drain_at_exit() -> None:
     multiprocessing.util.Finalize(None, time.sleep, args=(WORKER_EXIT_PAUSE_S,), exitpriority=100)
 
 
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _schedstat_ns() -> int:
+    with open(_SCHEDSTAT, "rb") as fh:
+        on_cpu, queued = fh.read().split()[:2]
+    return int(on_cpu) + int(queued)
+
+
+def _thread_time_ns() -> int:
+    return time.thread_time_ns()
+
+
+def _pick_demand():
+    """The CPU a load asks for: time on a CPU plus time waiting in the run queue (Linux schedstat), so a worker
+    slowed by a busy machine counts as busy, and only one waiting on storage or the network counts as waiting;
+    where schedstat is missing, CPU time alone."""
+    try:
+        _schedstat_ns()
+        return _schedstat_ns
+    except (OSError, ValueError):
+        return _thread_time_ns
+
+
+_demand_ns = _pick_demand()
+
+
 def install(options_for_workers: dict) -> None:
     from torch.utils.data import dataloader as dl
     from torch.utils.data._utils import fetch
@@ -129,18 +156,18 @@ def install(options_for_workers: dict) -> None:
         def fetch(self, possibly_batched_index):
             where = _worker
             if where is None:  # the main process (num_workers=0): the batch wait covers it; its CPU time sizes
-                cpu = time.thread_time_ns()  # the workers that would take it over
+                cpu = _demand_ns()  # the workers that would take it over
                 try:
                     return original(self, possibly_batched_index)
                 finally:
-                    _backend.push(names.worker_cpu(time.thread_time_ns() - cpu))
+                    _backend.push(names.worker_cpu(_demand_ns() - cpu))
                     _backend.pop()
             _backend.push(names.worker_fetch(*where))
-            cpu = time.thread_time_ns()
+            cpu = _demand_ns()
             try:
                 return original(self, possibly_batched_index)
             finally:
-                _backend.push(names.worker_cpu(time.thread_time_ns() - cpu))  # a worker that waits needs no core
+                _backend.push(names.worker_cpu(_demand_ns() - cpu))  # a worker that waits needs no core
                 _backend.pop()
                 _backend.pop()
 

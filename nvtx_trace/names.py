@@ -12,7 +12,7 @@ prefix, so the analyzer can tell it from a user's own ranges by name alone.
 | training step                  | ``step 12``                                    | training thread             |
 | wait for the next batch        | ``dataloader.next [train.py:41]``              | training thread             |
 | batch fetch inside a worker    | ``dataloader.fetch [train.py:41] worker 1``    | the DataLoader worker       |
-| that fetch's CPU time          | ``dataloader.cpu 4100 us`` (inside the fetch)  | the DataLoader worker       |
+| that fetch's CPU demand        | ``dataloader.cpu 4100 us`` (inside the fetch)  | the DataLoader worker       |
 | module forward                 | ``forward layer1.0.conv1 (Conv2d)``            | training thread             |
 | root module forward            | ``forward (ResNet)``                           | training thread             |
 | whole backward pass            | ``backward``                                   | training thread             |
@@ -37,7 +37,7 @@ import re
 STEP_PREFIX = "step "
 LOADER_WAIT_PREFIX = "dataloader.next "
 WORKER_FETCH_PREFIX = "dataloader.fetch "
-WORKER_CPU_PREFIX = "dataloader.cpu "  # at a fetch's end, inside it: the CPU time the fetch took (waits are free)
+WORKER_CPU_PREFIX = "dataloader.cpu "  # at a fetch's end, inside it: CPU time used or queued for (I/O waits are free)
 FORWARD_PREFIX = "forward "
 BACKWARD = "backward"
 BACKWARD_PREFIX = "backward "

@@ -86,7 +86,7 @@ def test_a_loop_that_loads_its_own_batches_is_told_how_many_workers_within_the_c
         "step_ns_" + stall["predicted"]["statistic"]]
     assert "now 0: the training loop loads each batch itself" in stall["fix"]
     if os.cpu_count() > 1:
-        assert "this process may use 1 CPUs of the host's" in stall["fix"] or "on a CPU only" in stall["fix"]
+        assert "this process may use 1 CPUs of the host's" in stall["fix"] or "needs a CPU only" in stall["fix"]
     con = sqlite3.connect(out / "report.sqlite")
     name = "COALESCE(e.text, (SELECT value FROM StringIds WHERE id = e.textId))"
     rows = con.execute(f"""

@@ -94,7 +94,7 @@ def _findings(a, basis) -> list[Finding]:
             cores = (f"{_cores_words(a)} for {ranks}" if hosts == 1 else
                      f"the smallest of the {hosts} hosts has {a.cpu_cores} CPU cores for up to {ranks}")
             cores += " and each worker needs one" if not share or share >= WAITING else (
-                f", and each worker, on a CPU {pct(share)} of its fetch, needs that share of one")
+                f", and each worker, needing a CPU {pct(share)} of its fetch, needs that share of one")
             cheaper = ("make each batch cheaper to load (decode or augment on the GPU, cache decoded samples, "
                        "smaller inputs)")
             if usable > have:
@@ -200,7 +200,7 @@ WAITING = 0.5  # a worker on a CPU less than this share of its fetch mostly wait
 
 def _cores_per_worker(share: float | None) -> str:
     if share is not None and share < WAITING:
-        return (f"a worker is on a CPU only {pct(share)} of its fetch (it waits the rest: storage, network), "
+        return (f"a worker needs a CPU only {pct(share)} of its fetch (it waits the rest: storage, network), "
                 "so workers need far fewer cores than their number")
     return "each worker needs a free CPU core"
 
