@@ -229,14 +229,15 @@ class Tuner:
         n = len(self.stages) + 1
         out = self.folder / f"stage-{n}" / "profile"
         what = f" with {names.knobs_text(self.kept)}" if self.kept else " as it is"
-        self.say(f"stage {n}: profiling {self.program[0]}{what} (nvtx-trace run; {self.clock_text()})")
+        shown = script_of(self.program) or " ".join(self.program[:2])
+        self.say(f"stage {n}: profiling {shown}{what} (nvtx-trace run; {self.clock_text()})")
         t0 = self.clock()
         try:
             profile(self.program, self.python, out, self.kept, stage=f"while profiling (stage {n})",
                     log=out.parent / "profile.log", env={} if self._profiles else {names.FLOPS_ENV: "1"})
         except ProfileFailed as exc:
             if not self._profiles:
-                raise UsageError(f"{self.program[0]}: {exc}") from None
+                raise UsageError(f"{script_of(self.program) or self.program[0]}: {exc}") from None
             self.stopped = f"profile failed: {exc}"
             return None
         self._profile_s = self.clock() - t0
@@ -244,9 +245,9 @@ class Tuner:
         summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
         if (((summary.get("steps") or {}).get("summary") or {}).get("steps") or 0) < MIN_STEPS:
             if self._profiles == 1:
-                raise UsageError(f"{self.program[0]}: the profile found no training steps (nothing called "
-                                 "optimizer.step() or nvtx_autotrace.mark_step()): tune needs a training loop of "
-                                 f"at least ~30 steps; the profile is in {out}")
+                raise UsageError(f"{script_of(self.program) or self.program[0]}: the profile found no training "
+                                 "steps (nothing called optimizer.step() or nvtx_autotrace.mark_step()): tune needs a "
+                                 f"training loop of at least ~30 steps; the profile is in {out}")
             self.stopped = "the profile found no training steps"
             return None
         self.last_profile = {"path": str(out), "summary": summary, "configuration": dict(self.kept)}
