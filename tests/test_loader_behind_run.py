@@ -64,7 +64,7 @@ def test_the_finding_projects_the_workers_pace_and_it_matches_sql(run):
 def test_a_loop_that_loads_its_own_batches_is_told_how_many_workers_within_the_cpus_it_may_use(tmp_path):
     """num_workers=0, one CPU allowed (taskset), samples that wait 5 ms (I/O): the finding names a worker count
     and predicts a step; the CPU share it sizes them by is the one an independent SQL over the export finds
-    (each batch's `dataloader.cpu` time over the wait that holds it); the settings record says 1 CPU allowed."""
+    (each batch's `dataloader.cpu` time over the wait that holds it, the median over batches); the settings record says 1 CPU allowed."""
     import shutil
     import sqlite3
 
@@ -94,6 +94,6 @@ def test_a_loop_that_loads_its_own_batches_is_told_how_many_workers_within_the_c
           (SELECT e.start s, e.end e, e.globalTid t FROM NVTX_EVENTS e WHERE {name} LIKE 'dataloader.next %') w
           JOIN (SELECT e.start s, e.globalTid t, {name} name FROM NVTX_EVENTS e
                 WHERE {name} LIKE 'dataloader.cpu %') c ON c.t = w.t AND c.s >= w.s AND c.s <= w.e""").fetchall()
-    share = sum(cpu for cpu, _ in rows) / sum(wall for _, wall in rows)
-    assert d["dataloader"]["loaders"][0]["fetch_cpu_share"] == pytest.approx(min(1.0, share), abs=1e-4)
+    share = float(np.median([min(1.0, cpu / wall) for cpu, wall in rows if wall > 0]))  # the typical load's
+    assert d["dataloader"]["loaders"][0]["fetch_cpu_share"] == pytest.approx(share, abs=1e-4)
     assert share < 0.5  # the samples sleep: a worker needs far less than a core
