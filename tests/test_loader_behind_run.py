@@ -64,7 +64,8 @@ def test_the_finding_projects_the_workers_pace_and_it_matches_sql(run):
 def test_a_loop_that_loads_its_own_batches_is_told_how_many_workers_within_the_cpus_it_may_use(tmp_path):
     """num_workers=0, one CPU allowed (taskset), samples that wait 5 ms (I/O): the finding names a worker count
     and predicts a step; the CPU share it sizes them by is the one an independent SQL over the export finds
-    (each batch's `dataloader.cpu` time over the wait that holds it, the median over batches); the settings record says 1 CPU allowed."""
+    (each batch's `dataloader.cpu` time over the wait that holds it, the median over batches); the settings
+    record says 1 CPU allowed."""
     import shutil
     import sqlite3
 
