@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -136,7 +137,10 @@ def test_null_device_ids_are_filled_from_the_context_table(tmp_path, ddp):
     got = analyze(path)
     assert [d.device_id for d in got.idle.devices] == [0, 1]
     assert [d.busy_ns for d in got.idle.devices] == [sql_union_busy(DDP, d)["busy"] for d in (0, 1)]
-    assert got.warnings == ddp.warnings and got.pageable.count == ddp.pageable.count
+    (nulls,), = sqlite3.connect(path).execute(f"SELECT COUNT(*) FROM {MEMCPY} WHERE deviceId IS NULL").fetchall()
+    said = [w for w in got.warnings if w not in ddp.warnings]  # the README's promise: filled in, and said
+    assert said == [f"{nulls} memcpy row(s) had no deviceId: each one's GPU was taken from each row's CUDA "
+                    "context (TARGET_INFO_CUDA_CONTEXT_INFO)"] and got.pageable.count == ddp.pageable.count
 
 
 @pytest.mark.parametrize("case", ["null", "blob"])

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace.analyzer import validity
-from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RUNTIME, RUNTIME_COLUMNS, Reader
+from nvtx_trace.analyzer.reader import FILLED, GPU_OP_TABLES, RUNTIME, RUNTIME_COLUMNS, Reader
 
 GPU_OP_KINDS = list(GPU_OP_TABLES)  # code = index: 0 kernel, 1 memcpy, 2 memset
 
@@ -140,6 +140,12 @@ class Trace:
         if source.inferred_from:
             self.warnings.append(f"the {key} table has no deviceId column: each row's GPU was taken from "
                                  f"{source.inferred_from}")
+        if source.fills_from and len(cols["device_id"]) and cols["device_id"].dtype.kind in "iuf":
+            filled = cols["device_id"] >= FILLED
+            if filled.any():
+                cols["device_id"] = np.where(filled, cols["device_id"] - FILLED, cols["device_id"])
+                self.warnings.append(f"{int(filled.sum())} {key} row(s) had no deviceId: each one's GPU was taken "
+                                     f"from {source.fills_from}")
         if self._one_device is not None:
             cols["device_id"] = np.full(len(cols["start_ns"]), self._one_device, np.int64)
         valid = self.in_session(cols["start_ns"], cols["end_ns"])

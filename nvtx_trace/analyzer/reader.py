@@ -56,6 +56,10 @@ class DeviceSource:
     sql: str
     inferred_from: str | None = None
     known: bool = True
+    fills_from: str | None = None  # where NULL deviceIds are filled from: such rows read as FILLED + their GPU
+
+
+FILLED = 1 << 20  # added to a GPU filled in for a NULL deviceId, so the reader counts them with no second scan
 
 
 @dataclass
@@ -178,7 +182,11 @@ class Reader:
         by_context = None if only is not None else self._device_by_context(table)
         if self.has(table, "deviceId"):
             fallback = str(only) if only is not None else by_context[0] if by_context else None
-            return DeviceSource(f"COALESCE(deviceId, {fallback})" if fallback else "deviceId")
+            if not fallback:
+                return DeviceSource("deviceId")
+            return DeviceSource(f"COALESCE(deviceId, ({fallback}) + {FILLED})",
+                                fills_from=f"the one GPU the report lists (GPU {only})" if only is not None
+                                else by_context[1])
         if only is not None:
             return DeviceSource(str(only), f"the one GPU the report lists (GPU {only})")
         if by_context:
