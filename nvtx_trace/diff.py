@@ -118,9 +118,13 @@ def check_summary(path: Path, data: dict) -> None:
                   positive, optional=False)
             check(finding["predicted"].get("statistic"), f"{at}.predicted.statistic", "'median' or 'mean'",
                   lambda v: v in STATISTICS)
+            check(finding["predicted"].get("saving_ns"), f"{at}.predicted.saving_ns", "a number of ns",
+                  number(-2 ** 63))
     check(data.get("try"), "try", "an object", is_dict)
     for key in ("predicted_step_ms", "measured_step_ms"):
         check((data.get("try") or {}).get(key), f"try.{key}", "a positive number of ms", positive)
+    check((data.get("try") or {}).get("predicted_saving_ms"), "try.predicted_saving_ms", "a number of ms",
+          number(-2 ** 63))
 
 
 STATISTICS = ("median", "mean")
@@ -163,6 +167,7 @@ def compare(before: dict, after: dict) -> dict:
         measured = _summary(after).get(f"step_ns_{predicted.get('statistic', a_stat)}") if predicted else None
         if predicted and measured:  # the after-run in the prediction's own statistic
             row["predicted_step_ns"] = predicted["step_ns"]
+            row["predicted_saving_ns"] = predicted.get("saving_ns")
             row["measured_step_ns"] = measured
             row["prediction_error"] = (measured - predicted["step_ns"]) / predicted["step_ns"]
         findings.append(row)
@@ -186,6 +191,8 @@ def compare(before: dict, after: dict) -> dict:
     if tried.get("predicted_step_ms") and tried.get("measured_step_ms"):  # a variant nvtx-trace try timed
         out["try"] = {"finding": tried.get("finding"), "knobs": tried.get("knobs"),
                       "predicted_step_ns": int(tried["predicted_step_ms"] * 1e6),
+                      "predicted_saving_ns": (int(round(tried["predicted_saving_ms"] * 1e6))
+                                              if tried.get("predicted_saving_ms") is not None else None),
                       "measured_step_ns": int(tried["measured_step_ms"] * 1e6),
                       "prediction_error": tried["measured_step_ms"] / tried["predicted_step_ms"] - 1,
                       "verdict": tried.get("verdict")}

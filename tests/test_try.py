@@ -149,10 +149,11 @@ def test_a_verdict_needs_the_finding_s_own_knobs_and_is_judged_on_closeness_firs
     small = {"kind": "optimizer", "recommend": {"fused_optimizer": True},
              "predicted": {"step_ns": 99_000_000, "saving_ns": 1_000_000}}  # predicts 1 %
     said = ["fused_optimizer=1: AdamW built with fused=True"]
-    exact = _row(Variant({"fused_optimizer": True}, [Round([99.2], "median", 99.2, said, 0)]), base, [small])
+    exact = _row(Variant({"fused_optimizer": True}, [Round([99.2], "median", 99.2, said, 0)]), base,
+                 {"findings": [small]})
     assert exact["finding"] == "optimizer" and exact["verdict"] == "confirmed"  # as predicted, though < 3 %
     both = _row(Variant({"fused_optimizer": True, "tf32": True}, [Round([50.0], "median", 50.0, [], 0)]), base,
-                [small])
+                {"findings": [small]})
     assert both["finding"] is None and both["verdict"] is None  # two knobs: not this finding's fix alone
 
 
@@ -170,9 +171,9 @@ def test_a_knob_that_changed_nothing_gets_no_verdict_and_no_second_round():
     silent = Variant({"no_empty_cache": True}, [Round([100.0], "median", 100.0, [], 0)])
     applied = Variant({"compile": True}, [Round([70.0], "median", 70.0, ["compile=1: GPT.compile() (in place)"], 0)])
     assert refused.unapplied == ["compile"] and silent.unapplied == ["no_empty_cache"] and applied.unapplied == []
-    r = _row(refused, base, [finding])
+    r = _row(refused, base, {"findings": [finding]})
     assert r["finding"] == "fusion" and r["verdict"] is None and r["predicted_step_ms"] is None
-    assert _row(applied, base, [finding])["verdict"] == "partly"  # 70 ms against 50 predicted: > 25 % off
+    assert _row(applied, base, {"findings": [finding]})["verdict"] == "partly"  # 70 ms against 50 predicted
 
 
 def test_uneven_steps_compare_both_sides_by_their_mean():
@@ -183,7 +184,7 @@ def test_uneven_steps_compare_both_sides_by_their_mean():
     base = Variant({}, [Round(bursty, "mean", 20.0, [], 0)])
     even = Variant({"num_workers": 4}, [Round([12.0] * 10, "median", 12.0, ["num_workers=4: DataLoader created"],
                                               0)])
-    r = _row(even, base, [])
+    r = _row(even, base, {})
     assert r["statistic"] == "mean" and r["baseline_step_ms"] == 20.0 and r["measured_step_ms"] == 12.0
     assert r["speedup"] == 20.0 / 12.0
 
@@ -287,10 +288,10 @@ def test_one_refused_knob_leaves_the_others_judged_and_a_slower_variant_is_never
     finding = {"kind": "precision", "recommend": {"tf32": True}, "predicted": {"step_ns": 9_500_000,
                                                                                 "saving_ns": 500_000}}
     slower = Variant({"tf32": True}, [Round([10.4], "median", 10.4, ["tf32=1: set at start-up"], 0)])
-    r = _row(slower, base, [finding])
+    r = _row(slower, base, {"findings": [finding]})
     assert r["predicted_step_ms"] == 9.5 and r["verdict"] == "not confirmed"
     faster = Variant({"tf32": True}, [Round([9.3], "median", 9.3, ["tf32=1: set at start-up"], 0)])
-    assert _row(faster, base, [finding])["verdict"] == "confirmed"
+    assert _row(faster, base, {"findings": [finding]})["verdict"] == "confirmed"
 
 
 def test_a_corrupt_compressed_report_is_one_line(tmp_path):
@@ -344,7 +345,7 @@ def test_a_loader_paced_prediction_keeps_the_pace_when_the_tool_s_cost_is_taken_
     fixed = Variant({"num_workers": workers}, [Round([25.5] * 12, "median", 25.5,
                                                      [f"num_workers={workers}: DataLoader created"], 0)])
     big_own_cost = pred["step_ns"] // 2  # a profiler cost as large as that one's must not lower the pace
-    r = _row(fixed, base, [stall], own_ns=big_own_cost)
+    r = _row(fixed, base, {"findings": [stall], "profiler": {"cost_ns_per_step": big_own_cost}})
     assert r["predicted_step_ms"] == pytest.approx(pred["loader_pace_ns"] / 1e6)
 
 
@@ -363,6 +364,6 @@ def test_a_step_that_compiles_a_new_graph_is_left_out_of_the_timing(tmp_path):
     assert len(r.compiled_ms) == 1 and r.compiled_ms[0] > 3 * r.value_ms  # the compiling step, seconds long
     assert max(r.step_ms) < r.compiled_ms[0] and r.statistic == "median"  # what is left runs at its pace
     assert 40.0 <= r.value_ms < 200.0  # the program's own floor: 40 ms of sleep a step
-    out = row(Variant({"compile": True}, [r]), Variant({}, [r]), [])
+    out = row(Variant({"compile": True}, [r]), Variant({}, [r]), {})
     assert out["compiled_steps_left_out"] == [1] and out["compiled_ms_left_out"][0] == pytest.approx(r.compiled_ms[0],
                                                                                                      abs=0.01)

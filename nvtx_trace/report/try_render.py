@@ -19,7 +19,15 @@ def cells(r: dict) -> list[str]:
                           f" ({', '.join(unapplied)} not applied)" if unapplied else "")
     return [label, " / ".join("-" if x is None else f"{x:.2f}" for x in r["rounds_ms"]),
             _ms(r["measured_step_ms"]), "" if r["speedup"] is None else f"{r['speedup']:.2f}x", r["finding"] or "",
-            "" if r["predicted_step_ms"] is None else _ms(r["predicted_step_ms"]), r["verdict"] or ""]
+            predicted_cell(r), r["verdict"] or ""]
+
+
+def predicted_cell(r: dict) -> str:
+    """The predicted step and the finding's saving it came from (the number run and analyze print)."""
+    if r.get("predicted_step_ms") is None:
+        return ""
+    saving = r.get("predicted_saving_ms")
+    return _ms(r["predicted_step_ms"]) + (f" (-{saving:.2f})" if saving else "")
 
 
 def notes(d: dict) -> list[str]:
@@ -58,12 +66,12 @@ def notes(d: dict) -> list[str]:
                        "faster")
     for why in rows[0]["failures"]:
         out.append(f"  baseline: a round gave no step time: {why}")
-    profiled, plain = d.get("profile_step_ms"), rows[0]["measured_step_ms"]
-    if profiled and plain and abs(profiled - plain) > 0.1 * plain and any(r["predicted_step_ms"] for r in rows):
-        out.append(f"  the profile's steady step was {profiled:.2f} ms (the tool's own cost taken out) and the plain "
-                   f"baseline's {plain:.2f} ms: the predictions are the profile's, so where the two runs kept "
-                   "different paces (a loader's random work, another load on the machine) they differ from this "
-                   "baseline by as much")
+    for r in rows[1:]:
+        if r.get("tool_cost_ms"):
+            out.append(f"  {r['label']}: {r['tool_cost_ms']:.2f} ms of the {r['finding']} finding's saving "
+                       f"({r['predicted_saving_ms']:.2f} ms a step) was the tool's own cost: the profile's step was "
+                       f"longer than this plain baseline by that much more than the profile could take out itself; "
+                       "the prediction is the rest off the baseline")
     return out
 
 

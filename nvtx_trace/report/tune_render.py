@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape as esc
 
-from nvtx_trace.report.try_render import _ms
+from nvtx_trace.report.try_render import _ms, predicted_cell
 
 COLUMNS = ("stage", "configuration", "top findings", "tried", "predicted", "measured", "kept", "why")
 
@@ -19,7 +19,7 @@ def cells(s: dict) -> list[str]:
     top = ", ".join(f["kind"] for f in s["top_findings"][:3])
     before = f"{_ms(s['baseline_step_ms'])} -> " if s.get("baseline_step_ms") else ""
     return [str(s["stage"]), _knobs(s["configuration"]) or "as it is", top, _knobs(s["knobs"]) or "-",
-            _ms(s["predicted_step_ms"]) if s["knobs"] else "", (before + _ms(s["measured_step_ms"]))
+            predicted_cell(s) if s["knobs"] else "", (before + _ms(s["measured_step_ms"]))
             if s["knobs"] else "", ("yes" if s["kept"] else "no") if s["knobs"] else "", s["why"]]
 
 

@@ -42,9 +42,9 @@ COLUMNS = {  # the documented columns (docs/json-schema.md, "Run history"), each
            "knobs": str, "window": str, "steps": int, "step_ns_median": int, "step_ns_mean": int,
            "step_modes": str, "gpu_busy_fraction": float, "findings_count": int, "out_dir": str, "exit_code": int,
            "duration_s": float, "try_speedup": float, "try_finding": str, "try_predicted_step_ns": int,
-           "try_verdict": str},
+           "try_verdict": str, "try_predicted_saving_ns": int},
     FINDINGS: {"run_id": int, "kind": str, "cause": str, "impact_ns": int, "title": str, "predicted_step_ns": int,
-               "recommend": str},
+               "recommend": str, "predicted_saving_ns": int},
 }
 SQL_TYPES = {int: "INTEGER", float: "REAL", str: "TEXT"}
 # what makes an unmarked database an earlier nvtx-trace history, not someone else's
@@ -205,6 +205,7 @@ def try_rows(result: dict, program: list[str], folder: Path, started: float, cwd
             "duration_s": round(time.time() - started, 3),
             "try_speedup": r["speedup"], "try_finding": r["finding"],
             "try_predicted_step_ns": int(r["predicted_step_ms"] * 1e6) if r["predicted_step_ms"] else None,
+            "try_predicted_saving_ns": _ns(r.get("predicted_saving_ms")) if r.get("predicted_step_ms") else None,
             "try_verdict": r["verdict"]})
     return rows
 
@@ -236,13 +237,20 @@ def tune_rows(result: dict, program: list[str], folder: Path, started: float, cw
             "exit_code": 0 if step else 1, "duration_s": s["elapsed_s"],
             "try_speedup": s.get("speedup"), "try_finding": s["finding"],
             "try_predicted_step_ns": int(s["predicted_step_ms"] * 1e6) if s["predicted_step_ms"] else None,
+            "try_predicted_saving_ns": _ns(s.get("predicted_saving_ms")),
             "try_verdict": "kept" if s["kept"] else "rejected"})
     return rows
+
+
+def _ns(value_ms: float | None) -> int | None:
+    """A saving in ms as the history keeps it, in ns (the finding's own integer, without float drift)."""
+    return None if value_ms is None else int(round(value_ms * 1e6))
 
 
 def finding_rows(summary: dict | None) -> list[dict]:
     return [{"kind": f["kind"], "cause": (f.get("evidence") or {}).get("cause"), "impact_ns": f.get("impact_ns"),
              "title": f.get("title"), "predicted_step_ns": (f.get("predicted") or {}).get("step_ns"),
+             "predicted_saving_ns": (f.get("predicted") or {}).get("saving_ns"),
              "recommend": json.dumps(f.get("recommend"))} for f in (summary or {}).get("findings") or []]
 
 
@@ -494,7 +502,8 @@ def as_summary(conn, run: dict) -> dict:
     """A stored run in the shape of summary.json, as far as nvtx_trace.diff.compare reads it."""
     found = [{"kind": f["kind"], "evidence": {"cause": f.get("cause")}, "impact_ns": f.get("impact_ns") or 0,
               "title": f.get("title"),
-              "predicted": {"step_ns": f["predicted_step_ns"]} if f.get("predicted_step_ns") else None}
+              "predicted": ({"step_ns": f["predicted_step_ns"], "saving_ns": f.get("predicted_saving_ns")}
+                            if f.get("predicted_step_ns") else None)}
              for f in _findings_of(conn, run["id"])]
     modes = _json(run.get("step_modes"))
     return {"report": {"path": run.get("out_dir")}, "run": run, "findings": found,
@@ -532,7 +541,8 @@ def query(path: Path, script: str | None = None, last: int | None = None) -> lis
                 run[key] = _json(run.get(key))
             if run.get("git_dirty") is not None:
                 run["git_dirty"] = bool(run["git_dirty"])
-            run["findings"] = [{k: f.get(k) for k in ("kind", "cause", "impact_ns", "title", "predicted_step_ns")}
+            run["findings"] = [{k: f.get(k) for k in ("kind", "cause", "impact_ns", "title", "predicted_step_ns",
+                                                      "predicted_saving_ns")}
                                for f in _findings_of(conn, run["id"])]
         return runs
     except sqlite3.Error as exc:

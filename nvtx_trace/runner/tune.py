@@ -40,7 +40,8 @@ class Candidate:
     finding: dict
     knobs: dict  # what the trial adds to the configuration so far
     predicted_step_ms: float  # as a plain run keeps it (the tool's own cost taken out)
-    profile_step_ms: float
+    profile_step_ms: float  # the step it comes off: the plain pace where one is known, else the profile's less
+    # the tool's own cost
 
     @property
     def saving(self) -> float:
@@ -66,8 +67,10 @@ def _profile_step_ms(summary: dict, statistic: str) -> float | None:
     return value / 1e6 if value else None
 
 
-def candidates(summary: dict, kept: dict, rejected: list[dict]) -> list[Candidate]:
-    """The profile's findings a knob applies, not yet rejected, predicting at least MIN_SAVING; largest first."""
+def candidates(summary: dict, kept: dict, rejected: list[dict], plain_ms: float | None = None) -> list[Candidate]:
+    """The profile's findings a knob applies, not yet rejected, predicting at least MIN_SAVING; largest first.
+    ``plain_ms``: the configuration's plain step where a trial measured it; savings are then net of the tool's
+    cost that pace shows (whatif.net_saving_ns), so a finding made of the tool's own cost is no candidate."""
     own = whatif.own_cost_ns(summary)
     out = []
     for f in summary.get("findings") or []:
@@ -75,13 +78,20 @@ def candidates(summary: dict, kept: dict, rejected: list[dict]) -> list[Candidat
         pred = f.get("predicted")
         if not knobs or not pred or pred.get("step_ns") is None or _rejected(knobs, rejected):
             continue
-        step = _profile_step_ms(summary, pred.get("statistic") or "median")
+        step = plain_ms or _profile_step_ms(summary, pred.get("statistic") or "median")
         if not step:
             continue
-        c = Candidate(f, knobs, whatif.plain_prediction_ms(pred, own), max(step - own / 1e6, 1e-9))
+        before = step if plain_ms else step - own / 1e6
+        c = Candidate(f, knobs, whatif.plain_prediction_ms(f, summary, plain_ms), max(before, 1e-9))
         if c.saving >= MIN_SAVING:
             out.append(c)
     return sorted(out, key=lambda c: -c.saving)
+
+
+def _saving_ms(finding: dict) -> float | None:
+    """The finding's one prediction (``predicted.saving_ns``), as every command shows it."""
+    saving = (finding.get("predicted") or {}).get("saving_ns")
+    return round(saving / 1e6, 3) if saving is not None else None
 
 
 def _rejected(knobs: dict, rejected: list[dict]) -> bool:
@@ -99,7 +109,7 @@ def remaining(summary: dict) -> list[dict]:
             continue
         pred = f.get("predicted") or {}
         step = _profile_step_ms(summary, pred.get("statistic") or "median")
-        after = whatif.plain_prediction_ms(pred, own) if pred.get("step_ns") is not None else None
+        after = whatif.plain_prediction_ms(f, summary)
         before = step - own / 1e6 if step else None
         out.append({"kind": f.get("kind"), "title": f.get("title"), "fix": f.get("fix"),
                     "impact_ms": round((f.get("impact_ns") or 0) / 1e6, 3),
@@ -204,7 +214,7 @@ class Tuner:
                 if summary is None:
                     break
                 stale = False
-            found = candidates(summary, self.kept, self.rejected)
+            found = candidates(summary, self.kept, self.rejected, self._current)
             if not found:
                 self._stage_row(summary, None, {"kept": False, "why": self._nothing_left(summary)})
                 self.stopped = "nothing left"
@@ -276,9 +286,9 @@ class Tuner:
         verdict = judge(base, v)
         if self._baseline is None:
             self._baseline = verdict["baseline_step_ms"]
+        self._stage_row(summary, c, verdict)
         self._current = verdict["measured_step_ms"] if verdict["kept"] else (verdict["baseline_step_ms"]
                                                                               or self._current)
-        self._stage_row(summary, c, verdict)
         self.say(f"stage {n}: {label} {'kept' if verdict['kept'] else 'rejected'}: {verdict['why']}")
         return verdict["kept"]
 
@@ -293,22 +303,28 @@ class Tuner:
         self.final_check = judge(base, v)
 
     def _stage_row(self, summary: dict, c: Candidate | None, verdict: dict) -> None:
+        """The stage as tune.json keeps it; predictions come off the profiled configuration's plain step where a
+        trial measured it (this stage's baseline, else the last measured)."""
         own = whatif.own_cost_ns(summary)
+        plain = verdict.get("baseline_step_ms") or self._current
+        if c is not None:
+            c.predicted_step_ms = whatif.plain_prediction_ms(c.finding, summary, plain) or c.predicted_step_ms
         profiled = _profile_step_ms(summary, ((summary.get("steps") or {}).get("summary") or {}).get("statistic")
                                     or "median")
         top = []
         for f in (summary.get("findings") or [])[:TOP_FINDINGS]:
-            pred = f.get("predicted") or {}
+            after = whatif.plain_prediction_ms(f, summary, plain)
             top.append({"kind": f.get("kind"), "impact_ms": round((f.get("impact_ns") or 0) / 1e6, 3),
                         "knobs": next_knobs(f, self.kept) or None,
-                        "predicted_step_ms": (round(whatif.plain_prediction_ms(pred, own), 3)
-                                              if pred.get("step_ns") is not None else None)})
+                        "predicted_step_ms": round(after, 3) if after is not None else None,
+                        "predicted_saving_ms": _saving_ms(f)})
         self.stages.append({
             "stage": len(self.stages) + 1, "profile": self.last_profile.get("path"),
             "configuration": dict(self.kept), "profile_step_ms": round(profiled - own / 1e6, 3) if profiled else None,
             "top_findings": top, "knobs": dict(c.knobs) if c else None,
             "finding": c.finding.get("kind") if c else None,
             "predicted_step_ms": round(c.predicted_step_ms, 3) if c else None,
+            "predicted_saving_ms": _saving_ms(c.finding) if c else None,
             **{k: verdict.get(k) for k in ("baseline_step_ms", "measured_step_ms", "speedup", "statistic",
                                            "rounds_ms", "changed", "loss_max_rel_diff", "loss_noise_rel",
                                            "loss_bound_rel", "logs")},

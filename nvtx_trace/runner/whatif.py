@@ -295,23 +295,54 @@ def advised(findings: list[dict], top: int = 3) -> list[dict]:
 
 
 def own_cost_ns(profile: dict) -> int:
-    """What the profile's steps carry that a plain run's do not: nvtx_autotrace's ranges and, where measured,
-    the profiler's tracing, per step (summary.json ``instrumentation`` and ``profiler``)."""
+    """What the profile's steps carry that a plain run's do not, as the profile measured it: nvtx_autotrace's
+    ranges and, where measured, the profiler's tracing, per step (summary.json ``instrumentation``, ``profiler``)."""
     return sum(int(((profile.get(key) or {}).get("cost_ns_per_step")) or 0) for key in ("instrumentation", "profiler"))
 
 
-def plain_prediction_ms(pred: dict, own_ns: int) -> float:
-    """A finding's predicted step as a plain run keeps it: the profile's prediction less the tool's own cost per
-    step. That cost slows the training thread, not the loader's workers: a pace-bound step keeps its pace."""
-    return max(pred["step_ns"] - own_ns, pred.get("loader_pace_ns") or 0, 0) / 1e6
+# The findings whose idle the tool's own CPU time lengthens: where a plain pace shows the tool cost more than the
+# profile could take out, the rest of that cost is in their saving too, and comes out of it.
+CPU_BOUND_KINDS = frozenset({"cpu_overhead", "cuda_api"})
 
 
-def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = None, own_ns: int = 0) -> dict:
+def plain_cost_ns(profile: dict, finding: dict, plain_ms: float) -> int:
+    """The tool's own cost per step that a plain pace shows beyond what the profile took out already: the
+    profile's step (in the prediction's statistic) less the plain one, less ``own_cost_ns``; never below 0."""
+    pred = finding.get("predicted") or {}
+    captured = (pred.get("step_ns") or 0) + (pred.get("saving_ns") or 0)
+    return int(max(0.0, captured - plain_ms * 1e6 - own_cost_ns(profile))) if captured else 0
+
+
+def net_saving_ns(finding: dict, profile: dict, plain_ms: float | None = None) -> int:
+    """The finding's one prediction, the saving a step (``predicted.saving_ns``, the same number in run, analyze,
+    try, tune, diff and the history), less the tool's cost a plain pace showed, for a CPU-bound finding."""
+    saving = int((finding.get("predicted") or {}).get("saving_ns") or 0)
+    if plain_ms is None or finding.get("kind") not in CPU_BOUND_KINDS:
+        return saving
+    return max(0, saving - plain_cost_ns(profile, finding, plain_ms))
+
+
+def plain_prediction_ms(finding: dict, profile: dict, plain_ms: float | None = None) -> float | None:
+    """A finding's predicted step as a plain run keeps it: the step it comes off less the finding's (net) saving.
+    That step is the profile's less the tool's own cost: as a plain pace shows it where one was measured (never
+    below 0: a plain baseline slower than the profile keeps a pace of its own, a loader's random work or other
+    load, which no fix of the profile's is measured against), else as the profile measured it. Never below the
+    loader's pace where that bounds it: the tool's cost slows the training thread, not the loader's workers."""
+    pred = finding.get("predicted") or {}
+    if pred.get("step_ns") is None:
+        return None
+    captured = pred["step_ns"] + (pred.get("saving_ns") or 0)
+    before = min(captured, plain_ms * 1e6) if plain_ms else captured - own_cost_ns(profile)
+    after = before - net_saving_ns(finding, profile, plain_ms)
+    return max(after, pred.get("loader_pace_ns") or 0, 0) / 1e6
+
+
+def row(v: Variant, base: Variant, profile: dict, noise: float | None = None) -> dict:
     """One variant as the documented JSON (docs/try.md): measured, predicted, verdict. Baseline and variant are
     compared in one statistic, the mean where either's steps are uneven (as diff does). A prediction is the
-    profile's predicted step less the tool's own cost per step, never below the loader's pace where that bounds
-    it (``loader_pace_ns``): the part the fix leaves (the GPU's work, the loader's pace) is what the profile
-    measured, whatever pace the plain baseline happened to keep."""
+    finding's predicted saving off the profile's step less the tool's own cost, as the plain baseline shows that
+    cost (``plain_prediction_ms``)."""
+    findings = profile.get("findings") or []
     stat = "mean" if "mean" in (v.statistic, base.statistic) else "median"
     measured, before = v.value(stat), base.value(stat)
     out = {"knobs": v.knobs, "label": v.label, "statistic": stat, "rounds_ms": v.per_round(stat),
@@ -333,10 +364,13 @@ def row(v: Variant, base: Variant, findings: list[dict], noise: float | None = N
     out["finding"] = match.get("kind") if match else None
     pred = (match or {}).get("predicted")
     out["predicted_step_ms"], out["verdict"] = None, None
-    if pred and before and measured and not v.inert:
-        out["predicted_step_ms"] = predicted = plain_prediction_ms(pred, own_ns)
+    out["predicted_saving_ms"] = pred["saving_ns"] / 1e6 if pred and pred.get("saving_ns") is not None else None
+    out["tool_cost_ms"] = None
+    if pred and pred.get("step_ns") is not None and before and measured and not v.inert:
         stat_p = pred.get("statistic") or stat  # judged in the statistic the prediction is in
         got, base_p = v.value(stat_p) or measured, base.value(stat_p) or before
+        out["predicted_step_ms"] = predicted = plain_prediction_ms(match, profile, base_p)
+        out["tool_cost_ms"] = (pred["saving_ns"] - net_saving_ns(match, profile, base_p)) / 1e6
         helped = got <= (1 - HELPED) * base_p
         promised = predicted <= (1 - HELPED) * base_p  # a saving worth measuring was predicted
         close = abs(got - predicted) <= CONFIRMED_WITHIN * got
@@ -350,9 +384,8 @@ def result(program: list[str], rounds: int, variants: list[Variant], profile: di
     """What ``try`` found, as try.json (docs/json-schema.md, "try"); ``profile``: the summary.json whose
     findings gave the predictions ({} without one)."""
     noise = loss_noise(variants[0])
-    findings = profile.get("findings") or []
     own = own_cost_ns(profile)
-    rows = [row(v, variants[0], findings, noise, own) for v in variants]
+    rows = [row(v, variants[0], profile, noise) for v in variants]
     captured = ((profile.get("steps") or {}).get("summary") or {}).get(f"step_ns_{rows[0]['statistic']}")
     return {"program": program, "rounds": rounds, "profile": source,
             "profile_step_ms": (captured - own) / 1e6 if captured else None, "variants": rows}
@@ -374,4 +407,5 @@ def summary_of(r: dict, folder: Path) -> dict:
                                   "statistic": r["statistic"], "gpu_busy_fraction": None, "modes": None}},
             "findings": [],
             "try": {k: r[k] for k in ("knobs", "label", "baseline_step_ms", "measured_step_ms", "speedup",
-                                      "finding", "predicted_step_ms", "verdict", "unapplied")}}
+                                      "finding", "predicted_step_ms", "predicted_saving_ms", "verdict",
+                                      "unapplied")}}
