@@ -98,3 +98,29 @@ def test_a_loop_that_loads_its_own_batches_is_told_how_many_workers_within_the_c
     share = float(np.median([min(1.0, cpu / wall) for cpu, wall in rows if wall > 0]))  # the typical load's
     assert d["dataloader"]["loaders"][0]["fetch_cpu_share"] == pytest.approx(share, abs=1e-4)
     assert share < 0.5  # the samples sleep: a worker needs far less than a core
+
+
+@pytest.mark.torch
+def test_a_main_process_fetch_counts_the_cpu_torch_s_own_threads_spend_on_it():
+    """num_workers=0: torch's intra-op threads share a fetch's tensor work, which one worker would do alone (held
+    out on an H200, 8 CPUs allowed: a timm ConvNeXt's fetch measured by the main thread alone sized 1 worker, and
+    the step got slower, 73.4 -> 76.6 ms). The fetch's CPU counts the other threads' time too."""
+    import time
+
+    import torch
+
+    from nvtx_autotrace import dataloader
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: torch has no second thread to share the work")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x = torch.randn(1200, 1200)
+        own, others = time.thread_time_ns(), dataloader._other_threads_ns()
+        for _ in range(15):
+            x @ x
+        own, others = time.thread_time_ns() - own, dataloader._other_threads_ns() - others
+    finally:
+        torch.set_num_threads(threads)
+    assert others > 0.3 * own  # the second thread did a real share, which the main thread's clock misses

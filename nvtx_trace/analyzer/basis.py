@@ -32,7 +32,7 @@ def measure(a) -> Basis:
     causes = a.window_causes
     cause_ns = causes.groupby("cause")["idle_ns"].sum().to_dict() if causes is not None and len(causes) else {}
     gpu_ns = window_ns * max(1, len(a.idle.devices) if a.idle else 1)
-    short = {dev.device_id: _short_idle(a, dev) for dev in a.idle.devices} if a.idle and a.window else {}
+    short = {dev.device_id: short_idle(a, dev) for dev in a.idle.devices} if a.idle and a.window else {}
     keep = _after_own_cost(a, cause_ns, sum(s[0] for s in short.values()))
     return Basis(window_ns=window_ns, gpu_ns=gpu_ns, cause_ns=cause_ns, short=short, keep=keep)
 
@@ -43,7 +43,7 @@ def of_window(a, share: float) -> str:
     return f"{pct(share)} of the window" + (f" across {n} GPUs" if n > 1 else "")
 
 
-def _short_idle(a, dev):
+def short_idle(a, dev):
     """Idle stretches shorter than --min-gap-ms (by full length), clipped to the window: (ns, count, median)."""
     w0, w1 = a.window["start_ns"], a.window["end_ns"]
     h0, h1 = iv.holes(dev.busy, min_len=1)

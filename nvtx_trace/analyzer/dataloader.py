@@ -82,6 +82,7 @@ def analyze_loader(ranges: pd.DataFrame, user_pattern: str) -> LoaderResult | No
             "workers": int(f["worker"].nunique()), "fetches": int(len(f)),
             "fetch_ns_median": int(f["duration_ns"].median()) if len(f) else 0,
             "fetch_cpu_share": _cpu_share(f) if len(f) else _cpu_share(waits[waits["loader"] == loader]),
+            "fetch_cpu_threads": None if len(f) else _cpu_share(waits[waits["loader"] == loader], clip=False),
         })
     loaders = pd.DataFrame(rows)
     restarts = {}
@@ -117,16 +118,17 @@ def _cpu_within(marks: pd.DataFrame, loads: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _cpu_share(f: pd.DataFrame) -> float | None:
+def _cpu_share(f: pd.DataFrame, clip: bool = True) -> float | None:
     """The share of a fetch's wall time its worker needed a CPU for (decoding: near 1; reading from a network file
     system or sleeping: near 0): the median over fetches, as a few long ones (a worker's first, its start-up and
     imports; a stall) would sway a ratio of sums (busy workers on the loaded 2-core VM: 0.26 by sums); None without
-    CPU times."""
+    CPU times. ``clip=False``: a load in the main process counts the CPU time torch's other threads spent on it
+    (nvtx_autotrace), so the ratio exceeds 1 where they shared it: how many cores' worth one worker must do alone."""
     timed = f[f["cpu_ns"].notna() & (f["duration_ns"] > 0)]
     if not len(timed):
         return None
-    ratios = (timed["cpu_ns"].to_numpy(dtype=float) / timed["duration_ns"].to_numpy(dtype=float)).clip(0.0, 1.0)
-    return round(float(np.median(ratios)), 4)
+    ratios = timed["cpu_ns"].to_numpy(dtype=float) / timed["duration_ns"].to_numpy(dtype=float)
+    return round(float(np.median(ratios.clip(0.0, 1.0) if clip else np.maximum(ratios, 0.0))), 4)
 
 
 @dataclass

@@ -113,8 +113,11 @@ def _findings(a, basis) -> list[Finding]:
                          f"({ms(fetch)} per batch each, step {ms(compute)}) but batches arrive in bursts")
     elif int(top["workers"]) == 0 and compute and _loads_itself(top):
         # the loop loads each batch itself (its CPU time was recorded inside the wait): a worker would spend that
-        per_batch, _ = _waits_in_window(a, top["loader"])
+        wait, _ = _waits_in_window(a, top["loader"])
         share = float(top["fetch_cpu_share"])
+        threads = top.get("fetch_cpu_threads")
+        shared = threads is not None and threads == threads and threads > 1  # torch's threads shared the load:
+        per_batch = wait * float(threads) if shared else wait  # one worker, with one thread, does all of it alone
         ranks = processes_per_host(a)[0]
         need = max(1, workers_needed(per_batch, compute, 0, a.cpu_cores, ranks, share))
         usable = usable_workers(a, share)
@@ -122,8 +125,10 @@ def _findings(a, basis) -> list[Finding]:
         fetch = per_batch
         fetch_after = contended_fetch_ns(per_batch, 0, workers_after, a.cpu_cores, ranks, compute, share)
         recommend["num_workers"] = int(workers_after)
+        alone = (f" and {ms(per_batch)} of CPU time across {threads:.1f} threads, which one worker does alone"
+                 if shared else "")
         fixes.append(f"num_workers={workers_after} (now 0: the training loop loads each batch itself, a median "
-                     f"{ms(per_batch)} per batch, while a step computes in {ms(compute)}; workers load the next "
+                     f"{ms(wait)} per batch{alone}, while a step computes in {ms(compute)}; workers load the next "
                      f"batches while the step runs); {_cores_per_worker(share)}"
                      + (f" ({need} would keep up, but {_cores_words(a)})" if need > workers_after else "")
                      + _slower(per_batch, fetch_after, workers_after, a.cpu_cores))
