@@ -178,6 +178,16 @@ def launch_gaps_per_step(a) -> float | None:
     return total / len(a.idle.devices) / len(a.steps.steady)
 
 
+def launch_bound(a) -> bool:
+    """Launches hold the GPU back: it is busy less than GPU_BOUND and idles LAUNCH_BOUND_SHARE of the step or more
+    in gaps shorter than --min-gap-ms."""
+    busy = (a.steps.summary() or {}).get("gpu_busy_fraction") if a.steps else None
+    now, _ = steady_step(a)
+    launches = launch_gaps_per_step(a)
+    return bool(busy is not None and busy < GPU_BOUND and now and launches is not None
+                and launches > LAUNCH_BOUND_SHARE * now)
+
+
 def not_gpu_bound(a) -> str:
     """Why a GPU-work fix has no prediction: the GPU is not what sets the step's pace yet."""
     busy = (a.steps.summary() or {}).get("gpu_busy_fraction") if a.steps else None

@@ -12,7 +12,9 @@ def _findings(a, basis) -> list[Finding]:
 
 
 def _optimizer_loop(basis) -> bool:
-    return any(f.kind == "optimizer" and f.evidence.get("optimizer") == "loop" for f in basis.found)
+    """The optimizer finding counts the GPU idle while optimizer.step runs (a per-parameter loop, or a foreach
+    optimizer on a launch-bound step: fused=True removes that idle)."""
+    return any(f.kind == "optimizer" and f.evidence.get("host_bound") for f in basis.found)
 
 
 def _optimizer_loop_idle(a, basis) -> int:
