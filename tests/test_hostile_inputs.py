@@ -488,3 +488,37 @@ def test_history_options_at_their_limits_have_their_documented_meaning(history_d
     proc = run_cli("history", "--history", history_db, "--json", *args)
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
     assert len(json.loads(proc.stdout)["runs"]) == runs
+
+
+# ---------------------------------------------------------------- compressed inputs
+
+
+def _xz(path: Path, data: bytes, size: int | None = None) -> Path:
+    import lzma
+
+    with lzma.open(path, "wb", preset=0) as fh:
+        if size is None:
+            fh.write(data)
+        else:
+            for _ in range(size // len(data)):
+                fh.write(data)
+    return path
+
+
+@pytest.mark.parametrize("case", ["zeros", "damaged_export"])
+def test_a_compressed_input_that_holds_no_report_is_one_line_naming_it_and_leaves_nothing(tmp_path, case):
+    """Issue 42: a 300 MB xz of zeros was decompressed whole into the cache and left there, and the message named
+    the cache's copy. The first megabyte now says what it is; a damaged export inside is named as the user's."""
+    cache = tmp_path / "cache"
+    if case == "zeros":  # 256 MiB of zeros, under 1 MiB compressed
+        path, words = _xz(tmp_path / "bomb.sqlite.xz", bytes(1 << 20), 256 << 20), "not an SQLite export"
+    else:
+        path, words = _xz(tmp_path / "cut.sqlite.xz", USER.read_bytes()[:10240]), "(decompressed)"
+    before = {p: digest(p) for p in tmp_path.rglob("*")}
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(path)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
+    assert_one_clear_line(proc, words, str(path))
+    assert str(cache) not in proc.stderr  # the user's file, not our private copy
+    assert {p: digest(p) for p in tmp_path.rglob("*") if cache not in p.parents and p != cache} == before
+    if case == "zeros":  # nothing of the bomb is kept
+        assert not [p for p in cache.rglob("*") if p.is_file()]

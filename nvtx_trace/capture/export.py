@@ -262,7 +262,7 @@ def decompressed(path: Path) -> Path:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".part-")
         try:
             with opener(path, "rb") as src, os.fdopen(fd, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
+                _copy_report(path, target.suffix, src, dst, target.parent)
             os.replace(tmp, target)
         finally:
             if os.path.exists(tmp):
@@ -275,13 +275,48 @@ def decompressed(path: Path) -> Path:
     return target
 
 
+DECOMPRESSED_FROM: dict[str, str] = {}  # a private copy -> the compressed file the user named (error lines)
+
+
+def as_given(text: str) -> str:
+    """``text`` with each private decompressed copy named as the user's own file."""
+    for copy, given in DECOMPRESSED_FROM.items():
+        text = text.replace(copy, f"{given} (decompressed)")
+    return text
+
+
+KEEP_FREE = 1 << 30  # decompression stops before the cache's file system has less than this left
+INNER_MAGIC = {".sqlite": SQLITE_MAGIC, ".nsys-rep": REPORT_MAGIC, ".qdrep": REPORT_MAGIC}
+
+
+def _copy_report(path: Path, inner: str, src, dst, folder: Path) -> None:
+    """Copy what ``src`` holds while it is what its name says: the first bytes are checked before more is
+    written (a file of zeros compressed a thousandfold is no report, and is never written whole), and the copy
+    stops before it fills the disk."""
+    first = src.read(1 << 20)
+    magic = INNER_MAGIC.get(inner)
+    if magic is not None and not first.startswith(magic):
+        raise BadReportError(f"{path}: what it holds is not {'an SQLite export' if inner == '.sqlite' else 'a report'} "
+                             f"(it starts with {first[:16]!r}); check the file")
+    dst.write(first)
+    written = len(first)
+    while chunk := src.read(1 << 20):
+        dst.write(chunk)
+        written += len(chunk)
+        if written % (64 << 20) < len(chunk) and shutil.disk_usage(folder).free < KEEP_FREE:
+            raise BadReportError(f"{path}: decompressed, it would leave less than {KEEP_FREE >> 30} GiB free in "
+                                 f"{folder} ({written >> 20} MiB written so far); decompress it by hand where there "
+                                 "is room, and analyze that file")
+
+
 def as_sqlite(path, nsys: str | None = None) -> Path:
     """A report as its SQLite export: a ``.nsys-rep``/``.qdrep``/``.qdstrm`` is exported (or its export reused)
     before any analysis, so the analyzer reads only SQLite; a compressed one is read from a private copy.
     ``nsys``: the --nsys the user named."""
     path = Path(path)
     if path.suffix in COMPRESSED:
-        path = decompressed(path)
+        given, path = path, decompressed(path)
+        DECOMPRESSED_FROM[str(path)] = str(given)
     if path.suffix not in (".nsys-rep", ".qdrep", ".qdstrm"):
         return path
     from nvtx_trace.capture.locate import find_nsys

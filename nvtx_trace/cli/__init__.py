@@ -213,9 +213,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _printable(err) -> str:
     """An error line names paths and names the user gave or a report holds: one line, escapes shown, never run."""
+    from nvtx_trace.capture.export import as_given
     from nvtx_trace.report.sections import printable
 
-    return printable(err)
+    return printable(as_given(str(err)))
 
 
 def _usage_line(exc, words: list[str]) -> str:
