@@ -31,3 +31,26 @@ def test_cli_help_has_no_type_tags_and_an_example(verb):
 def test_cli_version():
     proc = cli("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"nvtx-trace {__version__}"
+
+
+def test_output_that_is_no_terminal_is_not_wrapped_at_80_columns():
+    """Issue 42: piped into a log, rich wrapped at 80 columns and put a GPU's name over three lines. Without a
+    terminal (and without COLUMNS) lines run to WIDE columns; COLUMNS, when set, is obeyed."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from nvtx_trace.report.console import WIDE
+
+    sample = Path(__file__).resolve().parents[1] / "sample_reports" / "resnet50_2workers_h100.sqlite"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    piped = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(sample)], capture_output=True,
+                           text=True, timeout=300, env=env)
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    lines = piped.stdout.splitlines()
+    assert any("NVIDIA H100 80GB HBM3" in ln for ln in lines)  # the name on one line
+    assert 80 < max(map(len, lines)) <= WIDE
+    narrow = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(sample)], capture_output=True,
+                            text=True, timeout=300, env={**env, "COLUMNS": "100"})
+    assert max(map(len, narrow.stdout.splitlines())) <= 100

@@ -42,6 +42,16 @@ def venv(path: Path, system_site: bool = False) -> dict:
     """A virtual environment at ``path``; the environment variables of a shell that activated it."""
     args = [sys.executable, "-m", "venv", str(path)] + (["--system-site-packages"] if system_site else [])
     subprocess.run(args, check=True, timeout=120)
+    if system_site and sys.prefix != sys.base_prefix:
+        # The suite itself runs in a virtual environment (as the README advises on PEP 668 systems): a new one
+        # made from it sees the base interpreter's packages, not this one's (torch). They come after its own.
+        import site
+        import sysconfig
+
+        own = subprocess.run([str(path / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+        outer = [d for d in site.getsitepackages() if d != sysconfig.get_path("purelib", vars={"base": sys.base_prefix})]
+        Path(own, "outer-environment.pth").write_text("".join(f"{d}\n" for d in outer))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(VIRTUAL_ENV=str(path), PATH=f"{path / 'bin'}:{env.get('PATH', '')}", PIP_DISABLE_PIP_VERSION_CHECK="1")
     return env

@@ -10,6 +10,7 @@ import typer
 
 from nvtx_trace.analyzer.options import parse_options
 from nvtx_trace.errors import BadReportError, UsageError
+from nvtx_trace.report.console import console
 from nvtx_trace.report.outputs import check_outputs, describe_unreadable, write_atomically
 
 
@@ -47,7 +48,6 @@ def analyze(
 
     One report per rank: nvtx-trace analyze out/rank0.sqlite out/rank1.sqlite (or out/, or 'out/rank*.sqlite')
     """
-    from rich.console import Console
 
     from nvtx_trace.analyzer import analyze as run_analysis
     from nvtx_trace.report import json as json_report
@@ -69,7 +69,7 @@ def analyze(
             raise BadReportError(f"{report} {problem}; pass the report file itself")
     outputs = [Path(p) for p in (json_out, html_out) if p and str(p) != "-"]
     check_outputs(outputs, [*reports, *paths], force)  # a folder given is an input as a whole
-    err = Console(stderr=True)
+    err = console(stderr=True)
     what = "Analyzing…" if len(paths) == 1 else f"Analyzing {len(paths)} reports…"
     with err.status(what, spinner="dots"):
         result = run_analysis([as_sqlite(p, nsys) for p in paths], options=options)
@@ -86,4 +86,4 @@ def analyze(
         sys.stdout.write(json_report.render(result))
         sys.stdout.flush()
     else:
-        text.render(result, Console())
+        text.render(result, console())

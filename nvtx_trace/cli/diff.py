@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from nvtx_trace.report.console import console
 from nvtx_trace.report.outputs import check_outputs, write_atomically
 
 
@@ -23,7 +24,6 @@ def diff(
 
     Example: nvtx-trace diff nvtx-trace-out/train-20261123-101500 nvtx-trace-out/train-20261123-103200
     """
-    from rich.console import Console
 
     from nvtx_trace.diff import compare, load_summary, refuse_same_run
     from nvtx_trace.report import diff_render
@@ -39,4 +39,4 @@ def diff(
     if json_out == "-":
         print(json.dumps(result, indent=1))
     else:
-        diff_render.text(result, Console())
+        diff_render.text(result, console())

@@ -11,6 +11,7 @@ import typer
 
 from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.errors import NvtxTraceError
+from nvtx_trace.report.console import console
 
 
 def history(
@@ -27,7 +28,6 @@ def history(
 
     Example: nvtx-trace history --script train.py --last 5
     """
-    from rich.console import Console
 
     from nvtx_trace.errors import UsageError
     from nvtx_trace.runner import history as hist
@@ -52,12 +52,12 @@ def history(
     if json_out:
         print(json.dumps({"history": str(where), "runs": runs}, indent=1))
         return
-    console = Console()
+    out = console()
     if not runs:
         what = f" of a script matching {script!r}" if script else ""
-        console.print(f"No runs{what} recorded in {where}", soft_wrap=True, markup=False)
+        out.print(f"No runs{what} recorded in {where}", soft_wrap=True, markup=False)
         return
-    _table(runs, where, console)
+    _table(runs, where, out)
 
 
 def _runs(hist, where: Path, script: str | None, last: int) -> list[dict]:

@@ -15,6 +15,8 @@ from typing import List, Optional
 
 import typer
 
+from nvtx_trace.report.console import console
+
 # Options stop at the first argument: the rest is the program's, even names we also use.
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -92,14 +94,12 @@ def _run(target, module, out, force, warmup_steps, steps, keep_running, full, ca
          history_path, no_history, try_knobs) -> int:
     import time
 
-    from rich.console import Console
-
     from nvtx_trace import names, runner
     from nvtx_trace.errors import UsageError
     from nvtx_trace.runner import history
 
     began = time.time()
-    err = Console(stderr=True, highlight=False)
+    err = console(stderr=True, highlight=False)
     try:
         tried = names.parse_knobs(try_knobs) if try_knobs is not None else None
     except ValueError as exc:
@@ -166,14 +166,13 @@ class Progress:
 
 
 def _report(result, err) -> None:
-    from rich.console import Console
 
     from nvtx_trace import runner
     from nvtx_trace.report import text
 
     prof = result.profile
     if result.analysis is not None:
-        text.render(result.analysis, Console())
+        text.render(result.analysis, console())
     if result.window is not None and result.window.line not in result.problems:
         err.print(f"nvtx-trace: {result.window.line}", soft_wrap=True, markup=False)
     for problem in result.problems:

@@ -17,6 +17,7 @@ from typing import List, Optional
 import typer
 
 from nvtx_trace.errors import UsageError
+from nvtx_trace.report.console import console
 
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 TUNE_JSON, TUNE_HTML = "tune.json", "tune.html"
@@ -137,11 +138,10 @@ def _tune(target, budget, rounds, out, json_out, force, python, history_path, no
         if made and not any(p.is_file() for p in folder.rglob("*")):
             shutil.rmtree(folder, ignore_errors=True)
         raise
-    from rich.console import Console
 
     from nvtx_trace.report import tune_render
 
-    tune_render.text(result, Console(highlight=False))
+    tune_render.text(result, console(highlight=False))
     written = _write(folder, result, json_out)
     if script and file_digest(script) != digest:
         say(f"warning: {script} changed while it was tuned (not by nvtx-trace: it writes only to {folder})")

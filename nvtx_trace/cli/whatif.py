@@ -17,6 +17,7 @@ import typer
 
 from nvtx_trace import names
 from nvtx_trace.errors import UsageError
+from nvtx_trace.report.console import console
 
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 TRY_JSON, TRY_HTML = "try.json", "try.html"
@@ -95,7 +96,6 @@ def _try(target, rounds, each, from_run, out, json_out, force, python, advice, h
 def _measure(folder, program, knobs, advice, each, rounds, python, from_run, profile, json_out, script_hash,
              history_db, began) -> None:
     """The runs, then try.json, try.html, one summary.json per variant and the history rows."""
-    from rich.console import Console
 
     from nvtx_trace.report import try_render
     from nvtx_trace.report.outputs import file_digest, make_folder, write_atomically
@@ -109,7 +109,7 @@ def _measure(folder, program, knobs, advice, each, rounds, python, from_run, pro
     else:
         sets = [{k: v} for k, v in knobs.items()] if each else [knobs]
     result = whatif.measure(program, sets, rounds, python, folder, profile, str(from_run) if from_run else None, say)
-    try_render.text(result, Console(highlight=False))
+    try_render.text(result, console(highlight=False))
     text = json.dumps(result, indent=2) + "\n"
     written = [folder / TRY_JSON, folder / TRY_HTML]
     write_atomically(written[0], text)

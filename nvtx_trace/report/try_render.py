@@ -18,8 +18,9 @@ def cells(r: dict) -> list[str]:
     label = r["label"] + (" (not applied)" if unapplied and set(unapplied) == set(r["knobs"]) else
                           f" ({', '.join(unapplied)} not applied)" if unapplied else "")
     return [label, " / ".join("-" if x is None else f"{x:.2f}" for x in r["rounds_ms"]),
-            _ms(r["measured_step_ms"]), "" if r["speedup"] is None else f"{r['speedup']:.2f}x", r["finding"] or "",
-            predicted_cell(r), r["verdict"] or ""]
+            _ms(r["measured_step_ms"]) + (" mean" if r.get("statistic") == "mean" else ""),
+            "" if r["speedup"] is None else f"{r['speedup']:.2f}x", r["finding"] or "", predicted_cell(r),
+            r["verdict"] or ""]
 
 
 def predicted_cell(r: dict) -> str:
@@ -64,6 +65,11 @@ def notes(d: dict) -> list[str]:
         if r["verdict"] == "not confirmed":
             out.append(f"  {r['label']}: the {r['finding']} finding was wrong here: its fix did not make the step "
                        "faster")
+    for r in rows[1:]:
+        if r.get("statistic") != rows[0].get("statistic") and r.get("baseline_step_ms"):
+            out.append(f"  {r['label']}: compared with the baseline by the {r['statistic']} step, as one side's steps "
+                       f"are uneven: baseline {r['baseline_step_ms']:.2f} ms against {r['measured_step_ms']:.2f} ms "
+                       f"(medians {rows[0]['median_step_ms']:.2f} and {r['median_step_ms']:.2f} ms)")
     for why in rows[0]["failures"]:
         out.append(f"  baseline: a round gave no step time: {why}")
     for r in rows[1:]:
