@@ -269,6 +269,10 @@ def _autocast(root, where: str, dtype: str) -> None:
 def _channels_last(root, where: str, optimizer=None) -> None:
     import torch
 
+    if not any(p.dim() == 4 for p in root.parameters()):  # a layout of 4-D tensors: nothing here to change
+        say(f"channels_last=1: not applied: {where} has no 4-D weights (convolutions); the layout changes only 4-D "
+            "tensors")
+        return
     root.to(memory_format=torch.channels_last)
     moved = 0
     if optimizer is not None:  # its state (momentum, Adam's moments) was made at step 0, in the old layout

@@ -367,3 +367,24 @@ def test_a_step_that_compiles_a_new_graph_is_left_out_of_the_timing(tmp_path):
     out = row(Variant({"compile": True}, [r]), Variant({}, [r]), {})
     assert out["compiled_steps_left_out"] == [1] and out["compiled_ms_left_out"][0] == pytest.approx(r.compiled_ms[0],
                                                                                                      abs=0.01)
+
+
+@pytest.mark.torch
+def test_channels_last_on_a_model_without_convolutions_says_it_changed_nothing(capsys):
+    """Issue 42: channels_last=1 on an MLP said it applied and was timed twice; it changes only 4-D tensors, so the
+    knob now says "not applied" (try then runs the variant once, with no verdict) and leaves the model alone."""
+    import torch
+
+    from nvtx_autotrace import knobs
+    from nvtx_trace.runner.whatif import Round
+
+    said = []
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    forward = model.forward
+    original, knobs.say = knobs.say, said.append
+    try:
+        knobs._channels_last(model, "Sequential")
+    finally:
+        knobs.say = original
+    assert model.forward == forward and len(said) == 1 and "not applied" in said[0]
+    assert Round([1.0], "median", 1.0, said, 0).unapplied({"channels_last": True}) == ["channels_last"]
