@@ -522,3 +522,26 @@ def test_a_compressed_input_that_holds_no_report_is_one_line_naming_it_and_leave
     assert {p: digest(p) for p in tmp_path.rglob("*") if cache not in p.parents and p != cache} == before
     if case == "zeros":  # nothing of the bomb is kept
         assert not [p for p in cache.rglob("*") if p.is_file()]
+
+
+def test_a_report_whose_times_are_all_negative_is_called_shifted_not_empty(tmp_path):
+    """Issue 42: every timestamp shifted below 0 was refused as "no GPU activity ... capture with nsys profile",
+    which sends the user to capture again. The line now counts the rows whose times are unusable (by SQL here)
+    and says the times look shifted."""
+    path = tmp_path / "shifted.sqlite"
+    shutil.copyfile(USER, path)
+    shift = 10 ** 14
+    tables = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS",
+              "CUPTI_ACTIVITY_KIND_RUNTIME"]
+    with sqlite3.connect(path) as conn:
+        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for t in tables:
+            if t in have:
+                conn.execute(f"UPDATE {t} SET start = start - {shift}, end = end - {shift}")
+        kernels = conn.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start <= 0").fetchone()[0]
+    conn.close()
+    before = digest(path)
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(path)], capture_output=True,
+                          text=True, timeout=300)
+    assert_one_clear_line(proc, str(path), f"{kernels} kernel row(s) without a valid start/end", "look shifted")
+    assert "capture with" not in proc.stderr and digest(path) == before

@@ -128,6 +128,11 @@ def _run_analyses(trace: Trace, reader: Reader, options: AnalysisOptions) -> Ana
                       schema_version=reader.info.schema_version, min_gap_ns=options.min_gap_ns,
                       trace_start_ns=lo, trace_end_ns=hi, thread_names=trace.thread_names,
                       cpu_cores=reader.cpu_cores(), pid_hosts=getattr(trace, "pid_hosts", {}))
+    unusable = [w for w in trace.warnings if "without a valid start/end" in w]
+    if not len(trace.ranges) and not trace.has_gpu_activity and unusable:
+        raise BadReportError(f"{reader.info.path}: no GPU row has a usable time ({'; '.join(unusable)}) and no NVTX "
+                             "range starts after 0: its timestamps look shifted or damaged; export the report again "
+                             "from its .nsys-rep (nsys export --type sqlite)")
     if not len(trace.ranges) and not trace.has_gpu_activity:
         raise BadReportError(f"{reader.info.path}: holds no GPU activity and no NVTX ranges, so there is nothing to "
                              "analyze" + "".join(f" ({w})" for w in trace.warnings)

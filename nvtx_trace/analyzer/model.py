@@ -150,8 +150,8 @@ class Trace:
             cols["device_id"] = np.full(len(cols["start_ns"]), self._one_device, np.int64)
         valid = self.in_session(cols["start_ns"], cols["end_ns"])
         if not valid.all():
-            self.warnings.append(f"{int((~valid).sum())} {key} row(s) without a valid start/end (ending before "
-                                 "they start, or outside the capture session) were left out")
+            self.warnings.append(f"{int((~valid).sum())} {key} row(s) without a valid start/end (at or before 0, "
+                                 "ending before they start, or outside the capture session) were left out")
             cols = {k: v[valid] for k, v in cols.items()}
         if self._one_device is None:
             cols = self._on_listed_devices(key, cols)
