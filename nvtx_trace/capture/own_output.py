@@ -22,6 +22,7 @@ import sys
 import threading
 
 ENV = "NVTX_TRACE_OWN_OUTPUT"  # the Handover's socket name (Linux abstract namespace)
+TMPDIR_ENV = "NVTX_TRACE_USER_TMPDIR"  # the user's TMPDIR ("" when unset): nsys had a private one, the program not
 FALLBACK_MARKER = "nvtx-trace: the program's output passes through nsys"
 _TIMEOUT_S = 10
 
@@ -88,6 +89,12 @@ def main(argv: list[str]) -> int:
         print("usage: python own_output.py PROGRAM [ARGS]...", file=sys.stderr)
         return 2
     address = os.environ.pop(ENV, None)  # the program does not inherit it
+    user_tmp = os.environ.pop(TMPDIR_ENV, None)
+    if user_tmp is not None:  # the program's temporary files go where the user's always go
+        if user_tmp:
+            os.environ["TMPDIR"] = user_tmp
+        else:
+            os.environ.pop("TMPDIR", None)
     if address is not None and not _receive(address):
         print(FALLBACK_MARKER, file=sys.stderr, flush=True)
     try:

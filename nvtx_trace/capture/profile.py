@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -180,13 +181,16 @@ def profile(
     for stale in _files_of(stem, (".nsys-rep", ".qdstrm")):
         stale.unlink(missing_ok=True)
     env = dict(os.environ if env is None else env)
-    handover = None
+    handover = scratch = None
     if log is not None and not capture_output:
         try:
             handover = own_output.Handover()
             env[own_output.ENV] = handover.address
         except (OSError, AttributeError):  # no abstract Unix sockets here: nsys's stream is sorted instead
             handover = None
+    if handover is not None:  # nsys's own temporary files (its raw capture while it records, /tmp/nsys-report-*)
+        scratch = _scratch(env)  # go to a folder of ours, removed when it ends, however it ended; the program
+        # starts through own_output, which gives it the user's TMPDIR back
     cmd = profile_command(nsys, stem, trace, extra, argv, own_output_python=sys.executable if handover else None,
                           launcher=launcher)
     if log is not None:
@@ -195,57 +199,62 @@ def profile(
     # nsys in a group of its own: a terminal's Ctrl-C reaches it once, through us (a second makes it drop the
     # report). The guard's handlers are in place before it starts: a signal while it starts waits for it.
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-    with interrupts.guarded(progress) as guard:
-        guard.notice = progress or guard.notice
-        interrupts.stage("while nsys was starting")
-        with guard.starting():
+    try:
+        with interrupts.guarded(progress) as guard:
+            guard.notice = progress or guard.notice
+            interrupts.stage("while nsys was starting")
+            with guard.starting():
+                try:
+                    proc = subprocess.Popen(
+                        cmd, env=env, cwd=cwd, stdout=pipe, stderr=subprocess.STDOUT if capture_output else pipe,
+                        text=pipe is not None, errors="replace" if pipe else None, **group,
+                    )
+                except OSError as exc:
+                    if handover is not None:
+                        handover.close()
+                    raise NsysFailedError(f"could not start {cmd[0]}: {exc}") from exc
+                born = started_at(proc.pid)
+                line = lifeline.tie(proc)  # killed with SIGKILL, we still take nsys and the program with us
+                capture = guard.start_capture(proc, handover.started if handover is not None and not launcher
+                                              else None)
+            pumps = []
+            if log is not None and not capture_output:
+                # a launcher's own lines (torchrun's warnings, its failure report) are the user's to see
+                sorter = _Sorter(log, mixed=handover is None or bool(launcher))
+                pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
+            started = time.monotonic()
+            finishing = stuck.Finishing(capture.busy, stem, time.time() - 1, progress,
+                                        armed=(lambda: capture.watch.saw_rank) if launcher else (lambda: True),
+                                        tmp=scratch)
             try:
-                proc = subprocess.Popen(
-                    cmd, env=env, cwd=cwd, stdout=pipe, stderr=subprocess.STDOUT if capture_output else pipe,
-                    text=pipe is not None, errors="replace" if pipe else None, **group,
-                )
-            except OSError as exc:
-                if handover is not None:
-                    handover.close()
-                raise NsysFailedError(f"could not start {cmd[0]}: {exc}") from exc
-            born = started_at(proc.pid)
-            line = lifeline.tie(proc)  # killed with SIGKILL, we still take nsys and the program with us
-            capture = guard.start_capture(proc, handover.started if handover is not None and not launcher
-                                          else None)
-        pumps = []
-        if log is not None and not capture_output:
-            # a launcher's own lines (torchrun's warnings, its failure report) are the user's to see
-            sorter = _Sorter(log, mixed=handover is None or bool(launcher))
-            pumps = [pump(proc.stdout, sorter.sink(sys.stdout)), pump(proc.stderr, sorter.sink(sys.stderr))]
-        started = time.monotonic()
-        finishing = stuck.Finishing(capture.busy, stem, time.time() - 1, progress,
-                                    armed=(lambda: capture.watch.saw_rank) if launcher else (lambda: True))
-        try:
-            text = _drain(proc, capture, finishing) if capture_output else ""
-            returncode = _wait(proc, capture, finishing)
-        finally:
-            guard.end_capture()
-            capture.watch.stop()
-        interrupts.stage("while nsys was ending")
-        told = capture.first or capture.late  # we were told to stop: nothing nsys started may outlive us
-        if told:
-            capture.sweep()
-        left = [] if told else capture.program()  # nsys killed by someone else: the program is left alone
-        if handover is not None:
-            handover.close()
-        if progress and not capture.count and not capture.late and finishing.stuck_for is None:
-            progress(f"Capture ended after {time.monotonic() - started:.1f} s")
-        for thread in pumps:
-            thread.join(timeout=5)  # a program left running (nsys killed) may hold nsys's pipes open
-        if pumps:
-            sorter.flush()
-        if capture_output and log is not None:
-            log.write(text)
-        _end_agents({proc.pid, *(capture.watch.profilers if launcher else ())}, since=born)  # each rank's nsys's too
-        line.release()
-        if capture.late and not capture.first:  # it came as nsys ended: the capture is whole, we stop now
-            interrupts.stage("as nsys ended")
-            guard.stop(capture.late)
+                text = _drain(proc, capture, finishing) if capture_output else ""
+                returncode = _wait(proc, capture, finishing)
+            finally:
+                guard.end_capture()
+                capture.watch.stop()
+            interrupts.stage("while nsys was ending")
+            told = capture.first or capture.late  # we were told to stop: nothing nsys started may outlive us
+            if told:
+                capture.sweep()
+            left = [] if told else capture.program()  # nsys killed by someone else: the program is left alone
+            if handover is not None:
+                handover.close()
+            if progress and not capture.count and not capture.late and finishing.stuck_for is None:
+                progress(f"Capture ended after {time.monotonic() - started:.1f} s")
+            for thread in pumps:
+                thread.join(timeout=5)  # a program left running (nsys killed) may hold nsys's pipes open
+            if pumps:
+                sorter.flush()
+            if capture_output and log is not None:
+                log.write(text)
+            _end_agents({proc.pid, *(capture.watch.profilers if launcher else ())}, since=born)  # each rank's nsys's too
+            line.release()
+            if capture.late and not capture.first:  # it came as nsys ended: the capture is whole, we stop now
+                interrupts.stage("as nsys ended")
+                guard.stop(capture.late)
+    finally:
+        if scratch is not None:  # after nsys and its agent ended (or failed to start)
+            shutil.rmtree(scratch, ignore_errors=True)
     result = ProfileResult(returncode, None, None, text, interrupted=capture.first is not None, pid=proc.pid,
                            signal=capture.first, aborted=capture.aborted is not None, left_running=left,
                            abandoned=capture.abandoned, stuck=finishing.stuck_for is not None,
@@ -291,6 +300,20 @@ def profile(
             + (f": {said}" if said else "") + (f" ({log.where()})" if log is not None else "")
         )
     return result
+
+
+def _scratch(env: dict) -> str | None:
+    """A private temporary folder for nsys (TMPDIR), the user's own kept for the program; None where none can
+    be made (nsys then uses the user's, as before)."""
+    import tempfile
+
+    try:
+        folder = tempfile.mkdtemp(prefix="nvtx-trace-nsys-", dir=env.get("TMPDIR") or None)
+    except OSError:
+        return None
+    env[own_output.TMPDIR_ENV] = env.get("TMPDIR", "")
+    env["TMPDIR"] = folder
+    return folder
 
 
 MAX_PARALLEL_IMPORTS = 4  # importing or exporting a big report takes a core and GBs of memory

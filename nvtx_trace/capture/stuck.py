@@ -34,8 +34,10 @@ class Finishing:
     files are not ours)."""
 
     def __init__(self, program: Callable[[], list[int]], stem: Path, since: float,
-                 notice: Callable[[str], None] | None = None, armed: Callable[[], bool] = lambda: True):
+                 notice: Callable[[str], None] | None = None, armed: Callable[[], bool] = lambda: True,
+                 tmp: str | None = None):
         self.program, self.stem, self.since, self.notice, self.armed = program, stem, since, notice, armed
+        self.tmp = tmp  # nsys's own TMPDIR, where it is not ours (profile's private folder)
         self.limit = stall_s()
         self.ended_at: float | None = None  # when no program was found running any more
         self.changed_at = time.monotonic()
@@ -76,7 +78,7 @@ class Finishing:
         found: dict[str, int] = {}
         prefix = self.stem.name.split("%", 1)[0]
         places = [(self.stem.parent, f"{prefix}*")]
-        for tmp in {os.environ.get("TMPDIR") or "/tmp", "/tmp"}:
+        for tmp in {self.tmp or os.environ.get("TMPDIR") or "/tmp", "/tmp"}:
             places.append((Path(tmp), "nsys-report-*"))
         for folder, pattern in places:
             try:
