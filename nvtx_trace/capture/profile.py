@@ -253,13 +253,17 @@ def profile(
                 interrupts.stage("as nsys ended")
                 guard.stop(capture.late)
     finally:
-        if scratch is not None:  # after nsys and its agent ended (or failed to start)
+        raw = _raw_captures(scratch) if scratch is not None and not _files_of(stem, (".nsys-rep", ".qdstrm")) else []
+        if scratch is not None and not raw:  # after nsys and its agent ended (or failed to start)
             shutil.rmtree(scratch, ignore_errors=True)
     result = ProfileResult(returncode, None, None, text, interrupted=capture.first is not None, pid=proc.pid,
                            signal=capture.first, aborted=capture.aborted is not None, left_running=left,
                            abandoned=capture.abandoned, stuck=finishing.stuck_for is not None,
                            program_started=handover.started.is_set() if handover is not None and not launcher
                            else None)
+    if raw and (result.stuck or result.aborted or result.interrupted or result.abandoned):
+        shutil.rmtree(raw[0].parent, ignore_errors=True)  # halfway: no capture to finish
+        raw = []
     if result.stuck:
         for partial in finishing.leftovers():
             partial.unlink(missing_ok=True)
@@ -297,9 +301,43 @@ def profile(
                  else f"neither {with_suffix(stem, '.nsys-rep').name} nor {with_suffix(stem, '.qdstrm').name}")
         result.problem = (
             f"{'the launcher' if launcher else 'nsys'} exited with status {returncode} and wrote {wrote}"
-            + (f": {said}" if said else "") + (f" ({log.where()})" if log is not None else "")
+            + _no_space(log) + (f": {said}" if said else "") + (f" ({log.where()})" if log is not None else "")
+            + _kept_raw(raw, stem)
         )
+    elif raw and result.rep is None:
+        result.problem = (result.problem or "") + _kept_raw(raw, stem)
+    elif raw:  # a report came after all (a rank's): the raw capture left beside it is no longer needed
+        shutil.rmtree(raw[0].parent, ignore_errors=True)
     return result
+
+
+NO_SPACE = ("No space left on device", "ENOSPC", "Disk quota exceeded")
+
+
+def _no_space(log: NsysLog | None) -> str:
+    """The cause, where nsys's log names a full disk (nsys itself exits 0 and says it only there)."""
+    try:
+        text = log.path.read_text(errors="replace") if log is not None else ""
+    except OSError:
+        return ""
+    return " because a disk was full (nsys: \"No space left on device\")" if any(w in text for w in NO_SPACE) else ""
+
+
+def _raw_captures(scratch: str) -> list[Path]:
+    """nsys's raw captures (``nsys-report-*.qdstrm``) left in its private folder: the recording itself, when nsys
+    could not make the report of it."""
+    try:
+        return [p for p in Path(scratch).glob("nsys-report-*.qdstrm") if p.stat().st_size > 0]
+    except OSError:
+        return []
+
+
+def _kept_raw(raw: list[Path], stem: Path) -> str:
+    if not raw:
+        return ""
+    size = sum(p.stat().st_size for p in raw if p.exists()) / 2**20
+    return (f"; the raw capture is kept in {raw[0]} ({size:.1f} MiB): free some space, then "
+            f"nvtx-trace analyze {raw[0]} makes the report of it (or move it beside {stem.name}.nsys-rep first)")
 
 
 def _scratch(env: dict) -> str | None:
