@@ -285,3 +285,26 @@ def test_the_third_interrupt_under_a_launcher_kills_what_it_started_in_other_ses
         assert not any(pid == started[0] for pid, _, _ in processes.live_processes())
     finally:
         launcher.kill()
+
+
+def test_a_full_disk_under_the_capture_says_so_and_keeps_the_raw_capture_to_finish(ready, tmp_path, tmpfs):
+    """Issue 42: with the output folder's disk full, nsys exits 0, writes no report and says why only in nsys.log,
+    while its raw capture sits in the temporary folder, unmentioned. The line now gives the cause and where the
+    capture is kept; `nvtx-trace analyze` of it makes the report once there is room; nothing else is left."""
+    full = tmpfs("600k")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--no-history", "--out", str(full / "out"),
+                           "--full", str(ROOT / "programs" / "cpu_train.py"), "--steps", "5"], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp)}, cwd=tmp_path)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("nvtx-trace: ")]
+    assert proc.returncode == 5 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "a disk was full" in lines[-1] and "the raw capture is kept in" in lines[-1], lines[-1]
+    kept = Path(re.search(r"kept in (\S+\.qdstrm)", lines[-1]).group(1))
+    assert kept.is_file() and kept.parent.parent == tmp and kept.stat().st_size > 0
+    ours = [p.name for p in tmp.iterdir() if p.name.startswith(("nsys-report-", "nvtx-trace-"))]
+    assert ours == [kept.parent.name]  # the one folder, named in the line (the program's own files aside)
+    again = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(kept)], capture_output=True,
+                           text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp)}, cwd=tmp_path)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    shutil.rmtree(kept.parent)

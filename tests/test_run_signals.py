@@ -181,6 +181,13 @@ def start(tools, work: Path, *args: str, env: dict | None = None, stdin: bytes |
     return tool
 
 
+def private_tmp(tmp_path: Path) -> Path:
+    """A TMPDIR of the test's own, to see what the run leaves in it (nsys's raw capture, our private folder)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    return tmp
+
+
 def interrupted_line(tool: Tool) -> str:
     """The one line an interruption prints."""
     lines = tool.own_lines("nvtx-trace: interrupted (")
@@ -212,7 +219,8 @@ def test_a_signal_as_nsys_is_started_leaves_no_folder_and_nothing_running(ready,
     being started, or while nsys starts the program, where nsys 2022.4 mishandles signals. Nothing was
     captured, so nothing is kept; the tool does not exit silently while nsys and the program run on."""
     program = copy_program(tmp_path)
-    tool = start(tools, tmp_path, "run", "--out", "out", *QUICK, program, "--steps", "400")
+    tmp = private_tmp(tmp_path)
+    tool = start(tools, tmp_path, "run", "--out", "out", *QUICK, program, "--steps", "400", env={"TMPDIR": str(tmp)})
     tool.wait_for(r"^\$ ")
     tool.send(signum)
     assert tool.finish() == 128 + signum, tool.stderr[-3000:]
@@ -221,6 +229,7 @@ def test_a_signal_as_nsys_is_started_leaves_no_folder_and_nothing_running(ready,
     assert not (tmp_path / "out").exists()  # no empty folder
     assert "step 1" not in tool.stderr  # the program never got going
     assert_clean(tool)
+    assert not list(tmp.iterdir()), list(tmp.iterdir())  # no nsys-report-*.qdstrm, no folder of ours
     no_traceback_of_ours(tool.stderr)
 
 
@@ -230,11 +239,14 @@ def test_ctrl_c_just_after_nsys_starts_is_never_an_nsys_error(ready, tools, tmp_
     nothing is left, or the program was stopped and what it captured is kept: never exit 1 with nsys's
     internal error ("No transition in ...Shutdown") and a report said to cover what ran."""
     program = copy_program(tmp_path)
-    tool = start(tools, tmp_path, "run", "--out", "out", *QUICK, program, "--steps", "400")
+    tmp = private_tmp(tmp_path)
+    tool = start(tools, tmp_path, "run", "--out", "out", *QUICK, program, "--steps", "400", env={"TMPDIR": str(tmp)})
     tool.wait_for(r"^\$ ")
     time.sleep(delay)
     tool.send(signal.SIGINT)
     assert tool.finish() == 130, tool.stderr[-3000:]
+    assert not [p for p in tmp.iterdir() if p.name.startswith(("nsys-report-", "nvtx-trace-nsys-"))], \
+        list(tmp.iterdir())  # issue 42: a ~145 KB /tmp/nsys-report-*.qdstrm was left by 9 of 26 such interrupts
     said = " ".join(tool.own_lines("nvtx-trace:"))
     assert "No transition" not in said and "nsys exited with status" not in said, said
     if (tmp_path / "out").exists():

@@ -253,7 +253,8 @@ def profile(
                 interrupts.stage("as nsys ended")
                 guard.stop(capture.late)
     finally:
-        raw = _raw_captures(scratch) if scratch is not None and not _files_of(stem, (".nsys-rep", ".qdstrm")) else []
+        made = [p for p in _files_of(stem, (".nsys-rep", ".qdstrm")) if p.exists() and p.stat().st_size > 0]
+        raw = _raw_captures(scratch) if scratch is not None and not made else []
         if scratch is not None and not raw:  # after nsys and its agent ended (or failed to start)
             shutil.rmtree(scratch, ignore_errors=True)
     result = ProfileResult(returncode, None, None, text, interrupted=capture.first is not None, pid=proc.pid,
@@ -296,12 +297,13 @@ def profile(
         result.problem = ("; ".join(filter(None, [result.problem, finishing.problem(ranks=True)])) if stems
                           else finishing.problem())
     if (not stems and not result.stuck) or (result.rep is None and result.problem is None):
-        said = tail(text) if text else (log.tail() if log is not None else "")
+        full = _no_space(log)
+        said = "" if full else tail(text) if text else (log.tail() if log is not None else "")
         wrote = (f"no {stem.name.replace(RANK_FIELD, 'N')}.nsys-rep" if launcher
                  else f"neither {with_suffix(stem, '.nsys-rep').name} nor {with_suffix(stem, '.qdstrm').name}")
         result.problem = (
             f"{'the launcher' if launcher else 'nsys'} exited with status {returncode} and wrote {wrote}"
-            + _no_space(log) + (f": {said}" if said else "") + (f" ({log.where()})" if log is not None else "")
+            + full + (f": {said}" if said else "") + (f" ({log.where()})" if log is not None else "")
             + _kept_raw(raw, stem)
         )
     elif raw and result.rep is None:
