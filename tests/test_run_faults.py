@@ -308,3 +308,18 @@ def test_a_full_disk_under_the_capture_says_so_and_keeps_the_raw_capture_to_fini
                            text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp)}, cwd=tmp_path)
     assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
     shutil.rmtree(kept.parent)
+
+
+def test_run_out_on_a_full_disk_is_one_line_and_leaves_no_folder(ready, tmp_path, tmpfs):
+    """Issue 42: `run --out` on a full disk raised OSError 28 from the folder's claim and left an empty folder."""
+    from conftest import fill
+
+    full = tmpfs("64k")
+    fill(full)
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--no-history", "--out", str(full / "out"),
+                           str(ROOT / "programs" / "cpu_train.py"), "--steps", "5"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("nvtx-trace: error:")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(errors) == 1 and "disk is full" in errors[0] and str(full / "out") in errors[0], errors
+    assert not (full / "out").exists()

@@ -24,7 +24,7 @@ from nvtx_trace.capture.nsys_log import NsysLog
 from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
 from nvtx_trace.errors import BadReportError, MissingDependencyError, NsysFailedError, NvtxTraceError, UsageError
-from nvtx_trace.report.outputs import FolderClaim, write_atomically
+from nvtx_trace.report.outputs import FolderClaim, cannot_write, write_atomically
 from nvtx_trace.runner import default_window
 from nvtx_trace.runner.plan import REPORT_OUTPUTS, Plan, RunOptions, rank_outputs
 
@@ -51,8 +51,13 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
     log_was_there = plan.log.exists()  # an earlier run's (--force): not ours to remove
     claim, interrupted = FolderClaim(plan.out_dir), False
     try:
-        plan.out_dir.mkdir(parents=True, exist_ok=True)
-        claim.take()
+        try:
+            plan.out_dir.mkdir(parents=True, exist_ok=True)
+            claim.take()
+        except OSError as exc:  # a full disk, a read-only mount: one line, and no empty folder left behind
+            claim.release()
+            _remove_what_was_added(plan, created, log_was_there)
+            raise cannot_write(plan.out_dir, exc) from None
         result = _execute(plan, progress)
         if result.window and result.window.ended_in_warmup:  # nothing captured, and a program that short
             notice, window = default_window.ran_again(result.window)  # costs little to profile in full
