@@ -32,7 +32,7 @@ def _run(ctx: Context) -> None:
 def _text(a, view) -> None:
     if a.window:
         span = a.window["end_ns"] - a.window["start_ns"]
-        view.print(f"Window: {a.window['source']} ({ms(span)}); every figure below is measured in it unless "
+        view.print(f"Window: {a.window['source']}, {ms(span)} long; every figure below is measured in it unless "
                    "marked (trace): the whole trace", highlight=False)
 
 
