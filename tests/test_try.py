@@ -388,3 +388,23 @@ def test_channels_last_on_a_model_without_convolutions_says_it_changed_nothing(c
         knobs.say = original
     assert model.forward == forward and len(said) == 1 and "not applied" in said[0]
     assert Round([1.0], "median", 1.0, said, 0).unapplied({"channels_last": True}) == ["channels_last"]
+
+
+def test_try_and_diff_pages_say_what_they_compare_not_dashes():
+    """Issue 42: diff.html showed "GPU busy - -> -" for two plain try variants, and try.html's "Findings and
+    predictions from ..." named a file and nothing else."""
+    from nvtx_trace.report import diff_render, try_render
+    from nvtx_trace.runner.whatif import Round, Variant, result
+
+    base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
+    variant = Variant({"tf32": True}, [Round([5.0], "median", 5.0, ["tf32=1: set at start-up"], 0)])
+    finding = {"kind": "precision", "recommend": {"tf32": True}, "predicted": {"step_ns": 6_000_000,
+                                                                                "saving_ns": 4_000_000}}
+    d = result(["train.py"], 1, [base, variant], {"findings": [finding]}, "run/summary.json")
+    page = try_render.html(d)
+    assert "precision (for tf32=1: 4.00 ms a step saved, predicted)" in page
+    sides = {"before": {"step_ns_median": 10e6, "gpu_busy_fraction": None},
+             "after": {"step_ns_median": 5e6, "gpu_busy_fraction": None}, "speedup": 2.0, "findings": []}
+    assert "GPU busy" not in diff_render._headline(sides)
+    sides["after"]["gpu_busy_fraction"] = 0.5
+    assert "GPU busy - -> 50 %" in diff_render._headline(sides)

@@ -24,6 +24,8 @@ def _headline(d: dict) -> str:
     line = f"Steady step ({stat}) {_step(b, stat)} -> {_step(a, stat)}"
     if d.get("speedup"):
         line += f" ({d['speedup']:.2f}x {'faster' if d['speedup'] >= 1 else 'slower'})"
+    if b.get("gpu_busy_fraction") is None and a.get("gpu_busy_fraction") is None:
+        return line  # neither side was profiled on a GPU (a try variant, a CPU run): nothing to show
     return line + f"; GPU busy {_busy(b)} -> {_busy(a)}"
 
 

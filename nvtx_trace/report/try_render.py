@@ -103,7 +103,11 @@ def html(d: dict) -> str:
                    for r in d["variants"])
     lines = "".join(f"<li>{esc(line.strip())}</li>" for line in notes(d))
     program = " ".join(d["program"])
-    profile = f"<p>Findings and predictions from {esc(str(d['profile']))}</p>" if d.get("profile") else ""
+    judged = [f"{r['finding']} (for {r['label']}: {r['predicted_saving_ms']:.2f} ms a step saved, predicted)"
+              for r in d["variants"] if r.get("finding") and r.get("predicted_saving_ms") is not None]
+    profile = (f"<p>Findings and predictions from {esc(str(d['profile']))}: "
+               f"{esc('; '.join(judged)) if judged else 'none of them is the fix of a variant here'}</p>"
+               if d.get("profile") else "")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>nvtx-trace try: {esc(program)}</title>
 <style>body{{font:14px system-ui,sans-serif;margin:2em}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;
 text-align:left}}.confirmed{{color:#127a12}}.not-confirmed{{color:#b00}}.partly{{color:#a60}}</style></head>
