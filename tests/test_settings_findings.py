@@ -75,3 +75,18 @@ def test_a_fix_is_said_in_the_options_of_the_framework_driving_the_loop():
         "Turn on TF32. In Hugging Face Trainer: TrainingArguments(..., dataloader_num_workers=8); "
         "TrainingArguments(..., dataloader_pin_memory=True).")
     assert said("pytorch", {"tf32": True}) == said("lightning", {"pin_memory": True}) == "Turn on TF32."
+
+
+def test_the_html_settings_table_reads_as_words_not_json():
+    """Issue 42: the HTML settings table dumped each nested value as JSON (braces, quotes)."""
+    from pathlib import Path
+
+    from conftest import sample_analysis
+
+    from nvtx_trace.report import html
+
+    a = sample_analysis(Path(__file__).resolve().parents[1] / "sample_reports" / "heldout_gpt_accum_h200.sqlite")
+    assert any(isinstance(v, (dict, list)) for v in a.settings.values())  # nested values to show
+    page = html.render(a)
+    table = page.split("Settings, recorded by nvtx_autotrace", 1)[1].split("</table>", 1)[0]
+    assert "{&quot;" not in table and '{"' not in table and "optimizers" in table

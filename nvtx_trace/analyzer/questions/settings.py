@@ -94,16 +94,22 @@ def flops_line(a) -> str:
             f"{a.settings.get('flops_step')}): {r['tflops']:g} TFLOP/s at the profiled step{peak}")
 
 
+def _readable(value) -> str:
+    """A recorded value as a reader takes it in: a mapping as ``key: value`` pairs, a list item by item (each
+    optimizer on its own), not JSON with its braces and quotes."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_readable(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        return " | ".join(_readable(v) for v in value) or "none"
+    return "-" if value is None else str(value)
+
+
 def _html(a, d, view) -> str:
     if not a.settings:
         return ""
-    import json
-
     import pandas as pd
 
-    rows = pd.DataFrame({"setting": list(a.settings),
-                         "value": [v if isinstance(v, (str, int, float, bool)) or v is None
-                                   else json.dumps(v, separators=(", ", ": ")) for v in a.settings.values()]})
+    rows = pd.DataFrame({"setting": list(a.settings), "value": [_readable(v) for v in a.settings.values()]})
     return view.table(rows.sort_values("setting"), "Settings, recorded by nvtx_autotrace",
                       {"setting": "setting", "value": "value"},
                       "read once in the training process after its first step; counters and peak memory as of the "
