@@ -22,18 +22,35 @@ def main(argv: list[str] | None = None) -> int:
     import nvtx_autotrace
 
     nvtx_autotrace.install()  # idempotent; importing already installed it
-    if argv[0] == "-m":
-        if len(argv) < 2:
-            print(USAGE, file=sys.stderr)
-            return 2
-        sys.argv = argv[1:]
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = argv
-        # like `python script.py`: the script's folder first (cwd stays, for spawned workers)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
-        runpy.run_path(argv[0], run_name="__main__")
+    if argv[0] == "-m" and len(argv) < 2:
+        print(USAGE, file=sys.stderr)
+        return 2
+    try:
+        if argv[0] == "-m":
+            sys.argv = argv[1:]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = argv
+            # like `python script.py`: the script's folder first (cwd stays, for spawned workers)
+            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+            runpy.run_path(argv[0], run_name="__main__")
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as exc:  # as Python itself reports it, without our and runpy's frames in front
+        tb = _from_the_program(exc.__traceback__)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # the hook prints the exception's own traceback
+        return 1
     return 0
+
+
+def _from_the_program(tb):
+    """The traceback from the program's first frame on: runpy's (frozen, named by its module) and this file's
+    frames before it are ours."""
+    here = os.path.abspath(__file__)
+    while tb is not None and tb.tb_next is not None and (
+            tb.tb_frame.f_globals.get("__name__") == "runpy" or tb.tb_frame.f_code.co_filename == here):
+        tb = tb.tb_next
+    return tb
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ training results must not change by a single bit."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -400,3 +401,18 @@ def test_a_closure_run_inside_optimizer_step_gets_its_own_range_and_counts_as_fo
     names_ = pd.Series(["optimizer.step (SGD)", "optimizer.closure (SGD)", "forward (Linear)"], dtype="category")
     masks = category_masks(names_, r"^$")
     assert list(masks["optimizer"]) == [True, False, False] and list(masks["forward"]) == [False, True, True]
+
+
+@pytest.mark.torch
+def test_a_program_s_traceback_starts_at_its_own_first_frame(tmp_path):
+    """Issue 42: a failing program's traceback under `python -m nvtx_autotrace` opened with 9 frames of runpy and
+    ours before the user's first. It now reads as `python script.py` would print it, with the same exit code."""
+    script = tmp_path / "boom.py"
+    script.write_text("def f():\n    raise RuntimeError('boom')\n\n\nf()\n")
+    proc = subprocess.run([sys.executable, "-m", "nvtx_autotrace", str(script)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    frames = [ln for ln in proc.stderr.splitlines() if ln.lstrip().startswith("File ")]
+    assert proc.returncode == plain.returncode == 1
+    assert frames == [ln for ln in plain.stderr.splitlines() if ln.lstrip().startswith("File ")], proc.stderr
+    assert proc.stderr.rstrip().endswith("RuntimeError: boom")
