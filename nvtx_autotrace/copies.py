@@ -62,7 +62,7 @@ def _ranged(name: str, fn, *args, **kwargs):
 
 def install(copies: bool = True, syncs: bool = True) -> None:
     """Copies' ranges when ``copies``; ``syncs`` adds ``sync to_cpu`` for blocking ``.to("cpu")``."""
-    to_cpu = names.sync("to_cpu")
+    from nvtx_autotrace.syncs import sync_label
 
     def make_to(original):
         def to(self, *args, **kwargs):
@@ -74,7 +74,9 @@ def install(copies: bool = True, syncs: bool = True) -> None:
                     return _ranged(_h2d(self, _non_blocking_of_to(args, kwargs)), original, self, *args, **kwargs)
             elif kind == "cuda" and syncs and target_type(args, kwargs) == "cpu" \
                     and not _non_blocking_of_to(args, kwargs):
-                return _ranged(to_cpu, original, self, *args, **kwargs)
+                label = sync_label("to_cpu")
+                if label is not None:
+                    return _ranged(label, original, self, *args, **kwargs)
             return original(self, *args, **kwargs)
 
         return to

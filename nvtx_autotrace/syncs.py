@@ -4,9 +4,16 @@ Each makes the training thread wait for the GPU to drain its queue; a range
 around it lets the analyzer show that the wait, not the GPU, is where time went.
 Only calls on CUDA tensors get a range: ``.item()`` on a CPU tensor waits for nothing.
 ``.to("cpu")`` (blocking) is handled by copies.py, which owns the ``Tensor.to`` wrapper.
+
+Each range names the line that asked (``sync item at train.py:87``): the first frame outside torch and
+nvtx_autotrace, the user's or, where the framework itself reads the tensor (Lightning's logging, a Trainer's
+loss accounting), the framework's. The name is built once per line and kept.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 import torch
 
@@ -14,16 +21,39 @@ from nvtx_autotrace import _backend, _registry
 from nvtx_autotrace._compile import compiling
 from nvtx_trace import names
 
+_OURS = os.path.dirname(sys.modules["nvtx_autotrace"].__file__) + os.sep
+_NOT_THE_CALLER = (os.path.dirname(torch.__file__) + os.sep, _OURS)
+_labels: dict[tuple, str] = {}  # (what, code object, line) -> the range's name
+MAX_LABELS = 4096  # distinct lines kept; beyond, the name says no line (a generated loop would grow it for ever)
+
+
+def sync_label(what: str, depth: int = 2) -> str | None:
+    """``sync WHAT at FILE:LINE`` for the caller ``depth`` frames up, past torch's and our own frames; None when
+    the caller is nvtx_autotrace itself (the capture window's own synchronize is no sync of the program's)."""
+    frame = sys._getframe(depth)
+    if frame.f_code.co_filename.startswith(_OURS):
+        return None
+    while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
+        frame = frame.f_back
+    if frame is None:
+        return names.sync(what)
+    key = (what, frame.f_code, frame.f_lineno)
+    label = _labels.get(key)
+    if label is None:
+        if len(_labels) >= MAX_LABELS:
+            return names.sync(what)
+        label = _labels[key] = names.sync(what, f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}")
+    return label
+
 TENSOR_METHODS = ("item", "tolist", "numpy", "cpu")
 
 
 def install() -> None:
     def make_method(what: str):
-        label = names.sync(what)
-
         def make(original):
             def method(self, *args, **kwargs):
-                if self.is_cuda and not compiling():
+                label = sync_label(what) if self.is_cuda and not compiling() else None
+                if label is not None:
                     _backend.push(label)
                     try:
                         return original(self, *args, **kwargs)
@@ -38,13 +68,12 @@ def install() -> None:
     for what in TENSOR_METHODS:
         _registry.patch(torch.Tensor, what, make_method(what))
 
-    sync_label = names.sync("cuda.synchronize")
-
     def make_sync(original):
         def synchronize(*args, **kwargs):
-            if compiling():
+            label = None if compiling() else sync_label("cuda.synchronize")
+            if label is None:
                 return original(*args, **kwargs)
-            _backend.push(sync_label)
+            _backend.push(label)
             try:
                 return original(*args, **kwargs)
             finally:

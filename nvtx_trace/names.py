@@ -21,7 +21,7 @@ prefix, so the analyzer can tell it from a user's own ranges by name alone.
 | the closure a step runs        | ``optimizer.closure (SGD)`` (inside the step)  | training thread             |
 | host-to-device copy            | ``copy.h2d 602112 B pageable non_blocking=0``  | training thread             |
 | pin_memory()                   | ``pin_memory 602112 B``                        | any                         |
-| host sync                      | ``sync item``, ``sync cuda.synchronize``       | training thread             |
+| host sync, and the line of it  | ``sync item at train.py:87``                   | training thread             |
 | the instrumentation's own cost | ``nvtx_autotrace.instrumentation {json}``      | training thread (once)      |
 | its cost calibration           | ``nvtx_autotrace.calibration``                 | training thread (once)      |
 | the program's settings         | ``nvtx_autotrace.settings {json}``             | training thread (step 1, window start) |
@@ -203,8 +203,13 @@ def pin_memory(nbytes: int) -> str:
     return f"pin_memory {nbytes} B"
 
 
-def sync(what: str) -> str:
-    return f"sync {what}"
+def sync(what: str, at: str | None = None) -> str:
+    """``sync item``, or with the line that asked for it: ``sync item at train.py:87``."""
+    return f"sync {what}" + (f"{SYNC_SITE_SEP}{at}" if at else "")
+
+
+SYNC_SITE_SEP = " at "
+SYNC_SITE_RE = re.compile(r"^sync (?P<what>\S+) at (?P<where>.+:\d+)$")
 
 
 def instrumentation(record: dict) -> str:

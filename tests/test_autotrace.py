@@ -416,3 +416,25 @@ def test_a_program_s_traceback_starts_at_its_own_first_frame(tmp_path):
     assert proc.returncode == plain.returncode == 1
     assert frames == [ln for ln in plain.stderr.splitlines() if ln.lstrip().startswith("File ")], proc.stderr
     assert proc.stderr.rstrip().endswith("RuntimeError: boom")
+
+
+@pytest.mark.torch
+def test_a_sync_range_names_the_line_that_asked_and_the_tool_s_own_syncs_get_none():
+    """Issue 43: `sync item at train.py:87`, the first frame outside torch and nvtx_autotrace; a sync nvtx_autotrace
+    itself makes (its capture window's synchronize) is no sync of the program's and gets no range."""
+    import os
+
+    import nvtx_autotrace
+    from nvtx_autotrace import syncs
+
+    def wrapper():  # stands for the patched Tensor.item: the frame above it is the caller
+        return syncs.sync_label("item")
+
+    line = sys._getframe().f_lineno + 1
+    assert wrapper() == f"sync item at {os.path.basename(__file__)}:{line}"
+    ours: dict = {"wrapper": wrapper}
+    exec(compile("def inside():\n    return wrapper()\n", os.path.join(os.path.dirname(nvtx_autotrace.__file__),
+                                                                        "window_code.py"), "exec"), ours)
+    assert ours["inside"]() is None
+    assert syncs.sync_label("item", depth=1).startswith("sync item at ")  # a label per line, kept
+    assert len(syncs._labels) <= syncs.MAX_LABELS

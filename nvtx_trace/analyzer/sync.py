@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from nvtx_trace import names
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.attribution import attribute, range_labels
 from nvtx_trace.analyzer.model import SYNC_API_RE, Trace
@@ -19,7 +20,7 @@ from nvtx_trace.analyzer.model import SYNC_API_RE, Trace
 
 @dataclass
 class SyncResult:
-    calls: pd.DataFrame  # start_ns, end_ns, gtid, pid, name
+    calls: pd.DataFrame  # start_ns, end_ns, gtid, pid, name, range (the innermost NVTX range around each)
     by_source: pd.DataFrame  # api, range, count, blocked_ns
 
     @property
@@ -35,6 +36,27 @@ class SyncResult:
         return iv.total(self.wait_set)
 
 
+def locations(sync: SyncResult, window: tuple[int, int] | None, steps: int, pid: int | None = None) -> pd.DataFrame:
+    """The lines that asked for a sync (nvtx_autotrace's ``sync WHAT at FILE:LINE`` ranges), in the window of
+    the training process: what, where, calls and the time the host was blocked, per steady step; largest
+    first. Empty without such ranges (captured before they named their line, or not under nvtx_autotrace)."""
+    cols = ["what", "where", "count_per_step", "blocked_ns_per_step"]
+    calls = sync.calls
+    if window is not None:
+        calls = calls[(calls["start_ns"] >= window[0]) & (calls["start_ns"] < window[1])]
+    if pid is not None and "pid" in calls:
+        calls = calls[calls["pid"] == pid]
+    found = calls["range"].astype(str).str.extract(names.SYNC_SITE_RE) if len(calls) else None
+    if found is None or found["where"].isna().all() or steps <= 0:
+        return pd.DataFrame(columns=cols)
+    rows = pd.DataFrame({"what": found["what"], "where": found["where"],
+                         "blocked": (calls["end_ns"] - calls["start_ns"]).to_numpy()}).dropna(subset=["where"])
+    out = rows.groupby(["what", "where"], as_index=False).agg(count=("blocked", "size"), blocked=("blocked", "sum"))
+    out["count_per_step"] = out["count"] / steps
+    out["blocked_ns_per_step"] = out["blocked"] / steps
+    return out.sort_values("blocked_ns_per_step", ascending=False, ignore_index=True)[cols]
+
+
 def analyze_sync(trace: Trace) -> SyncResult:
     calls = trace.api_calls(SYNC_API_RE)
     calls = calls.sort_values("start_ns", ignore_index=True)
@@ -42,6 +64,7 @@ def analyze_sync(trace: Trace) -> SyncResult:
     idx, _ = attribute(calls["start_ns"].to_numpy(), calls["gtid"].to_numpy(), calls["pid"].to_numpy(), ranges) \
         if len(calls) else (np.empty(0, np.int64), None)
     labels = range_labels(ranges, idx)
+    calls = calls.assign(range=labels)
     df = pd.DataFrame({"api": calls["name"].astype(str).to_numpy(),
                        "range": labels,
                        "blocked_ns": (calls["end_ns"] - calls["start_ns"]).to_numpy()})

@@ -26,6 +26,11 @@ def _optimizer_loop_idle(a, basis) -> int:
     return int(max(0.0, inside - basis.cause_ns.get("optimizer", 0)))
 
 
+def _after_syncs(basis, device_id: int) -> int:
+    """Short-gap idle the sync finding counts (gaps that opened while the host waited in a sync it names)."""
+    return sum((f.evidence.get("short_idle_ns") or {}).get(device_id, 0) for f in basis.found if f.kind == "sync")
+
+
 def _allocator_malloc_ns(basis) -> int:
     """Slow cudaMalloc time an allocator finding counts (its calls are also slow CUDA API calls)."""
     return sum(f.evidence.get("malloc_ns", 0) for f in basis.found if f.kind == "allocator")
@@ -75,6 +80,7 @@ def _launch_bound(a, basis) -> list[Finding]:
         raw, n_short, median = basis.short[dev.device_id]
         if loop and a.steps and a.steps.pid in (dev.pids or ()):
             raw = max(0, raw - loop)
+        raw = max(0, raw - _after_syncs(basis, dev.device_id))
         short_idle = int(raw * basis.keep)
         if short_idle < THRESHOLDS["min_impact_ns"] or short_idle < THRESHOLDS["launch_bound_fraction"] * window_ns:
             continue

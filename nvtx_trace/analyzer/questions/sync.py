@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
+
+from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.sync import analyze_sync
+from nvtx_trace.analyzer.sync import analyze_sync, locations
+
+LINE_FIXES = {  # what to do at the line, by what read the GPU's result there
+    "cuda.synchronize": "take torch.cuda.synchronize() out of the loop (time with CUDA events)",
+}
+READ_FIX = "keep the tensor on the GPU and read it every N steps"
 
 
 def _run(ctx: Context) -> None:
@@ -17,10 +25,48 @@ def _run(ctx: Context) -> None:
                                       "copies and which module launched a kernel cannot be measured")
 
 
+def _lines(a):
+    """The sync ranges' lines (nvtx_autotrace names them), per steady step of the training process."""
+    steps = len(a.steps.steady) if a.steps else 0
+    window = (a.window["start_ns"], a.window["end_ns"]) if a.window else None
+    return locations(a.sync, window, steps, a.steps.pid if a.steps else None)
+
+
 def _json(a) -> dict:
     if not a.sync:
         return {"sync": None}
-    return {"sync": {"count": a.sync.count, "blocked_ns": a.sync.blocked_ns, "sources": a.sync.by_source}}
+    return {"sync": {"count": a.sync.count, "blocked_ns": a.sync.blocked_ns, "sources": a.sync.by_source,
+                     "locations": _lines(a)}}
+
+
+def _line_words(row) -> str:
+    return (f"{row['what']} at {row['where']}: {ms(row['blocked_ns_per_step'])} a step, "
+            f"{row['count_per_step']:.3g} a step: {LINE_FIXES.get(row['what'], READ_FIX)}")
+
+
+def short_idle_after_syncs(a) -> dict[int, int]:
+    """Per GPU of the training process: its idle in gaps shorter than --min-gap-ms that opened while the training
+    thread waited in a sync call (the queue drained as the host waited; the gap lasts until the host's next launch
+    reaches the GPU). A sync every step costs that much a step, and no long gap shows it (an .item() a step on a
+    3.5-ms step: 0.7 ms). Gaps of --min-gap-ms or more are the idle analysis's, by cause."""
+    if not a.sync or not a.idle or not a.window or not a.steps or not len(a.sync.calls):
+        return {}
+    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    calls = a.sync.calls
+    calls = calls[(calls["pid"] == a.steps.pid) & (calls["end_ns"] > w0) & (calls["start_ns"] < w1)]
+    calls = calls.sort_values("start_ns")
+    c0, c1 = calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64)
+    out = {}
+    for dev in a.idle.devices:
+        if a.steps.pid not in (dev.pids or ()) or not len(c0):
+            continue
+        h0, h1 = iv.holes(dev.busy, min_len=1)
+        keep = (h1 - h0 < a.min_gap_ns) & (h1 > w0) & (h0 < w1)
+        h0, h1 = h0[keep], h1[keep]
+        at = np.searchsorted(c0, h0, side="right") - 1  # the last sync call begun before the gap opened
+        opened = (at >= 0) & (h0 <= c1[np.maximum(at, 0)])
+        out[dev.device_id] = int((np.minimum(h1, w1) - np.maximum(h0, w0))[opened].sum())
+    return out
 
 
 def _findings(a, basis) -> list[Finding]:
@@ -29,7 +75,8 @@ def _findings(a, basis) -> list[Finding]:
     if not a.sync or not a.sync.count:
         return []
     freed = freed_ns(a, basis)  # cudaFree belongs to the allocator finding when it raises one
-    idle_ns = max(0, basis.cause_ns.get("sync", 0) - freed)
+    short = short_idle_after_syncs(a) if len(_lines(a)) else {}  # the per-step syncs of lines we can name
+    idle_ns = max(0, basis.cause_ns.get("sync", 0) - freed) + sum(short.values())
     if idle_ns < THRESHOLDS["min_impact_ns"] or idle_ns < THRESHOLDS["cause_fraction"] * basis.gpu_ns:
         return []
     src = a.sync.by_source
@@ -37,13 +84,31 @@ def _findings(a, basis) -> list[Finding]:
         src = src[~src["api"].map(lambda n: bool(FREE_RE.match(n)))]
     src = src.head(3)
     where = "; ".join(f"{api} in {r} (x{c})" for api, r, c in zip(src["api"], src["range"], src["count"]))
+    lines = _lines(a)
+    if len(lines):  # the user's lines, each with its time and its fix
+        where = "; ".join(_line_words(r) for _, r in lines.head(3).iterrows())
     return [Finding(
         kind="sync", title=f"Host syncs let the GPU run dry: {ms(idle_ns)} idle after syncs"
+                           + (f" ({ms(sum(short.values()))} of it in gaps under {ms(a.min_gap_ns)})"
+                              if sum(short.values()) else "")
                            + (" (cudaFree's left to the allocator finding)" if freed else "") + f"; top: {where}",
         impact_ns=int(idle_ns), fix=CAUSE_FIXES["sync"],
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
-        evidence={"sources": a.sync.by_source.head(20), "count": a.sync.count, "blocked_ns": a.sync.blocked_ns},
+        evidence={"sources": a.sync.by_source.head(20), "count": a.sync.count, "blocked_ns": a.sync.blocked_ns,
+                  "locations": lines.head(20), "short_idle_ns": short},
     )]
+
+
+def _text(a, view) -> None:
+    """The lines that asked for a sync, each with its time and count a step (found or not: a user hunting an
+    .item() wants the line even where the GPU lost little to it)."""
+    if not a.sync:
+        return
+    lines = _lines(a)
+    if len(lines):
+        view.print("Host syncs by line (a steady step's time blocked in them, and calls a step): "
+                   + "; ".join(f"{r['what']} at {r['where']} {ms(r['blocked_ns_per_step'])}, {r['count_per_step']:.3g}"
+                               for _, r in lines.head(5).iterrows()), highlight=False, markup=False)
 
 
 def _html(a, d: dict, view) -> str:
@@ -56,5 +121,5 @@ QUESTION = Question(
     findings=_findings, idle_kinds=("sync",),
     json_keys=("sync",), json_at=100, to_json=_json,
     tables=lambda a: {"sync_sources": a.sync.by_source} if a.sync else {},
-    html=_html, html_at=50,
+    text=_text, text_at=55, html=_html, html_at=50,
 )
