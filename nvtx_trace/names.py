@@ -244,7 +244,7 @@ WORKER_FETCH_RE = re.compile(r"^dataloader\.fetch \[(?P<loader>.*)\] worker (?P<
 WORKER_CPU_RE = re.compile(r"^dataloader\.cpu (?P<us>\d+) us$")
 MODULE_RE = re.compile(r"^(?P<phase>forward|backward) (?:(?P<path>\S+) )?\((?P<cls>[^()]+)\)$")
 H2D_COPY_RE = re.compile(r"^copy\.h2d (?P<bytes>\d+) B (?P<kind>pinned|pageable) non_blocking=(?P<nb>[01])$")
-SYNC_RE = re.compile(r"^sync (?P<what>\S+)$")
+SYNC_RE = re.compile(r"^sync (?P<what>\S+)(?: at (?P<where>.+:\d+))?$")  # with its line, or (older) without
 
 DEFAULT_USER_LOADER_PATTERN = (r"(?i)^(data|data ?load(er|ing)?|load(ing)?[ _]?(data|batch)|next[ _]?batch"
                                r"|fetch[ _]?batch|get[ _]?batch|wait[ _]?(for[ _])?(data|batch))$")

@@ -432,6 +432,9 @@ def test_a_sync_range_names_the_line_that_asked_and_the_tool_s_own_syncs_get_non
 
     line = sys._getframe().f_lineno + 1
     assert wrapper() == f"sync item at {os.path.basename(__file__)}:{line}"
+    from nvtx_trace import names
+
+    assert names.SYNC_RE.match(wrapper()) and names.SYNC_RE.match("sync item")  # the idle causes read both
     ours: dict = {"wrapper": wrapper}
     exec(compile("def inside():\n    return wrapper()\n", os.path.join(os.path.dirname(nvtx_autotrace.__file__),
                                                                         "window_code.py"), "exec"), ours)
