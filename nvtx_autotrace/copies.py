@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from nvtx_autotrace import _backend, _registry
+from nvtx_autotrace import _backend, _registry, sites
 from nvtx_autotrace._compile import compiling
 from nvtx_trace import names
 
@@ -45,11 +45,14 @@ def _non_blocking_of_to(args, kwargs) -> bool:
 
 
 def _h2d(src: torch.Tensor, non_blocking: bool) -> str:
+    """The copy's range name, with the line that asked for it (the frame above the ``to``/``cuda``/``copy_``
+    wrapper that calls this)."""
     try:
         pinned = src.is_pinned()
     except Exception:
         pinned = False
-    return names.h2d_copy(src.nbytes, pinned, non_blocking)
+    where = sites.caller(3)
+    return names.h2d_copy(src.nbytes, pinned, non_blocking, None if where is sites.OURS else where)
 
 
 def _ranged(name: str, fn, *args, **kwargs):

@@ -12,40 +12,27 @@ loss accounting), the framework's. The name is built once per line and kept.
 
 from __future__ import annotations
 
-import os
-import sys
-
 import torch
 
-from nvtx_autotrace import _backend, _registry
+from nvtx_autotrace import _backend, _registry, sites
 from nvtx_autotrace._compile import compiling
 from nvtx_trace import names
 
-_OURS = os.path.dirname(sys.modules["nvtx_autotrace"].__file__) + os.sep
-_NOT_THE_CALLER = (os.path.dirname(torch.__file__) + os.sep, _OURS)
-_labels: dict[tuple, str] = {}  # (what, code object, line) -> the range's name
-MAX_LABELS = 4096  # distinct lines kept; beyond, the name says no line (a generated loop would grow it for ever)
+TENSOR_METHODS = ("item", "tolist", "numpy", "cpu")
+_labels: dict[tuple, str] = {}  # (what, file:line) -> the range's name
 
 
 def sync_label(what: str, depth: int = 2) -> str | None:
-    """``sync WHAT at FILE:LINE`` for the caller ``depth`` frames up, past torch's and our own frames; None when
-    the caller is nvtx_autotrace itself (the capture window's own synchronize is no sync of the program's)."""
-    frame = sys._getframe(depth)
-    if frame.f_code.co_filename.startswith(_OURS):
+    """``sync WHAT at FILE:LINE`` for the caller ``depth`` frames up (sites.caller); None when the caller is
+    nvtx_autotrace itself (the capture window's own synchronize is no sync of the program's)."""
+    where = sites.caller(depth + 1)
+    if where is sites.OURS:
         return None
-    while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
-        frame = frame.f_back
-    if frame is None:
-        return names.sync(what)
-    key = (what, frame.f_code, frame.f_lineno)
+    key = (what, where)
     label = _labels.get(key)
     if label is None:
-        if len(_labels) >= MAX_LABELS:
-            return names.sync(what)
-        label = _labels[key] = names.sync(what, f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}")
+        label = _labels[key] = names.sync(what, where)
     return label
-
-TENSOR_METHODS = ("item", "tolist", "numpy", "cpu")
 
 
 def install() -> None:

@@ -19,7 +19,7 @@ prefix, so the analyzer can tell it from a user's own ranges by name alone.
 | module backward                | ``backward layer1.0.conv1 (Conv2d)``           | autograd thread             |
 | optimizer step / zero_grad     | ``optimizer.step (SGD)``                       | training thread             |
 | the closure a step runs        | ``optimizer.closure (SGD)`` (inside the step)  | training thread             |
-| host-to-device copy            | ``copy.h2d 602112 B pageable non_blocking=0``  | training thread             |
+| host-to-device copy, its line  | ``copy.h2d 602112 B pageable non_blocking=0 at train.py:41`` | training thread |
 | pin_memory()                   | ``pin_memory 602112 B``                        | any                         |
 | host sync, and the line of it  | ``sync item at train.py:87``                   | training thread             |
 | the instrumentation's own cost | ``nvtx_autotrace.instrumentation {json}``      | training thread (once)      |
@@ -195,8 +195,10 @@ def zero_grad(cls: str) -> str:
     return f"optimizer.zero_grad ({cls})"
 
 
-def h2d_copy(nbytes: int, pinned: bool, non_blocking: bool) -> str:
-    return f"copy.h2d {nbytes} B {'pinned' if pinned else 'pageable'} non_blocking={int(bool(non_blocking))}"
+def h2d_copy(nbytes: int, pinned: bool, non_blocking: bool, at: str | None = None) -> str:
+    """``copy.h2d 602112 B pageable non_blocking=0``, with the line that asked where it is known (`` at x.py:41``)."""
+    return (f"copy.h2d {nbytes} B {'pinned' if pinned else 'pageable'} non_blocking={int(bool(non_blocking))}"
+            + (f" at {at}" if at else ""))
 
 
 def pin_memory(nbytes: int) -> str:
@@ -243,7 +245,8 @@ LOADER_WAIT_RE = re.compile(r"^dataloader\.next \[(?P<loader>.*)\]$")
 WORKER_FETCH_RE = re.compile(r"^dataloader\.fetch \[(?P<loader>.*)\] worker (?P<worker>\d+)$")
 WORKER_CPU_RE = re.compile(r"^dataloader\.cpu (?P<us>\d+) us$")
 MODULE_RE = re.compile(r"^(?P<phase>forward|backward) (?:(?P<path>\S+) )?\((?P<cls>[^()]+)\)$")
-H2D_COPY_RE = re.compile(r"^copy\.h2d (?P<bytes>\d+) B (?P<kind>pinned|pageable) non_blocking=(?P<nb>[01])$")
+H2D_COPY_RE = re.compile(r"^copy\.h2d (?P<bytes>\d+) B (?P<kind>pinned|pageable) non_blocking=(?P<nb>[01])"
+                         r"(?: at (?P<where>.+:\d+))?$")
 SYNC_RE = re.compile(r"^sync (?P<what>\S+)(?: at (?P<where>.+:\d+))?$")  # with its line, or (older) without
 
 DEFAULT_USER_LOADER_PATTERN = (r"(?i)^(data|data ?load(er|ing)?|load(ing)?[ _]?(data|batch)|next[ _]?batch"

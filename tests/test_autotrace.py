@@ -440,4 +440,6 @@ def test_a_sync_range_names_the_line_that_asked_and_the_tool_s_own_syncs_get_non
                                                                         "window_code.py"), "exec"), ours)
     assert ours["inside"]() is None
     assert syncs.sync_label("item", depth=1).startswith("sync item at ")  # a label per line, kept
-    assert len(syncs._labels) <= syncs.MAX_LABELS
+    from nvtx_autotrace import sites
+
+    assert len(sites._texts) <= sites.MAX_LINES

@@ -22,7 +22,8 @@ def _fold(name: str) -> str:
         return "step N"
     m = names.H2D_COPY_RE.match(name)
     if m:
-        return f"copy.h2d ({m.group('kind')}, non_blocking={m.group('nb')})"
+        return (f"copy.h2d ({m.group('kind')}, non_blocking={m.group('nb')})"
+                + (f" at {m.group('where')}" if m.group("where") else ""))
     return name
 
 
