@@ -14,6 +14,7 @@ import torch
 
 _OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _NOT_THE_CALLER = (os.path.dirname(torch.__file__) + os.sep, _OURS)
+_REGISTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_registry.py")
 _texts: dict[tuple, str] = {}  # (code object, line) -> "file:line"
 MAX_LINES = 4096  # distinct lines kept; beyond, none is named (a generated loop would grow the table for ever)
 OURS = object()  # the caller is nvtx_autotrace itself
@@ -23,7 +24,9 @@ def caller(depth: int = 2):
     """``file:line`` of the caller ``depth`` frames up from the function that asks, past torch's and our own
     frames; OURS where that caller is nvtx_autotrace; None where no line can be named."""
     frame = sys._getframe(depth)
-    if frame.f_code.co_filename.startswith(_OURS):
+    while frame is not None and frame.f_code.co_filename == _REGISTRY:  # the guard around every wrapper
+        frame = frame.f_back
+    if frame is not None and frame.f_code.co_filename.startswith(_OURS):
         return OURS
     while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_CALLER):
         frame = frame.f_back

@@ -443,3 +443,41 @@ def test_a_sync_range_names_the_line_that_asked_and_the_tool_s_own_syncs_get_non
     from nvtx_autotrace import sites
 
     assert len(sites._texts) <= sites.MAX_LINES
+
+
+def test_a_host_to_device_copy_names_the_line_that_asked(at, torch):
+    """Issue 43, item 4: `copy.h2d 16 B pageable non_blocking=0 at train.py:41`. On a machine without CUDA the copy
+    itself fails after the range is opened, which is enough to read its name."""
+    import os
+
+    at.install(enabled="1")
+    t = torch.arange(4.0)
+    line = sys._getframe().f_lineno + 2
+    try:
+        t.to("cuda")
+    except (RuntimeError, AssertionError):  # no CUDA here
+        pass
+    here = os.path.basename(__file__)
+    assert f"copy.h2d 16 B pageable non_blocking=0 at {here}:{line}" in at.recorder.names(), at.recorder.names()
+    from nvtx_trace import names
+    from nvtx_trace.analyzer.attribution import _fold
+
+    name = f"copy.h2d 16 B pageable non_blocking=0 at {here}:{line}"
+    assert names.H2D_COPY_RE.match(name).group("where") == f"{here}:{line}"
+    assert _fold(name) == f"copy.h2d (pageable, non_blocking=0) at {here}:{line}"  # sources apart by line
+    assert _fold("copy.h2d 16 B pinned non_blocking=1") == "copy.h2d (pinned, non_blocking=1)"  # older captures
+
+
+def test_a_patched_synchronize_names_the_line_that_asked_through_the_registry_s_guard(at, torch):
+    """The registry runs every wrapper inside a guard of its own: that frame is neither the caller nor a sign that
+    nvtx_autotrace made the call (a first version took it for ours and made no sync range at all)."""
+    import os
+
+    at.install(enabled="1")
+    line = sys._getframe().f_lineno + 2
+    try:
+        torch.cuda.synchronize()
+    except (RuntimeError, AssertionError):  # no CUDA here: the range was opened first
+        pass
+    here = os.path.basename(__file__)
+    assert f"sync cuda.synchronize at {here}:{line}" in at.recorder.names(), at.recorder.names()
