@@ -23,7 +23,10 @@ OURS = object()  # the caller is nvtx_autotrace itself
 def caller(depth: int = 2):
     """``file:line`` of the caller ``depth`` frames up from the function that asks, past torch's and our own
     frames; OURS where that caller is nvtx_autotrace; None where no line can be named."""
-    frame = sys._getframe(depth)
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:  # a stack shallower than that: no line to name
+        return None
     while frame is not None and frame.f_code.co_filename == _REGISTRY:  # the guard around every wrapper
         frame = frame.f_back
     if frame is not None and frame.f_code.co_filename.startswith(_OURS):
