@@ -178,14 +178,20 @@ def launch_gaps_per_step(a) -> float | None:
     return total / len(a.idle.devices) / len(a.steps.steady)
 
 
+def launch_share(a) -> float | None:
+    """The share of the steady step a GPU idles in gaps shorter than --min-gap-ms (launch_gaps_per_step); None
+    where that is not measured."""
+    now, _ = steady_step(a)
+    launches = launch_gaps_per_step(a)
+    return launches / now if now and launches is not None else None
+
+
 def launch_bound(a) -> bool:
     """Launches hold the GPU back: it is busy less than GPU_BOUND and idles LAUNCH_BOUND_SHARE of the step or more
     in gaps shorter than --min-gap-ms."""
     busy = (a.steps.summary() or {}).get("gpu_busy_fraction") if a.steps else None
-    now, _ = steady_step(a)
-    launches = launch_gaps_per_step(a)
-    return bool(busy is not None and busy < GPU_BOUND and now and launches is not None
-                and launches > LAUNCH_BOUND_SHARE * now)
+    share = launch_share(a)
+    return bool(busy is not None and busy < GPU_BOUND and share is not None and share > LAUNCH_BOUND_SHARE)
 
 
 def not_gpu_bound(a) -> str:
@@ -193,11 +199,10 @@ def not_gpu_bound(a) -> str:
     busy = (a.steps.summary() or {}).get("gpu_busy_fraction") if a.steps else None
     if busy is None:
         return ""
-    now, _ = steady_step(a)
-    launches = launch_gaps_per_step(a)
-    if now and launches is not None and launches > LAUNCH_BOUND_SHARE * now:
+    share = launch_share(a)
+    if share is not None and share > LAUNCH_BOUND_SHARE:
         return (f". No prediction: the GPU is busy only {busy * 100:.0f} % of the step and idles "
-                f"{launches / now * 100:.0f} % of it in gaps under {ms(a.min_gap_ns)} while the host launches "
+                f"{share * 100:.0f} % of it in gaps under {ms(a.min_gap_ns)} while the host launches "
                 "kernels, so less GPU work shortens the step only once the launches keep up")
     return (f". No prediction: the GPU is busy only {busy * 100:.0f} % of the step, so less GPU work shortens the "
             "step only once what keeps it idle is fixed")
@@ -212,8 +217,8 @@ def gpu_work_saved(a, per_step_ns: float, what: str, gpu_bound: bool = True) -> 
     if not now or per_step_ns <= 0 or busy_share is None:
         return None
     if gpu_bound and busy_share < GPU_BOUND:
-        launch_bound = launch_gaps_per_step(a)
-        if launch_bound is None or launch_bound > LAUNCH_BOUND_SHARE * now:
+        share = launch_share(a)
+        if share is None or share > LAUNCH_BOUND_SHARE:
             return None  # the host's launches hold the GPU back: less GPU work would not shorten the step
         what += (f"; the GPU's idle time ({(1 - busy_share) * 100:.0f} % of the step) is in gaps of 1 ms or more "
                  "(work on the host after syncs, batches fetched, the framework's own bookkeeping), which stay")
