@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -249,6 +250,72 @@ def fill(folder: Path, leave: int = 0) -> None:
                 fh.write(b"\0" * 4096)
         except OSError:
             pass
+
+
+# ---------------------------------------------------------------- nothing left behind (issue 42)
+# Every process the suite starts inherits SUITE_MARK and a TMPDIR of the suite's own; at the end, a process still
+# carrying the mark, a file left in that TMPDIR, or a new entry in the real temporary folder (nsys writes some
+# there whatever TMPDIR says) fails the run, listed. pytest's own tmp_path folders (kept by design) are exempt.
+SUITE_MARK = "NVTX_TRACE_TEST_SUITE"
+REAL_TMP = Path(tempfile.gettempdir())
+SUITE_TMP = REAL_TMP / f"nvtx-trace-suite-{os.getpid()}"
+_TMP_BEFORE = {p.name for p in REAL_TMP.iterdir()}
+SUITE_TMP.mkdir(exist_ok=True)
+os.environ[SUITE_MARK] = str(os.getpid())
+os.environ["TMPDIR"] = str(SUITE_TMP)  # for the processes tests start; this one keeps REAL_TMP (cached above)
+
+
+def marked_processes() -> list[str]:
+    """Live processes (zombies aside) that carry this suite's mark, this one excepted."""
+    mark = f"{SUITE_MARK}={os.getpid()}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if mark not in fh.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                found.append(f"{pid} " + fh.read().replace(b"\0", b" ").decode("utf-8", "replace")[:200])
+        except OSError:
+            continue
+    return found
+
+
+def left_behind() -> list[str]:
+    """What the suite's processes and temporary files left: empty when the suite cleaned up after itself."""
+    import time
+
+    deadline = time.monotonic() + 20  # a killed tree takes a moment to go
+    while (procs := marked_processes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    files = sorted(str(p.relative_to(SUITE_TMP)) for p in SUITE_TMP.iterdir()) if SUITE_TMP.exists() else []
+    new = sorted(name for name in {p.name for p in REAL_TMP.iterdir()} - _TMP_BEFORE
+                 if not name.startswith("pytest-of-") and name != SUITE_TMP.name)
+    return ([f"process still running: {p}" for p in procs] + [f"left in TMPDIR: {f}" for f in files]
+            + [f"left in {REAL_TMP}: {n}" for n in new])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("PYTEST_XDIST_WORKER") or getattr(session.config.option, "collectonly", False):
+        return
+    left = left_behind()
+    for line in marked_processes():
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except OSError:
+            pass
+    shutil.rmtree(SUITE_TMP, ignore_errors=True)
+    if left:
+        lines = "\n".join(f"  {line}" for line in left)
+        message = f"\nthe suite left {len(left)} thing(s) behind (tests/conftest.py, left_behind):\n{lines}\n"
+        if _terminal_fd:
+            os.write(_terminal_fd[0], message.encode())
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 # ---------------------------------------------------------------- markers, so that a unit loop needs no name lists

@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, SAMPLES
@@ -71,8 +72,9 @@ def _kill_all(marker: str) -> None:
             pass
 
 
-def _start(words: list[str], cwd) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+def _start(words: list[str], cwd, **extra_env) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           **extra_env}
     return subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", *words], cwd=cwd, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
@@ -108,7 +110,10 @@ def test_a_sigkill_takes_nsys_the_program_and_its_workers_with_it(tmp_path, verb
     words = {"run": ["run", "--no-history", "--full", "--out", "out", *program],
              "try": ["try", "--no-history", "--out", "out", "num_workers=3", *program],
              "tune": ["tune", "--no-history", "--out", "out", *program]}[verb]
-    child = _start(words, tmp_path)
+    tmp = tmp_path / "tmp"  # the user's TMPDIR: nsys's private folder and try's go in it
+    tmp.mkdir()
+    nsys_files = set(Path("/tmp").glob("injection_config_*"))  # nsys 2022.4 puts these in /tmp whatever TMPDIR says
+    child = _start(words, tmp_path, TMPDIR=str(tmp))
     try:
         _wait_for(child, wait_for)
         time.sleep(2.0)  # its processes up and busy
@@ -122,6 +127,16 @@ def test_a_sigkill_takes_nsys_the_program_and_its_workers_with_it(tmp_path, verb
         while _agents_of(tree) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not left and not _agents_of(tree), (left, _agents_of(tree))
+        # the temporary files of ours and nsys's went with them; a SIGKILLed program's own (multiprocessing's
+        # pymp-* folders, torch's compile cache) stay, as they would without the tool
+        def ours():
+            return [p.name for p in tmp.iterdir() if not p.name.startswith(("pymp-", "torchinductor_"))]
+
+        deadline = time.monotonic() + 10
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not ours(), ours()
+        assert not set(Path("/tmp").glob("injection_config_*")) - nsys_files
     finally:
         _kill_all(marker)
         for pid in _agents_of(locals().get("tree", [])):

@@ -1,7 +1,9 @@
-"""The watchdog of lifeline.py, run as a file (``python -I -S _watchdog.py ROOT_PID ROOT_START``): no package
-import, so it starts in milliseconds. Stdin is the pipe; end of file without "done" means the tool died."""
+"""The watchdog of lifeline.py, run as a file (``python -I -S _watchdog.py ROOT_PID ROOT_START [PATH...]``): no
+package import, so it starts in milliseconds. Stdin is the pipe; end of file without "done" means the tool died;
+the PATHs are the tool's temporary files and folders, removed after the kill."""
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -53,8 +55,33 @@ def agents(nsys_pids, since):
     return found
 
 
+NSYS_TEMP_FILES = ("QUADD_INJECTION_CONFIG", "QUADD_CUDA_CONFIG")  # set by nsys for the program, removed at its end
+
+
+def nsys_temp_files(pid):
+    """The files nsys made for this process of the tree (named in its environment) that only its end removes."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            pairs = [w.decode("utf-8", "replace").split("=", 1) for w in fh.read().split(b"\0") if b"=" in w]
+    except OSError:
+        return []
+    return [value for key, value in pairs
+            if key in NSYS_TEMP_FILES and os.path.basename(value).startswith("injection_config_")]
+
+
+def clean(paths):
+    for path in paths:
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
 def main():
-    root, born = int(sys.argv[1]), sys.argv[2]
+    root, born, ours = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
     said = b""
     while True:
         chunk = os.read(0, 64)
@@ -65,6 +92,7 @@ def main():
         return 0
     s = stat(root)
     if s is None or s[19] != born:  # already gone, or its pid is another process's now
+        clean(ours)
         return 0
     seen = {}  # pid -> its start time: a pid is killed only while it is still that process
     deadline = time.monotonic() + 3.0
@@ -73,8 +101,9 @@ def main():
         if top is not None and top[19] == born and top[0] != "Z":  # its tree, before its children lose it
             for p in tree(root):
                 t = stat(p)
-                if t is not None:
-                    seen.setdefault(p, t[19])
+                if t is not None and p not in seen:
+                    seen[p] = t[19]
+                    ours += nsys_temp_files(p)
         for p in agents(list(seen), int(born)):
             t = stat(p)
             if t is not None:
@@ -94,6 +123,8 @@ def main():
                 os.unlink(f"/dev/shm/quadd-agent-instance-{p}")
             except OSError:
                 pass
+    tmp = {"/tmp", os.environ.get("TMPDIR") or "/tmp"}
+    clean(ours + [os.path.join(t, f"nsys_termination_status_{p}") for t in tmp for p in seen])
     return 0
 
 

@@ -2,7 +2,9 @@
 KILL``. A signal handler cannot see SIGKILL, so a watchdog does: a small Python in a session of its own (a kill
 of our process group leaves it) reads a pipe whose write end only we hold. Our death closes it; reading end of
 file without our word that we finished, it kills the child and every process the child started (nsys, its
-agent, the program, its DataLoader workers), found by parent links in /proc.
+agent, the program, its DataLoader workers), found by parent links in /proc, and removes what they can no longer:
+our temporary folders, named when tied, and the files nsys keeps in /tmp while it runs (the injection configs
+named in the program's environment, its termination-status files).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from nvtx_trace.capture.processes import started_at
@@ -19,7 +22,7 @@ DONE = b"done"
 
 
 class Lifeline:
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, remove: Sequence[str | os.PathLike] = ()):
         self._write = None
         self.watchdog = None
         born = started_at(pid)
@@ -27,7 +30,8 @@ class Lifeline:
             return
         read, write = os.pipe()  # not inheritable (PEP 446): no other child holds the write end
         try:
-            self.watchdog = subprocess.Popen([sys.executable, "-I", "-S", str(WATCHDOG), str(pid), str(born)],
+            self.watchdog = subprocess.Popen([sys.executable, "-I", "-S", str(WATCHDOG), str(pid), str(born),
+                                              *map(str, remove)],
                                              stdin=read, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                              start_new_session=True, close_fds=True)
         except OSError:
@@ -55,6 +59,7 @@ class Lifeline:
                 self.watchdog.wait()
 
 
-def tie(proc: subprocess.Popen) -> Lifeline:
-    """``proc`` and what it starts are ended if this process dies before ``release()``."""
-    return Lifeline(proc.pid)
+def tie(proc: subprocess.Popen, remove: Sequence[str | os.PathLike] = ()) -> Lifeline:
+    """``proc`` and what it starts are ended if this process dies before ``release()``, and the temporary files
+    or folders in ``remove`` are removed then."""
+    return Lifeline(proc.pid, remove)

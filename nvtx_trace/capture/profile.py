@@ -214,7 +214,8 @@ def profile(
                         handover.close()
                     raise NsysFailedError(f"could not start {cmd[0]}: {exc}") from exc
                 born = started_at(proc.pid)
-                line = lifeline.tie(proc)  # killed with SIGKILL, we still take nsys and the program with us
+                # killed with SIGKILL, we still take nsys, the program and our temporary folder with us
+                line = lifeline.tie(proc, [scratch] if scratch else [])
                 capture = guard.start_capture(proc, handover.started if handover is not None and not launcher
                                               else None)
             pumps = []

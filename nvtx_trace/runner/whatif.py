@@ -126,7 +126,7 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         with open(log, "w", encoding="utf-8", errors="replace") as err:
             proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=err)
-            line = lifeline.tie(proc)  # a SIGKILL of ours takes the program and its workers with it
+            line = lifeline.tie(proc, [tmp])  # a SIGKILL of ours takes the program, its workers, this folder
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
