@@ -97,7 +97,10 @@ def parse_knobs(text: str) -> dict:
             raise ValueError(f"{part!r}: expected KNOB=VALUE")
         if key not in KNOBS:
             raise ValueError(f"unknown knob {key!r} (known: {', '.join(KNOBS)})")
-        out[key] = _knob_value(key, value)
+        value = _knob_value(key, value)
+        if key in out and out[key] != value:
+            raise ValueError(f"{key} given twice ({key}={out[key]} and {key}={value}); give it once")
+        out[key] = value
     return out
 
 

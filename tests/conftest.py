@@ -328,7 +328,7 @@ TORCH_MODULES = {"test_autotrace", "test_autotrace_budget", "test_autotrace_nsys
                  "test_loader_behind_run"}
 SLOW_MODULES = NSYS_MODULES | {  # each spawns CLI or training processes, or trains, per test
     "test_bad_input", "test_autotrace", "test_autotrace_budget", "test_gpu_autotrace_samples", "test_redact",
-    "test_json_and_imports", "test_hostile_outputs", "test_history_schema"}
+    "test_json_and_imports", "test_hostile_outputs", "test_history_schema", "test_hostile_invocations"}
 
 
 def pytest_collection_modifyitems(config, items):

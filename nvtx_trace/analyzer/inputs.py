@@ -11,7 +11,7 @@ import glob
 import re
 from pathlib import Path
 
-from nvtx_trace.errors import BadReportError
+from nvtx_trace.errors import BadReportError, UsageError
 
 REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 COMPRESSED_SUFFIXES = (".xz", ".gz", ".zst")  # a report shipped compressed (report.sqlite.xz)
@@ -28,20 +28,12 @@ def expand(args) -> list[Path]:
         args = [args]
     out: list[Path] = []
     for arg in args:
-        path = Path(arg)
-        if path.is_dir():
-            found = _reports_in(sorted(path.iterdir(), key=natural_key))
-            if not found:
-                raise BadReportError(f"{path}: is a directory with no reports in it ({', '.join(REPORT_SUFFIXES)}); "
-                                     "pass a report file, or the folder the per-rank reports were written to")
-            out += found
-        elif not path.exists() and GLOB_CHARS.search(str(arg)):
-            found = _reports_in(sorted((Path(p) for p in glob.glob(str(arg))), key=natural_key))
-            if not found:
-                raise BadReportError(f"{arg}: no report matches this pattern; check the path and the pattern")
-            out += found
-        else:
-            out.append(path)  # a file, or a missing path that analyze reports on in its own words
+        if not str(arg).strip():
+            raise UsageError("a report path is empty; give the report file, e.g. report.sqlite")
+        try:
+            out += _named_by(arg)
+        except OSError as exc:  # a name too long, a folder we may not search
+            raise BadReportError(f"{arg}: {exc.strerror or exc}; check the path") from None
     unique: list[Path] = []
     seen: set[Path] = set()
     for p in out:
@@ -50,6 +42,23 @@ def expand(args) -> list[Path]:
             seen.add(key)
             unique.append(p)
     return unique
+
+
+def _named_by(arg) -> list[Path]:
+    """The reports one argument names: a folder's, a glob's, or the path itself."""
+    path = Path(arg)
+    if path.is_dir():
+        found = _reports_in(sorted(path.iterdir(), key=natural_key))
+        if not found:
+            raise BadReportError(f"{path}: is a directory with no reports in it ({', '.join(REPORT_SUFFIXES)}); "
+                                 "pass a report file, or the folder the per-rank reports were written to")
+        return found
+    if not path.exists() and GLOB_CHARS.search(str(arg)):
+        found = _reports_in(sorted((Path(p) for p in glob.glob(str(arg))), key=natural_key))
+        if not found:
+            raise BadReportError(f"{arg}: no report matches this pattern; check the path and the pattern")
+        return found
+    return [path]  # a file, or a missing path that analyze reports on in its own words
 
 
 def _reports_in(paths: list[Path]) -> list[Path]:

@@ -62,8 +62,10 @@ def _check_scheduler(scheduler: str | None, workers: int | None) -> None:
         n = scheduler.split(":", 1)[1]
         if not n.isdigit() or int(n) < 1:
             raise UsageError(f"--scheduler {scheduler!r}: local:N needs a number of workers >= 1, e.g. local:4")
-    elif "://" not in scheduler and ":" not in scheduler:
-        raise UsageError(f"--scheduler {scheduler!r}: give a Dask scheduler address (tcp://HOST:PORT) or local:N")
+    else:
+        host, _, port = scheduler.split("://", 1)[-1].rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"--scheduler {scheduler!r}: give a Dask scheduler address (tcp://HOST:PORT) or local:N")
     try:
         import distributed  # noqa: F401
     except ImportError:

@@ -11,17 +11,17 @@ import typer
 from nvtx_trace.analyzer.options import parse_options
 from nvtx_trace.errors import BadReportError, UsageError
 from nvtx_trace.report.console import console
-from nvtx_trace.report.outputs import check_outputs, describe_unreadable, write_atomically
+from nvtx_trace.report.outputs import check_json_html, check_outputs, describe_unreadable, write_atomically
 
 
 def analyze(
-    reports: list[Path] = typer.Argument(
+    reports: list[str] = typer.Argument(
         ..., metavar="REPORT",
         help="Nsight Systems export: .sqlite, or .nsys-rep/.qdrep (needs nsys). Several (one per rank), a folder "
              "of them or a quoted glob ('out/rank*.sqlite') are merged into one analysis."),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH",
                                            help="Write the JSON summary to PATH ('-' for stdout)."),
-    html_out: Optional[Path] = typer.Option(None, "--html", help="Write the HTML summary to PATH."),
+    html_out: Optional[str] = typer.Option(None, "--html", metavar="PATH", help="Write the HTML summary to PATH."),
     min_gap_ms: float = typer.Option(1.0, "--min-gap-ms", help="Smallest GPU idle gap to report, in ms."),
     loader_pattern: Optional[str] = typer.Option(
         None, "--loader-pattern", help="Regex of user NVTX ranges that mean 'waiting for the next batch'."),
@@ -59,16 +59,14 @@ def analyze(
     from nvtx_trace.analyzer.inputs import expand
     from nvtx_trace.capture.export import as_sqlite
 
-    for flag, value in (("--json", json_out), ("--html", html_out)):
-        if value is not None and not str(value).strip():
-            raise UsageError(f"{flag} was given an empty path; give a file path" + (" or '-'" if flag == "--json" else ""))
+    check_json_html(json_out, html_out)
     paths = expand(reports)
     for report in paths:
         problem = describe_unreadable(report)
         if problem:
             raise BadReportError(f"{report} {problem}; pass the report file itself")
     outputs = [Path(p) for p in (json_out, html_out) if p and str(p) != "-"]
-    check_outputs(outputs, [*reports, *paths], force)  # a folder given is an input as a whole
+    check_outputs(outputs, [*map(Path, reports), *paths], force)  # a folder given is an input as a whole
     err = console(stderr=True)
     what = "Analyzing…" if len(paths) == 1 else f"Analyzing {len(paths)} reports…"
     with err.status(what, spinner="dots"):
@@ -80,7 +78,7 @@ def analyze(
     if html_out:
         from nvtx_trace.report import html
 
-        html.write(result, html_out, max_points=html_max_points)
+        html.write(result, Path(html_out), max_points=html_max_points)
         err.print(f"Wrote {html_out}")
     if json_out == "-":
         sys.stdout.write(json_report.render(result))

@@ -9,14 +9,14 @@ from typing import Optional
 import typer
 
 from nvtx_trace.report.console import console
-from nvtx_trace.report.outputs import check_outputs, write_atomically
+from nvtx_trace.report.outputs import check_json_html, check_outputs, write_atomically
 
 
 def diff(
     before: Path = typer.Argument(..., metavar="BEFORE", help="Report, summary.json or run folder before the change."),
     after: Path = typer.Argument(..., metavar="AFTER", help="The same, after the change."),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="PATH", help="Write the diff as JSON ('-': stdout)."),
-    html_out: Optional[Path] = typer.Option(None, "--html", help="Write the diff as one HTML page."),
+    html_out: Optional[str] = typer.Option(None, "--html", metavar="PATH", help="Write the diff as one HTML page."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite existing output files."),
 ) -> None:
     """Compare two runs: steady step medians, GPU busy, each finding resolved / improved / unchanged /
@@ -28,6 +28,7 @@ def diff(
     from nvtx_trace.diff import compare, load_summary, refuse_same_run
     from nvtx_trace.report import diff_render
 
+    check_json_html(json_out, html_out)
     refuse_same_run(before, after)
     outputs = [Path(p) for p in (json_out, html_out) if p and str(p) != "-"]
     check_outputs(outputs, [before, after], force)
@@ -35,7 +36,7 @@ def diff(
     if json_out and json_out != "-":
         write_atomically(json_out, json.dumps(result, indent=1))
     if html_out:
-        write_atomically(html_out, diff_render.html(result))
+        write_atomically(Path(html_out), diff_render.html(result))
     if json_out == "-":
         print(json.dumps(result, indent=1))
     else:

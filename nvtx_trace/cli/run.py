@@ -106,12 +106,19 @@ def _run(target, module, out, force, warmup_steps, steps, keep_running, full, ca
         raise UsageError(f"--try {exc}") from None
     if try_knobs is not None and not tried:
         raise UsageError('--try needs at least one KNOB=VALUE, e.g. --try "num_workers=8"')
+    if trace is not None and not [t for t in trace.split(",") if t.strip()]:
+        raise UsageError(f"--trace {trace!r} names nothing to trace; e.g. --trace cuda,nvtx (the default)")
+    try:
+        extra_nsys_args = shlex.split(nsys_args) if nsys_args else []
+    except ValueError as exc:
+        raise UsageError(f"--nsys-args {nsys_args!r}: {exc}; quote it as a shell would, "
+                         "e.g. --nsys-args \"--sample=process-tree\"") from None
     history_db = history.resolve_path(history_path, disabled=no_history)
     opts = runner.RunOptions(
         target=list(target or []), module=module, python=python, autotrace=not no_autotrace,
         warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode, keep_running=keep_running, full=full,
         trace=[t for t in trace.split(",") if t] if trace else None,
-        nsys_args=shlex.split(nsys_args) if nsys_args else [], out=out, force=force, nsys=nsys,
+        nsys_args=extra_nsys_args, out=out, force=force, nsys=nsys,
         min_gap_ms=min_gap_ms, html_max_points=html_max_points, autotrace_depth=autotrace_depth,
         autotrace_budget=autotrace_budget, per_rank=per_rank, tried=tried)
     plan = runner.plan_run(opts)

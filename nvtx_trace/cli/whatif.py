@@ -173,14 +173,20 @@ def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]
     i = 0
     while i < len(target) and "=" in target[i] and not target[i].startswith("-") and not target[i].endswith(".py"):
         try:
-            knobs.update(names.parse_knobs(target[i]))
+            given = names.parse_knobs(target[i])
         except ValueError as exc:
             raise UsageError(f"{exc}") from None
+        for key in given.keys() & knobs.keys():
+            if given[key] != knobs[key]:
+                raise UsageError(f"{key} given twice ({key}={knobs[key]} and {key}={given[key]}); give it once")
+        knobs.update(given)
         i += 1
     program = target[i:]
     if not knobs and need_knobs:
         raise UsageError(f"no knob given: nvtx-trace try KNOB=VALUE... SCRIPT.py [ARGS] (knobs: "
                          f"{', '.join(names.KNOBS)})")
+    if program and Path(program[0]).is_dir():
+        raise UsageError(f"{program[0]} is a folder; give the script, e.g. {Path(program[0]) / 'train.py'}")
     if not program or not program[0].endswith(".py"):
         raise UsageError("no script after the knobs: nvtx-trace try KNOB=VALUE... SCRIPT.py [ARGS] "
                          "(or nvtx-trace try --advice SCRIPT.py [ARGS])")

@@ -114,6 +114,17 @@ def check_not_an_input(out: Path, inputs) -> None:
                                  "choose another output path")
 
 
+def check_json_html(json_out, html_out) -> None:
+    """The --json and --html paths as given: not empty; '-' (stdout) for the JSON only."""
+    for flag, value in (("--json", json_out), ("--html", html_out)):
+        if value is not None and not str(value).strip():
+            raise UsageError(f"{flag} was given an empty path; give a file path" + (" or '-'" if flag == "--json"
+                                                                                     else ""))
+    if html_out is not None and str(html_out) == "-":
+        raise UsageError("--html - : the HTML page is written to a file; give a path (only --json takes '-' for "
+                         "stdout)")
+
+
 def check_outputs(outputs: list[Path], inputs: list[Path], force: bool) -> None:
     """UsageError (one line) for the first output path that cannot or must not be written."""
     for i, out in enumerate(outputs):

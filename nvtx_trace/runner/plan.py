@@ -234,6 +234,8 @@ def _check_request(opts: RunOptions) -> AnalysisOptions:
 def _check_target(opts: RunOptions, mode: str) -> None:
     if mode == "script" and not Path(opts.target[0]).is_file():
         raise UsageError(f"{opts.target[0]}: no such script")
+    if Path(opts.target[0]).is_dir():
+        raise UsageError(f"{opts.target[0]} is a folder; give the script, e.g. {Path(opts.target[0]) / 'train.py'}")
     if mode == "command" and shutil.which(opts.target[0]) is None:
         raise UsageError(f"{opts.target[0]}: command not found")
     if opts.python and shutil.which(opts.python) is None and not Path(opts.python).is_file():

@@ -400,5 +400,5 @@ def _mmss(seconds: float) -> str:
 def check_budget(budget_s: float) -> None:
     if budget_s < MIN_BUDGET_S:
         raise UsageError(f"--budget {budget_s:g} s cannot pay for one stage (a profile and a plain trial of "
-                         "runs): give --budget {MIN_BUDGET_S} or more (default {DEFAULT_BUDGET_S})")
+                         f"runs): give --budget {MIN_BUDGET_S:g} or more (default {DEFAULT_BUDGET_S})")
 
