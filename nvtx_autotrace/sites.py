@@ -2,7 +2,9 @@
 
 The first frame outside torch and nvtx_autotrace: the user's, or a framework's own where the framework made the
 call (Lightning's logging, a Trainer's loss accounting). A call nvtx_autotrace makes itself (its capture window's
-synchronize) has no such line. Each line's text is made once and kept.
+synchronize) has no such line. Each line's text is made once and kept: the path from the current folder where the
+file is under it (``train.py:87``, ``src/loop.py:12``), from its package's root where it is installed
+(``lightning/pytorch/core/module.py:512``), else whole. NVTX_AUTOTRACE_SITES=0 names no line (to measure the cost).
 """
 
 from __future__ import annotations
@@ -18,11 +20,28 @@ _REGISTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_registry.
 _texts: dict[tuple, str] = {}  # (code object, line) -> "file:line"
 MAX_LINES = 4096  # distinct lines kept; beyond, none is named (a generated loop would grow the table for ever)
 OURS = object()  # the caller is nvtx_autotrace itself
+ENABLED = os.environ.get("NVTX_AUTOTRACE_SITES", "1").strip() != "0"
+_PACKAGE_ROOTS = tuple(sorted({p.rstrip(os.sep) + os.sep for p in sys.path if p.endswith(("site-packages", "dist-packages"))},
+                              key=len, reverse=True))
+
+
+def shown(filename: str) -> str:
+    """A file as a user finds it: from the current folder, from its package's root, else its whole path."""
+    path = os.path.abspath(filename)
+    here = os.getcwd() + os.sep
+    if path.startswith(here):
+        return path[len(here):]
+    for root in _PACKAGE_ROOTS:
+        if path.startswith(root):
+            return path[len(root):]
+    return path
 
 
 def caller(depth: int = 2):
     """``file:line`` of the caller ``depth`` frames up from the function that asks, past torch's and our own
     frames; OURS where that caller is nvtx_autotrace; None where no line can be named."""
+    if not ENABLED:
+        return None
     try:
         frame = sys._getframe(depth)
     except ValueError:  # a stack shallower than that: no line to name
@@ -40,5 +59,5 @@ def caller(depth: int = 2):
     if text is None:
         if len(_texts) >= MAX_LINES:
             return None
-        text = _texts[key] = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+        text = _texts[key] = f"{shown(frame.f_code.co_filename)}:{frame.f_lineno}"
     return text

@@ -265,8 +265,13 @@ os.environ[SUITE_MARK] = str(os.getpid())
 os.environ["TMPDIR"] = str(SUITE_TMP)  # for the processes tests start; this one keeps REAL_TMP (cached above)
 
 
+KEPT_ON_PURPOSE = ("torchinductor_",)  # torch's compile cache outlives its program by design
+_SEEN_IN_TMP: dict[str, str] = {}  # what appeared in SUITE_TMP -> the test it appeared during
+
+
 def marked_processes() -> list[str]:
-    """Live processes (zombies aside) that carry this suite's mark, this one excepted."""
+    """Live processes (zombies aside) that carry this suite's mark: this one and the helpers multiprocessing
+    keeps for it (a forkserver, a resource tracker, which end with it) excepted."""
     mark = f"{SUITE_MARK}={os.getpid()}".encode()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -277,13 +282,28 @@ def marked_processes() -> list[str]:
                 if mark not in fh.read().split(b"\0"):
                     continue
             with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
+                state, parent = fh.read().rsplit(")", 1)[1].split()[:2]
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                found.append(f"{pid} " + fh.read().replace(b"\0", b" ").decode("utf-8", "replace")[:200])
+                args = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
         except OSError:
             continue
+        if state == "Z" or (int(parent) == os.getpid() and "from multiprocessing." in args):
+            continue
+        found.append(f"{pid} {args[:200]}")
     return found
+
+
+@pytest.fixture(autouse=True)
+def _what_each_test_leaves(request):
+    """Notes which test each leftover in the suite's TMPDIR appeared during, for the list at the end."""
+    yield
+    for folder in (SUITE_TMP, REAL_TMP):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            _SEEN_IN_TMP.setdefault(name, request.node.nodeid)
 
 
 def left_behind() -> list[str]:
@@ -293,15 +313,19 @@ def left_behind() -> list[str]:
     deadline = time.monotonic() + 20  # a killed tree takes a moment to go
     while (procs := marked_processes()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    files = sorted(str(p.relative_to(SUITE_TMP)) for p in SUITE_TMP.iterdir()) if SUITE_TMP.exists() else []
+    files = sorted(p.name for p in SUITE_TMP.iterdir() if not p.name.startswith(KEPT_ON_PURPOSE)) \
+        if SUITE_TMP.exists() else []
     new = sorted(name for name in {p.name for p in REAL_TMP.iterdir()} - _TMP_BEFORE
                  if not name.startswith("pytest-of-") and name != SUITE_TMP.name)
-    return ([f"process still running: {p}" for p in procs] + [f"left in TMPDIR: {f}" for f in files]
-            + [f"left in {REAL_TMP}: {n}" for n in new])
+    return ([f"process still running: {p}" for p in procs]
+            + [f"left in TMPDIR: {f} (by {_SEEN_IN_TMP.get(f, 'the session')})" for f in files]
+            + [f"left in {REAL_TMP}: {n} (by {_SEEN_IN_TMP.get(n, 'the session')})" for n in new
+               if not n.startswith(KEPT_ON_PURPOSE)])
 
 
 def pytest_sessionfinish(session, exitstatus):
     if os.environ.get("PYTEST_XDIST_WORKER") or getattr(session.config.option, "collectonly", False):
+        shutil.rmtree(SUITE_TMP, ignore_errors=True)
         return
     left = left_behind()
     for line in marked_processes():

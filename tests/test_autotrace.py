@@ -431,7 +431,7 @@ def test_a_sync_range_names_the_line_that_asked_and_the_tool_s_own_syncs_get_non
         return syncs.sync_label("item")
 
     line = sys._getframe().f_lineno + 1
-    assert wrapper() == f"sync item at {os.path.basename(__file__)}:{line}"
+    assert wrapper() == f"sync item at {os.path.relpath(__file__)}:{line}"  # from the current folder
     from nvtx_trace import names
 
     assert names.SYNC_RE.match(wrapper()) and names.SYNC_RE.match("sync item")  # the idle causes read both
@@ -443,6 +443,27 @@ def test_a_sync_range_names_the_line_that_asked_and_the_tool_s_own_syncs_get_non
     from nvtx_autotrace import sites
 
     assert len(sites._texts) <= sites.MAX_LINES
+
+
+@pytest.mark.torch
+def test_a_line_is_shown_from_the_current_folder_or_its_package_and_can_be_switched_off(tmp_path):
+    """Issue 43: a user finds `src/loop.py:12` from where they ran, and a framework's line from its package root
+    (`lightning/pytorch/...`), not a bare `result.py:450` that several packages hold."""
+    import os
+
+    from nvtx_autotrace import sites
+
+    here = os.getcwd()
+    assert sites.shown(os.path.join(here, "src", "loop.py")) == os.path.join("src", "loop.py")
+    installed = os.path.join(sites._PACKAGE_ROOTS[0], "lightning", "pytorch", "core", "module.py")
+    assert sites.shown(installed) == os.path.join("lightning", "pytorch", "core", "module.py")
+    elsewhere = str(tmp_path / "job.py")
+    assert sites.shown(elsewhere) == elsewhere  # outside both: whole
+    code = "from nvtx_autotrace import syncs\ndef f():\n    return syncs.sync_label('item')\nprint(f())\n"
+    for flag, said in (("0", "\nsync item"), ("1", "\nsync item at <string>:4")):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "NVTX_AUTOTRACE_SITES": flag})
+        assert ("\n" + proc.stdout.strip()).endswith(said), (flag, proc.stdout, proc.stderr[-1000:])
 
 
 def test_a_host_to_device_copy_names_the_line_that_asked(at, torch):
@@ -457,7 +478,7 @@ def test_a_host_to_device_copy_names_the_line_that_asked(at, torch):
         t.to("cuda")
     except (RuntimeError, AssertionError):  # no CUDA here
         pass
-    here = os.path.basename(__file__)
+    here = os.path.relpath(__file__)
     assert f"copy.h2d 16 B pageable non_blocking=0 at {here}:{line}" in at.recorder.names(), at.recorder.names()
     from nvtx_trace import names
     from nvtx_trace.analyzer.attribution import _fold
@@ -479,5 +500,5 @@ def test_a_patched_synchronize_names_the_line_that_asked_through_the_registry_s_
         torch.cuda.synchronize()
     except (RuntimeError, AssertionError):  # no CUDA here: the range was opened first
         pass
-    here = os.path.basename(__file__)
+    here = os.path.relpath(__file__)
     assert f"sync cuda.synchronize at {here}:{line}" in at.recorder.names(), at.recorder.names()

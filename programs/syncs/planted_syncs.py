@@ -25,7 +25,9 @@ if __name__ == "__main__":
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(4096, 512, device="cuda"), torch.randint(0, 10, (4096,), device="cuda")
     seen, t0 = 0.0, time.perf_counter()
+    took = []  # each step's wall time: every step ends on a sync, so this is the step the user sees
     for step in range(a.steps):
+        began = time.perf_counter()
         logits = model(x)
         loss = nn.functional.cross_entropy(logits, y)
         opt.zero_grad()
@@ -38,3 +40,6 @@ if __name__ == "__main__":
             log_timing(step, t0)
         if step % 50 == 0:
             print(f"step {step} loss {seen / (step + 1):.3f} acc {float(acc):.3f} hard {len(hard)}", flush=True)
+        took.append(time.perf_counter() - began)
+    steady = sorted(took[len(took) // 4:])
+    print(f"median step {steady[len(steady) // 2] * 1e3:.4f} ms over {len(steady)} steps", flush=True)
