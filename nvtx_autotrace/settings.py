@@ -137,7 +137,17 @@ def read_static() -> dict:
         "framework": _framework(found),
         **_cpus(),
         "conv_bias_before_bn": _conv_bias_before_bn(roots),
+        "cwd": _cwd(),  # where the lines of syncs and copies (sites.py) are named from
     }
+
+
+def _cwd() -> str | None:
+    import os
+
+    try:
+        return os.getcwd()
+    except OSError:  # the folder was removed under the program
+        return None
 
 
 def _scan() -> dict:

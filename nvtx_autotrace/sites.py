@@ -4,7 +4,8 @@ The first frame outside torch and nvtx_autotrace: the user's, or a framework's o
 call (Lightning's logging, a Trainer's loss accounting). A call nvtx_autotrace makes itself (its capture window's
 synchronize) has no such line. Each line's text is made once and kept: the path from the current folder where the
 file is under it (``train.py:87``, ``src/loop.py:12``), from its package's root where it is installed
-(``lightning/pytorch/core/module.py:512``), else whole. NVTX_AUTOTRACE_SITES=0 names no line (to measure the cost).
+(``lightning/pytorch/core/module.py:512``), else whole. A framework's generic helpers (its ``utilities``) are
+passed over for the framework line that called them. NVTX_AUTOTRACE_SITES=0 names no line (to measure the cost).
 """
 
 from __future__ import annotations
@@ -37,6 +38,21 @@ def shown(filename: str) -> str:
     return path
 
 
+_HELPER_FOLDERS = (os.sep + "utilities" + os.sep, os.sep + "utils" + os.sep, "_utilities" + os.sep)
+_helpers: dict = {}  # code object -> whether it is an installed framework's generic helper
+
+
+def _is_helper(code) -> bool:
+    """A function in an installed package's utilities (Lightning's ``apply_to_collection`` calling ``.item()``
+    for its logger, ``move_data_to_device``'s copy): its line names no decision; the framework line that called
+    it does. The user's own files are never skipped."""
+    known = _helpers.get(code)
+    if known is None:
+        name = code.co_filename
+        known = _helpers[code] = name.startswith(_PACKAGE_ROOTS) and any(f in name for f in _HELPER_FOLDERS)
+    return known
+
+
 def caller(depth: int = 2):
     """``file:line`` of the caller ``depth`` frames up from the function that asks, past torch's and our own
     frames; OURS where that caller is nvtx_autotrace; None where no line can be named."""
@@ -54,6 +70,10 @@ def caller(depth: int = 2):
         frame = frame.f_back
     if frame is None:
         return None
+    first = frame
+    while frame is not None and _is_helper(frame.f_code):  # a framework's apply_to_collection: its caller says more
+        frame = frame.f_back
+    frame = frame or first
     key = (frame.f_code, frame.f_lineno)
     text = _texts.get(key)
     if text is None:

@@ -466,6 +466,39 @@ def test_a_line_is_shown_from_the_current_folder_or_its_package_and_can_be_switc
         assert ("\n" + proc.stdout.strip()).endswith(said), (flag, proc.stdout, proc.stderr[-1000:])
 
 
+@pytest.mark.torch
+def test_a_framework_s_generic_helper_is_passed_over_for_the_framework_line_that_called_it(tmp_path, monkeypatch):
+    """Issue 43, on Lightning on an H200: its logger's .item() was named at
+    lightning/fabric/utilities/apply_func.py:134 (apply_to_collection's lambda), a line that says nothing; the
+    framework line that called the helper does. The user's own files named utils/ are never passed over."""
+    import importlib
+    import os
+
+    from nvtx_autotrace import sites
+
+    root = tmp_path / "site-packages"
+    (root / "fw" / "utilities").mkdir(parents=True)
+    (root / "fw" / "__init__.py").write_text("")
+    (root / "fw" / "utilities" / "__init__.py").write_text("")
+    (root / "fw" / "utilities" / "apply.py").write_text("def apply(f, x):\n    return f(x)\n")
+    (root / "fw" / "loop.py").write_text("from fw.utilities.apply import apply\n\n\ndef log(f):\n"
+                                         "    return apply(f, 1)\n")
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setattr(sites, "_PACKAGE_ROOTS", (str(root) + os.sep,))
+    loop = importlib.import_module("fw.loop")
+
+    def asks(_):  # stands for the patched Tensor.item
+        return sites.caller(2)
+
+    assert loop.log(asks) == os.path.join("fw", "loop.py") + ":5"
+    mine = tmp_path / "utils" / "mine.py"  # the user's own utils folder, outside the package roots
+    mine.parent.mkdir()
+    mine.write_text("def apply(f, x):\n    return f(x)\n")
+    scope: dict = {}
+    exec(compile(mine.read_text(), str(mine), "exec"), scope)
+    assert scope["apply"](asks, 1) == f"{mine}:2"
+
+
 def test_a_host_to_device_copy_names_the_line_that_asked(at, torch):
     """Issue 43, item 4: `copy.h2d 16 B pageable non_blocking=0 at train.py:41`. On a machine without CUDA the copy
     itself fails after the range is opened, which is enough to read its name."""

@@ -132,3 +132,14 @@ def test_probe_runs_a_real_capture_and_reads_the_range_back(nsys_path):
     found = locate.find_nsys()
     check = doc.probe_capture(found, sys.executable)
     assert check.status == doc.OK, check.detail
+
+
+def test_doctor_says_where_the_lines_of_syncs_come_from_and_why_not_from_nsys():
+    """Issue 43, item 3: this nsys's own backtrace options, read from its help, and what they were measured to give."""
+    from nvtx_trace.cli import doctor as doc
+
+    older = doc.source_lines(frozenset({"--trace", "--sample"}))
+    newer = doc.source_lines(frozenset({"--trace", "--python-backtrace", "--cudabacktrace"}))
+    assert "named by line" in older.detail and "records no Python backtraces" in older.detail
+    assert "--python-backtrace=cuda" in newer.detail and "stays off" in newer.detail
+    assert not older.required and not newer.required

@@ -22,12 +22,13 @@ PLANTED = {"LOSS_ITEM": "item", "ACC_CPU": "cpu", "LOG_SYNC": "cuda.synchronize"
 
 
 def marked_lines() -> dict[str, str]:
-    """``planted_syncs.py:LINE`` of each marker, read from the program."""
+    """``programs/syncs/planted_syncs.py:LINE`` of each marker, read from the program (run from the repository
+    root, the line is named from there)."""
     out = {}
     for n, line in enumerate(PROGRAM.read_text().splitlines(), 1):
         m = re.search(r"# (LOSS_ITEM|ACC_CPU|LOG_SYNC|MASK)$", line)
         if m:
-            out[m.group(1)] = f"{PROGRAM.name}:{n}"
+            out[m.group(1)] = f"{PROGRAM.relative_to(ROOT)}:{n}"  # as named from the folder it ran in
     return out
 
 
@@ -119,3 +120,66 @@ def test_the_implicit_sync_of_a_boolean_mask_is_not_given_a_line_it_does_not_hav
     assert lines["MASK"] not in {r["where"] for r in summary["sync"]["locations"]}
     assert any(s["range"] == "step N" and s["api"].startswith("cudaStreamSynchronize")
                for s in summary["sync"]["sources"])
+
+
+# ---------------------------------------------------------------- copies (issue 43, item 4)
+COPIES = ROOT / "sample_reports" / "planted_copies_h200.sqlite"
+COPY_PROGRAM = ROOT / "programs" / "syncs" / "planted_copies.py"
+
+
+def copy_lines() -> dict[str, str]:
+    out = {}
+    for n, line in enumerate(COPY_PROGRAM.read_text().splitlines(), 1):
+        m = re.search(r"# (PAGEABLE|PAGEABLE_NB|PINNED)$", line)
+        if m:
+            out[m.group(1)] = f"{COPY_PROGRAM.relative_to(ROOT)}:{n}"
+    return out
+
+
+def pageable_copies_sql(where: str, steps) -> tuple[int, int]:
+    """(count, bytes) of host-to-device copies from pageable memory whose CUDA call ran inside a `copy.h2d ... at
+    WHERE` range and which started inside a steady step: by the copies' own memory kinds, not the range's words."""
+    conn = sqlite3.connect(f"file:{COPIES}?mode=ro", uri=True)
+    try:
+        name = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))"
+        rows = conn.execute(f"""
+            SELECT m.start, m.bytes
+            FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
+            JOIN NVTX_EVENTS n ON n.globalTid = r.globalTid AND r.start >= n.start AND r.end <= n.end
+            WHERE m.copyKind = 1 AND m.srcKind = 0 AND {name} LIKE 'copy.h2d % at ' || ?""", (where,)).fetchall()
+    finally:
+        conn.close()
+    inside = [b for t, b in rows if any(s <= t < e for s, e in steps)]
+    return len(inside), sum(inside)
+
+
+def test_every_pageable_copy_is_named_at_its_line_and_the_pinned_one_is_not():
+    analysis = sample_analysis(COPIES)
+    lines = copy_lines()
+    rows = {r["where"]: r for r in to_dict(analysis)["pageable_h2d"]["sources"]}
+    steady = analysis.steps.steady
+    steps = list(zip(steady["start_ns"], steady["end_ns"]))
+    for marker in ("PAGEABLE", "PAGEABLE_NB"):
+        count, nbytes = pageable_copies_sql(lines[marker], steps)
+        assert count > 0 and rows[lines[marker]]["count"] == count, (marker, rows.get(lines[marker]), count)
+        assert rows[lines[marker]]["bytes"] == nbytes
+    assert lines["PINNED"] not in rows  # pinned: no finding of this kind
+    assert rows[lines["PAGEABLE"]]["count"] == len(steady)  # one a step
+
+
+def test_the_html_page_lists_the_lines_and_links_each_to_its_file(tmp_path):
+    """Issue 43, item 6: `file:line` in the page opens the file, named from the folder the program ran in (the
+    settings record's `cwd`); a capture without one shows the line as text."""
+    from nvtx_trace.report import html
+    from nvtx_trace.report.html_table import source_line
+
+    page = html.render(sample_analysis(SAMPLE))
+    where = marked_lines()["LOSS_ITEM"]
+    assert "Host syncs by line" in page and f"<code>{where}</code>" in page
+    assert source_line("train.py:87", "/home/me/job") == ("<a class='src' href='file:///home/me/job/train.py' "
+                                                          "title='/home/me/job/train.py:87'><code>train.py:87</code></a>")
+    assert source_line("/abs/x y.py:3", None).startswith("<a class='src' href='file:///abs/x%20y.py'")
+    assert source_line("train.py:87", None) == "<code>train.py:87</code>"
+    assert source_line("<b>:1", "/w") == ("<a class='src' href='file:///w/%3Cb%3E' title='/w/&lt;b&gt;:1'>"
+                                         "<code>&lt;b&gt;:1</code></a>")  # a name is text, never markup

@@ -29,7 +29,7 @@ class PageableResult:
     pinned_count: int
     pinned_bytes: int
     pinned_time_ns: int
-    by_source: pd.DataFrame  # range, api, count, bytes, time_ns, api_ns
+    by_source: pd.DataFrame  # range, where (file:line or None), api, count, bytes, time_ns, api_ns
     copies: pd.DataFrame = None  # one row per pageable copy: start_ns, end_ns, bytes, duration_ns, api_ns, range, api
 
     @property
@@ -96,12 +96,18 @@ def _sources(trace: Trace, page: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _by_source(page: pd.DataFrame) -> pd.DataFrame:
-    cols = ["range", "api", "count", "bytes", "time_ns", "api_ns"]
+    cols = ["range", "where", "api", "count", "bytes", "time_ns", "api_ns"]
     if not len(page):
         return pd.DataFrame(columns=cols)
     out = page.groupby(["range", "api"], as_index=False).agg(
         count=("bytes", "size"), bytes=("bytes", "sum"), time_ns=("duration_ns", "sum"), api_ns=("api_ns", "sum"))
+    # the line of the user's code that copied (nvtx_autotrace's `copy.h2d ... at FILE:LINE`), where named
+    out["where"] = out["range"].str.extract(_AT_LINE, expand=False).astype(object)
+    out["where"] = out["where"].where(out["where"].notna(), None)
     return out[cols].sort_values("time_ns", ascending=False, ignore_index=True)
+
+
+_AT_LINE = r"^copy\.h2d .* at (.+:\d+)$"
 
 
 def per_step(a):

@@ -62,7 +62,19 @@ def check_nsys(explicit: Optional[str]) -> tuple[list[Check], Optional[locate.Ns
     checks.append(Check("traces", OK if {"nvtx", "cuda"} <= traces else WARN,
                         f"will trace {','.join(wanted)}" if traces else "could not read nsys profile --help",
                         required=False))
+    checks.append(source_lines(locate.supported_options(found)))
     return checks, found
+
+
+def source_lines(options: frozenset[str]) -> Check:
+    """Whether implicit syncs (``data[mask]``, ``nonzero``: no wrapper sees them) can be given a Python line. nsys
+    2025.3.1 offers --python-backtrace=cuda, yet on an H200 it attached no Python frame to any CUDA call, and
+    --cudabacktrace records native frames only (``at::native::item``): measured for issue 43, so both stay off."""
+    mine = "syncs and copies nvtx_autotrace wraps are named by line; implicit syncs by their innermost range"
+    if "--python-backtrace" in options:
+        return Check("source lines", OK, f"{mine} (this nsys offers --python-backtrace=cuda, but nsys 2025.3.1 "
+                     "recorded no Python line for a CUDA call with it, so it stays off)", required=False)
+    return Check("source lines", OK, f"{mine} (this nsys records no Python backtraces)", required=False)
 
 
 def _importer(found: locate.Nsys) -> Check:

@@ -34,7 +34,23 @@ def fmt(key: str, v) -> str:
     return esc(v)
 
 
-def table(df: pd.DataFrame | None, title: str, cols: dict[str, str], explain: str = "") -> str:
+def source_line(where: str, folder: str | None) -> str:
+    """``file:line`` of the user's code as a link that opens the file (named from ``folder``, the folder the program
+    ran in, where the report recorded it), else as text."""
+    path, _, line = str(where).rpartition(":")
+    if not path or not line.isdigit():
+        return esc(where)
+    full = path if path.startswith("/") else (f"{folder.rstrip('/')}/{path}" if folder else None)
+    if full is None:
+        return f"<code>{esc(where)}</code>"
+    from urllib.parse import quote
+
+    return f"<a class='src' href='file://{esc(quote(full))}' title='{esc(full)}:{esc(line)}'><code>{esc(where)}</code></a>"
+
+
+def table(df: pd.DataFrame | None, title: str, cols: dict[str, str], explain: str = "",
+          folder: str | None = None) -> str:
+    """A capped table; a ``where`` column (a line of the user's code) is a link to its file."""
     if df is None or not len(df):
         return ""
     cut = df.head(TABLE_ROWS)
@@ -47,7 +63,8 @@ def table(df: pd.DataFrame | None, title: str, cols: dict[str, str], explain: st
             if isinstance(v, np.generic):
                 v = v.item()
             numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
-            cells.append(f"<td class='{'r' if numeric else 'name'}'>{fmt(c, v)}</td>")
+            shown = source_line(v, folder) if c == "where" and isinstance(v, str) else fmt(c, v)
+            cells.append(f"<td class='{'r' if numeric else 'name'}'>{shown}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     more = f"<p class='muted'>Top {TABLE_ROWS} of {len(df):,} rows; all are in the JSON output.</p>" \
         if len(df) > TABLE_ROWS else ""

@@ -49,8 +49,8 @@ class HtmlView:
     """``views.HtmlView``: capped HTML tables whose cells carry their units."""
 
     @staticmethod
-    def table(df, title: str, columns: dict[str, str], explain: str = "") -> str:
-        return table(df, title, columns, explain)
+    def table(df, title: str, columns: dict[str, str], explain: str = "", folder: str | None = None) -> str:
+        return table(df, title, columns, explain, folder)
 
 
 def text_sections(a, console) -> None:

@@ -112,8 +112,16 @@ def _text(a, view) -> None:
 
 
 def _html(a, d: dict, view) -> str:
-    return view.table(a.tables.get("sync_sources"), "Host syncs (CPU blocked until the GPU caught up)",
-                      {"api": "CUDA call", "range": "NVTX range", "count": "calls", "blocked_ns": "CPU blocked"})
+    lines = _lines(a) if a.sync else None
+    by_line = ""
+    if lines is not None and len(lines):
+        by_line = view.table(lines.head(20), "Host syncs by line (a steady step's time blocked in them)",
+                                   {"what": "call", "where": "line", "count_per_step": "calls a step",
+                                    "blocked_ns_per_step": "CPU blocked a step"},
+                                   folder=(a.settings or {}).get("cwd"))
+    return by_line + view.table(a.tables.get("sync_sources"), "Host syncs (CPU blocked until the GPU caught up)",
+                                {"api": "CUDA call", "range": "NVTX range", "count": "calls",
+                                 "blocked_ns": "CPU blocked"})
 
 
 QUESTION = Question(
