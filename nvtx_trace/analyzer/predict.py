@@ -220,8 +220,9 @@ def gpu_work_saved(a, per_step_ns: float, what: str, gpu_bound: bool = True) -> 
         share = launch_share(a)
         if share is None or share > LAUNCH_BOUND_SHARE:
             return None  # the host's launches hold the GPU back: less GPU work would not shorten the step
-        what += (f"; the GPU's idle time ({(1 - busy_share) * 100:.0f} % of the step) is in gaps of 1 ms or more "
-                 "(work on the host after syncs, batches fetched, the framework's own bookkeeping), which stay")
+        what += (f"; the GPU's idle stays: {share * 100:.0f} % of the step in gaps under {ms(a.min_gap_ns)}, too "
+                 "little for launches to hold it back, the rest in longer gaps of host work (after syncs, batches "
+                 "fetched, the framework's own bookkeeping)")
     step = max(now - per_step_ns, 0.0)
     feed = dataloader.pace(a)
     if feed is not None and feed.interval_ns > step:
