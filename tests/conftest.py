@@ -259,10 +259,19 @@ def fill(folder: Path, leave: int = 0) -> None:
 SUITE_MARK = "NVTX_TRACE_TEST_SUITE"
 REAL_TMP = Path(tempfile.gettempdir())
 SUITE_TMP = REAL_TMP / f"nvtx-trace-suite-{os.getpid()}"
-_TMP_BEFORE = {p.name for p in REAL_TMP.iterdir()}
-SUITE_TMP.mkdir(exist_ok=True)
-os.environ[SUITE_MARK] = str(os.getpid())
-os.environ["TMPDIR"] = str(SUITE_TMP)  # for the processes tests start; this one keeps REAL_TMP (cached above)
+_TMP_BEFORE: set[str] = set()
+
+
+def _isolate_tmp() -> None:
+    """From pytest_configure: a pytest session only (a script importing this module, `tests/test_sections.py
+    --update`, makes no folder), removed at exit even when the session never finishes (a usage error)."""
+    import atexit
+
+    _TMP_BEFORE.update(p.name for p in REAL_TMP.iterdir())
+    SUITE_TMP.mkdir(exist_ok=True)
+    atexit.register(shutil.rmtree, SUITE_TMP, ignore_errors=True)
+    os.environ[SUITE_MARK] = str(os.getpid())
+    os.environ["TMPDIR"] = str(SUITE_TMP)  # for the processes tests start; this one keeps REAL_TMP (cached above)
 
 
 KEPT_ON_PURPOSE = ("torchinductor_",)  # torch's compile cache outlives its program by design
@@ -378,6 +387,7 @@ _terminal_fd: list[int] = []
 
 
 def pytest_configure(config):
+    _isolate_tmp()
     # between conftest loading and the first test nothing is captured: fd 1 is still the terminal (or CI's log)
     try:
         _terminal_fd.append(os.dup(1))
