@@ -11,15 +11,15 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
 S=programs/syncs
 HB=programs/hostbound/imagenet_style.py
 med() { grep -h "median step" "$@" | tail -1; }
-NSYS=$(python3 -c 'from nvtx_trace.capture.locate import find_nsys; print(find_nsys())')  # as the tool finds it
+NSYS_BIN=$(python3 -c 'from nvtx_trace.capture.locate import find_nsys; print(find_nsys().path)')  # as the tool finds it
 for STAGE in "$@"; do
   mkdir -p "$O/$STAGE"
   L=$O/$STAGE.log
   echo "== $STAGE at ${SECONDS}s on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) CPUs" >"$L"
   case $STAGE in
     help)
-      "$NSYS" --version >>"$L" 2>&1
-      "$NSYS" profile --help >"$O/$STAGE/profile_help.txt" 2>&1
+      "$NSYS_BIN" --version >>"$L" 2>&1
+      "$NSYS_BIN" profile --help >"$O/$STAGE/profile_help.txt" 2>&1
       grep -n -i -A4 "python\|backtrace" "$O/$STAGE/profile_help.txt" >>"$L" ;;
     syncs)
       for P in planted_syncs planted_copies; do
@@ -36,10 +36,10 @@ for STAGE in "$@"; do
                "bt_cudabt|--python-backtrace=cuda --python-sampling=true --cudabacktrace=sync:0"; do
         N=${V%%|*}; ARGS=${V#*|}
         # shellcheck disable=SC2086
-        timeout 200 "$NSYS" profile -t cuda,nvtx $ARGS --force-overwrite true -o /tmp/pybt_$N \
+        timeout 200 "$NSYS_BIN" profile -t cuda,nvtx $ARGS --force-overwrite true -o /tmp/pybt_$N \
           python3 -m nvtx_autotrace $S/planted_syncs.py --steps 300 >"$O/$STAGE/$N.txt" 2>&1
         echo "== $N ($ARGS) exit $? at ${SECONDS}s: $(med "$O/$STAGE/$N.txt")" >>"$L"
-        "$NSYS" export --type sqlite --force-overwrite true -o /tmp/pybt_$N.sqlite /tmp/pybt_$N.nsys-rep >/dev/null 2>&1 &&
+        "$NSYS_BIN" export --type sqlite --force-overwrite true -o /tmp/pybt_$N.sqlite /tmp/pybt_$N.nsys-rep >/dev/null 2>&1 &&
           python3 - "/tmp/pybt_$N.sqlite" >>"$L" 2>&1 <<'PY'
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
@@ -62,7 +62,7 @@ PY
     ab)
       for R in 1 2 3; do
         for F in 1 0; do
-          NVTX_AUTOTRACE_SITES=$F timeout 200 "$NSYS" profile -t cuda,nvtx --force-overwrite true -o /tmp/ab \
+          NVTX_AUTOTRACE_SITES=$F timeout 200 "$NSYS_BIN" profile -t cuda,nvtx --force-overwrite true -o /tmp/ab \
             python3 -m nvtx_autotrace $S/planted_syncs.py --steps 600 >"$O/$STAGE/r${R}_sites$F.txt" 2>&1
           echo "round $R sites=$F: $(med "$O/$STAGE/r${R}_sites$F.txt")" >>"$L"
         done
