@@ -32,10 +32,11 @@ def marked_lines() -> dict[str, str]:
     return out
 
 
-def blocked_per_step_sql(where: str, what: str, w0: int, w1: int, steps: int) -> tuple[float, float]:
+def blocked_per_step_sql(where: str, what: str, w0: int, w1: int, steps: int, sample: Path = SAMPLE
+                         ) -> tuple[float, float]:
     """(blocking sync calls, their time) per step inside the `sync WHAT at WHERE` ranges, started in [w0, w1):
     the calls that wait for the GPU (an .item()'s cudaMemcpyAsync is queued, its cudaStreamSynchronize waits)."""
-    conn = sqlite3.connect(f"file:{SAMPLE}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"file:{sample}?mode=ro", uri=True)
     try:
         name = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))"
         n, total = conn.execute(f"""
@@ -183,3 +184,23 @@ def test_the_html_page_lists_the_lines_and_links_each_to_its_file(tmp_path):
     assert source_line("train.py:87", None) == "<code>train.py:87</code>"
     assert source_line("<b>:1", "/w") == ("<a class='src' href='file:///w/%3Cb%3E' title='/w/&lt;b&gt;:1'>"
                                          "<code>&lt;b&gt;:1</code></a>")  # a name is text, never markup
+
+
+def test_lightning_s_own_syncs_and_copies_are_named_at_lightning_s_lines_not_its_helpers():
+    """A LightningModule logging with prog_bar=True, sync_dist=True (programs/syncs/lightning_logging.py, H200): the
+    .item() is Lightning's (its logger reads the metric), named where Lightning decides it, not in
+    apply_to_collection (lightning/fabric/utilities, as the first capture said); the batch's copy at the
+    transfer_batch_to_device hook a user can override. Time per step by SQL, within the issue's 10 %."""
+    sample = ROOT / "sample_reports" / "lightning_logging_h200.sqlite"
+    analysis = sample_analysis(sample)
+    summary = to_dict(analysis)
+    top = summary["sync"]["locations"][0]
+    assert top["what"] == "item" and top["where"].startswith("lightning/pytorch/")
+    assert "utilities" not in top["where"] and "LIGHTNING_LOG" not in top["where"]
+    steps = len(analysis.steps.steady)
+    count, blocked = blocked_per_step_sql(top["where"], "item", analysis.window["start_ns"],
+                                          analysis.window["end_ns"], steps, sample)
+    assert top["count_per_step"] == pytest.approx(count, rel=0.01)
+    assert top["blocked_ns_per_step"] == pytest.approx(blocked, rel=0.10)
+    copies = [r["where"] for r in summary["pageable_h2d"]["sources"] if r["where"]]
+    assert copies and all(w.startswith("lightning/pytorch/core/hooks.py:") for w in copies), copies
