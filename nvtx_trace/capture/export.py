@@ -253,7 +253,7 @@ def decompressed(path: Path) -> Path:
             try:
                 import zstandard
             except ImportError:
-                raise BadReportError(f"{path}: reading .zst needs the zstandard package (pip install zstandard), or "
+                raise BadReportError(f"{path}: reading .zst needs the zstandard package (pip install 'nvtx-trace[zst]'), or "
                                      f"decompress it first: zstd -d {path}") from None
             opener = zstandard.open
         else:
