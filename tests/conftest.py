@@ -378,6 +378,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+def pytest_runtest_setup(item):
+    """A test marked torch (by its module, or by hand) skips without PyTorch, as one taking the torch fixture does:
+    the unit loop runs with or without torch installed."""
+    if item.get_closest_marker("torch") is not None:
+        need("PyTorch", importlib.util.find_spec("torch") is not None)
+
+
 # ---------------------------------------------------------------- a hang no timeout can end
 # pytest-timeout's signal ends a test only when Python code runs again; a test stuck in C++ holding the GIL (a
 # c10d store's destructor, say) would hold CI for its whole 90 minutes with no word. Past the test's limit plus
