@@ -113,14 +113,32 @@ def test_the_gpu_idle_a_per_step_sync_costs_is_counted_in_gaps_shorter_than_the_
     assert total > 0.02 * (w1 - w0)  # a real share of the window
 
 
-def test_the_implicit_sync_of_a_boolean_mask_is_not_given_a_line_it_does_not_have(analysis):
-    """`x[mask]` syncs through nonzero, inside no wrapper: it shows as a source in the step's range, never at
-    another line (issue 43's item 3, reading it from the CUDA API trace, is still to come)."""
+def test_the_implicit_sync_of_a_boolean_mask_is_said_with_its_range_never_a_line_it_does_not_have(analysis):
+    """`x[mask]` syncs through nonzero, inside no wrapper, and nsys 2025.3 records no Python line for a CUDA call
+    (doctor, 'source lines'): it is said as an implicit sync in its innermost range (here the step's: it runs
+    outside every module), once a step, its time by SQL over the blocking calls outside every named range."""
     lines = marked_lines()
     summary = to_dict(analysis)
     assert lines["MASK"] not in {r["where"] for r in summary["sync"]["locations"]}
-    assert any(s["range"] == "step N" and s["api"].startswith("cudaStreamSynchronize")
-               for s in summary["sync"]["sources"])
+    [row] = [r for r in summary["sync"]["implicit"] if r["api"] == "cudaStreamSynchronize"]
+    assert row["range"] == "step N" and row["count_per_step"] == pytest.approx(1.0, abs=0.01)
+    w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
+    conn = sqlite3.connect(f"file:{SAMPLE}?mode=ro", uri=True)
+    try:
+        name = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))"
+        n, total = conn.execute(f"""
+            SELECT COUNT(*), SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+            WHERE s.value LIKE 'cudaStreamSynchronize%' AND r.start >= ? AND r.start < ?
+              AND NOT EXISTS (SELECT 1 FROM NVTX_EVENTS n WHERE n.globalTid = r.globalTid AND n.start <= r.start
+                              AND n.end >= r.end AND ({name} LIKE 'sync % at %' OR {name} LIKE 'copy.%'))""",
+                                (w0, w1)).fetchone()
+    finally:
+        conn.close()
+    steps = len(analysis.steps.steady)
+    assert row["count_per_step"] == pytest.approx(n / steps, rel=0.01)
+    assert row["blocked_ns_per_step"] == pytest.approx(total / steps, rel=0.10)
+    finding = next(f for f in summary["findings"] if f["kind"] == "sync")
+    assert "with no line (an implicit sync" in finding["title"] and "in step N" in finding["title"]
 
 
 # ---------------------------------------------------------------- copies (issue 43, item 4)

@@ -57,6 +57,33 @@ def locations(sync: SyncResult, window: tuple[int, int] | None, steps: int, pid:
     return out.sort_values("blocked_ns_per_step", ascending=False, ignore_index=True)[cols]
 
 
+def implicit(sync: SyncResult, window: tuple[int, int] | None, steps: int, pid: int | None = None) -> pd.DataFrame:
+    """The blocking calls no wrapper named (``data[mask]``, ``nonzero``, one-argument ``torch.where``, a
+    library's own ``cudaStreamSynchronize``): no Python line, so the innermost range they ran in, per steady step;
+    largest first. Calls inside nvtx_autotrace's sync and copy ranges, and cudaFree (the allocator's), are not
+    these. Empty without sync-site ranges in the report: there every call would be implicit."""
+    cols = ["api", "range", "count_per_step", "blocked_ns_per_step"]
+    calls = sync.calls
+    if window is not None:
+        calls = calls[(calls["start_ns"] >= window[0]) & (calls["start_ns"] < window[1])]
+    if pid is not None and "pid" in calls:
+        calls = calls[calls["pid"] == pid]
+    labels = calls["range"].astype(str)
+    if steps <= 0 or not labels.str.match(names.SYNC_SITE_RE).any():
+        return pd.DataFrame(columns=cols)
+    named = labels.str.match(names.SYNC_RE) | labels.str.startswith(("copy.", "pin_memory"))
+    api = calls["name"].astype(str)
+    keep = ~named & ~api.str.match(r"^(cudaFree|cuMemFree)")
+    rows = pd.DataFrame({"api": api[keep].str.replace(r"_v\d+$", "", regex=True), "range": labels[keep],
+                         "blocked": (calls["end_ns"] - calls["start_ns"])[keep]})
+    if not len(rows):
+        return pd.DataFrame(columns=cols)
+    out = rows.groupby(["api", "range"], as_index=False).agg(count=("blocked", "size"), blocked=("blocked", "sum"))
+    out["count_per_step"] = out["count"] / steps
+    out["blocked_ns_per_step"] = out["blocked"] / steps
+    return out.sort_values("blocked_ns_per_step", ascending=False, ignore_index=True)[cols]
+
+
 def analyze_sync(trace: Trace) -> SyncResult:
     calls = trace.api_calls(SYNC_API_RE)
     calls = calls.sort_values("start_ns", ignore_index=True)

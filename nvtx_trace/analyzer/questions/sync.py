@@ -7,7 +7,7 @@ import numpy as np
 from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.sync import analyze_sync, locations
+from nvtx_trace.analyzer.sync import analyze_sync, implicit, locations
 
 LINE_FIXES = {  # what to do at the line, by what read the GPU's result there
     "cuda.synchronize": "take torch.cuda.synchronize() out of the loop (time with CUDA events)",
@@ -32,11 +32,30 @@ def _lines(a):
     return locations(a.sync, window, steps, a.steps.pid if a.steps else None)
 
 
+def _implicit(a):
+    """The blocking calls no wrapper named, per steady step of the training process, by innermost range."""
+    steps = len(a.steps.steady) if a.steps else 0
+    window = (a.window["start_ns"], a.window["end_ns"]) if a.window else None
+    return implicit(a.sync, window, steps, a.steps.pid if a.steps else None)
+
+
 def _json(a) -> dict:
     if not a.sync:
         return {"sync": None}
     return {"sync": {"count": a.sync.count, "blocked_ns": a.sync.blocked_ns, "sources": a.sync.by_source,
-                     "locations": _lines(a)}}
+                     "locations": _lines(a), "implicit": _implicit(a)}}
+
+
+def _implicit_words(rows) -> str:
+    """The largest implicit sync, said with where it ran, for the finding's title."""
+    if not len(rows) or rows["blocked_ns_per_step"].iloc[0] < IMPLICIT_SAID_NS:
+        return ""
+    r = rows.iloc[0]
+    return (f"; with no line (an implicit sync: data[mask], nonzero, torch.where(cond), a library's): {r['api']} "
+            f"in {r['range']}: {ms(r['blocked_ns_per_step'])} a step, {r['count_per_step']:.3g} a step")
+
+
+IMPLICIT_SAID_NS = 1_000  # an implicit sync blocking the host under 1 us a step is not worth a user's search
 
 
 def _line_words(row) -> str:
@@ -86,7 +105,7 @@ def _findings(a, basis) -> list[Finding]:
     where = "; ".join(f"{api} in {r} (x{c})" for api, r, c in zip(src["api"], src["range"], src["count"]))
     lines = _lines(a)
     if len(lines):  # the user's lines, each with its time and its fix
-        where = "; ".join(_line_words(r) for _, r in lines.head(3).iterrows())
+        where = "; ".join(_line_words(r) for _, r in lines.head(3).iterrows()) + _implicit_words(_implicit(a))
     return [Finding(
         kind="sync", title=f"Host syncs let the GPU run dry: {ms(idle_ns)} idle after syncs"
                            + (f" ({ms(sum(short.values()))} of it in gaps under {ms(a.min_gap_ns)})"
