@@ -7,7 +7,7 @@ idle time is measured in gpu_idle as the "sync" cause; here we list the calls.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,7 @@ from nvtx_trace.analyzer.model import SYNC_API_RE, Trace
 class SyncResult:
     calls: pd.DataFrame  # start_ns, end_ns, gtid, pid, name, range (the innermost NVTX range around each)
     by_source: pd.DataFrame  # api, range, count, blocked_ns
+    per_step: dict = field(default_factory=dict, repr=False)  # locations()/implicit() of one window, made once
 
     @property
     def wait_set(self) -> iv.Set:

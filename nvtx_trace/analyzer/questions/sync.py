@@ -25,18 +25,25 @@ def _run(ctx: Context) -> None:
                                       "copies and which module launched a kernel cannot be measured")
 
 
-def _lines(a):
-    """The sync ranges' lines (nvtx_autotrace names them), per steady step of the training process."""
+def _per_step(a, how):
+    """``how`` (locations or implicit) of the training process's steady steps, made once per analysis."""
     steps = len(a.steps.steady) if a.steps else 0
     window = (a.window["start_ns"], a.window["end_ns"]) if a.window else None
-    return locations(a.sync, window, steps, a.steps.pid if a.steps else None)
+    pid = a.steps.pid if a.steps else None
+    key = (how.__name__, window, steps, pid)
+    if key not in a.sync.per_step:
+        a.sync.per_step[key] = how(a.sync, window, steps, pid)
+    return a.sync.per_step[key]
+
+
+def _lines(a):
+    """The sync ranges' lines (nvtx_autotrace names them), per steady step of the training process."""
+    return _per_step(a, locations)
 
 
 def _implicit(a):
     """The blocking calls no wrapper named, per steady step of the training process, by innermost range."""
-    steps = len(a.steps.steady) if a.steps else 0
-    window = (a.window["start_ns"], a.window["end_ns"]) if a.window else None
-    return implicit(a.sync, window, steps, a.steps.pid if a.steps else None)
+    return _per_step(a, implicit)
 
 
 def _json(a) -> dict:
