@@ -253,9 +253,10 @@ def fill(folder: Path, leave: int = 0) -> None:
 
 
 # ---------------------------------------------------------------- nothing left behind (issue 42)
-# Every process the suite starts inherits SUITE_MARK and a TMPDIR of the suite's own; at the end, a process still
-# carrying the mark, a file left in that TMPDIR, or a new entry in the real temporary folder (nsys writes some
-# there whatever TMPDIR says) fails the run, listed. pytest's own tmp_path folders (kept by design) are exempt.
+# Every process the suite starts inherits SUITE_MARK and a TMPDIR of the suite's own; at the end, what is left in
+# that TMPDIR and what is new in the real temporary folder (nsys writes some there whatever TMPDIR says) is listed
+# with the test it appeared during. A process still carrying the mark, or a file of the tool's or its nsys's
+# (THE_TOOLS), fails the run. pytest's own tmp_path folders (kept by design) are exempt.
 SUITE_MARK = "NVTX_TRACE_TEST_SUITE"
 REAL_TMP = Path(tempfile.gettempdir())
 SUITE_TMP = REAL_TMP / f"nvtx-trace-suite-{os.getpid()}"
@@ -274,7 +275,10 @@ def _isolate_tmp() -> None:
     os.environ["TMPDIR"] = str(SUITE_TMP)  # for the processes tests start; this one keeps REAL_TMP (cached above)
 
 
-KEPT_ON_PURPOSE = ("torchinductor_",)  # torch's compile cache outlives its program by design
+# Caches their owners keep on purpose: torch's compile cache, nsys's lock folder, Dask's scratch space.
+KEPT_ON_PURPOSE = ("torchinductor_", "nvidia", "dask-scratch-space")
+# What nvtx-trace and the nsys it drives make and must remove: one left is a defect of the tool, and fails the run.
+THE_TOOLS = ("nvtx-trace-", "injection_config_", "nsys_termination_status_", "nsys-report-")
 _SEEN_IN_TMP: dict[str, str] = {}  # what appeared in SUITE_TMP -> the test it appeared during
 
 
@@ -337,6 +341,8 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(SUITE_TMP, ignore_errors=True)
         return
     left = left_behind()
+    failing = [line for line in left if line.startswith("process still running") or
+               line.split(": ", 1)[1].startswith(THE_TOOLS)]
     for line in marked_processes():
         try:
             os.kill(int(line.split()[0]), signal.SIGKILL)
@@ -344,11 +350,15 @@ def pytest_sessionfinish(session, exitstatus):
             pass
     shutil.rmtree(SUITE_TMP, ignore_errors=True)
     if left:
-        lines = "\n".join(f"  {line}" for line in left)
-        message = f"\nthe suite left {len(left)} thing(s) behind (tests/conftest.py, left_behind):\n{lines}\n"
+        # The rest is the programs' own, left where a test killed them as a scheduler would (multiprocessing's
+        # pymp-*, torchrun's torchelastic_*), or the browser's under load: listed, not failed.
+        lines = "\n".join(f"  {'FAIL ' if line in failing else ''}{line}" for line in left)
+        message = (f"\nthe suite left {len(left)} thing(s) behind, {len(failing)} of them the tool's or a process "
+                   f"(tests/conftest.py, left_behind):\n{lines}\n")
         if _terminal_fd:
             os.write(_terminal_fd[0], message.encode())
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if failing:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 # ---------------------------------------------------------------- markers, so that a unit loop needs no name lists

@@ -126,10 +126,16 @@ def test_an_nsys_that_never_finishes_after_the_program_ended_is_ended_and_said_s
     by itself now and then (its agent spinning). With the limit at 8 s, run ends nsys and its agent, says so in
     one line, exits 5, and leaves no report and nothing running."""
     began = time.monotonic()
+    configs = set(Path("/tmp").glob("injection_config_*"))
+    tmp = tmp_path / "tmp"  # the user's TMPDIR
+    tmp.mkdir()
     proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx", "--full",
                            str(STOPS_AGENT)], cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "NVTX_TRACE_NSYS_STALL_S": "8",
+                          env={**os.environ, "NVTX_TRACE_NSYS_STALL_S": "8", "TMPDIR": str(tmp),
                                "NVTX_TRACE_HISTORY": str(tmp_path / "history.sqlite")})
+    # what nsys keeps in /tmp for the program, and its termination status, went with the nsys the tool ended
+    assert not set(Path("/tmp").glob("injection_config_*")) - configs
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith(("nsys_", "nvtx-trace-"))], list(tmp.iterdir())
     took = time.monotonic() - began
     agent = int(re.search(r"stopped nsys's agent \(pid (\d+)\)", proc.stdout).group(1))
     left = [pid for pid, _, _ in processes.live_processes() if str(tmp_path) in cmdline(pid)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from nvtx_trace.capture import interrupts, lifeline, own_output, stuck
+from nvtx_trace.capture import interrupts, lifeline, nsys_files, own_output, stuck
 from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
 from nvtx_trace.capture.paths import stem_of, with_suffix
@@ -199,6 +199,8 @@ def profile(
     # nsys in a group of its own: a terminal's Ctrl-C reaches it once, through us (a second makes it drop the
     # report). The guard's handlers are in place before it starts: a signal while it starts waits for it.
     group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    proc = capture = None
+    began = time.time()
     try:
         with interrupts.guarded(progress) as guard:
             guard.notice = progress or guard.notice
@@ -254,6 +256,10 @@ def profile(
                 interrupts.stage("as nsys ended")
                 guard.stop(capture.late)
     finally:
+        if proc is not None:  # what nsys keeps in /tmp for the program, left when either was ended early
+            ranks = capture.watch.profilers if launcher and capture is not None else ()
+            nsys_files.remove_leftovers({proc.pid, *ranks}, since=began,
+                                        folders=(env.get(own_output.TMPDIR_ENV), scratch))
         made = [p for p in _files_of(stem, (".nsys-rep", ".qdstrm")) if p.exists() and p.stat().st_size > 0]
         raw = _raw_captures(scratch) if scratch is not None and not made else []
         if scratch is not None and not raw:  # after nsys and its agent ended (or failed to start)

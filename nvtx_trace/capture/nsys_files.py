@@ -1,0 +1,56 @@
+"""What nsys leaves in the temporary folders when it, or the program it injected, is ended before its own
+clean-up: the injection configs it writes to /tmp for the program (named in the program's environment,
+QUADD_INJECTION_CONFIG and QUADD_CUDA_CONFIG) and its termination-status files. nvtx-trace removes those of the
+nsys it ran, once nothing alive still names them; the watchdog (_watchdog.py) does the same after a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+CONFIG_RE = re.compile(r"^injection_config_[0-9a-f]{8}$")
+CONFIG_VARS = (b"QUADD_INJECTION_CONFIG=", b"QUADD_CUDA_CONFIG=")
+
+
+def in_use() -> set[str]:
+    """Injection configs some live process still names (another nsys's program, still running)."""
+    used = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")) if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(CONFIG_VARS):
+                used.add(item.split(b"=", 1)[1].decode("utf-8", "replace"))
+    return used
+
+
+def remove_leftovers(nsys_pids, since: float, folders=()) -> list[Path]:
+    """Remove the injection configs made since ``since`` (epoch seconds) that no live process names, and the
+    termination-status files of ``nsys_pids`` in /tmp and ``folders``; returns what was removed."""
+    removed = []
+    try:
+        configs = [p for p in Path("/tmp").iterdir() if CONFIG_RE.match(p.name)]
+    except OSError:
+        configs = []
+    used = in_use() if configs else set()
+    for path in configs:
+        try:
+            if path.stat().st_mtime >= since - 1 and str(path) not in used:
+                path.unlink()
+                removed.append(path)
+        except OSError:
+            continue
+    for folder in {"/tmp", *map(str, filter(None, folders))}:
+        for pid in nsys_pids:
+            path = Path(folder) / f"nsys_termination_status_{pid}"
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError:
+                continue
+    return removed
