@@ -41,10 +41,11 @@ def importlib_ok(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def start_run(work: Path, *extra: str) -> subprocess.Popen:
+def start_run(work: Path, *extra: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx",
                              "--full", *extra, str(SLOW), "--steps", "3000"], cwd=work, text=True, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, **(env or {})})
 
 
 def wait_for(child: subprocess.Popen, marker: str) -> list[str]:
@@ -90,8 +91,14 @@ def test_sigterm_to_the_tool_stops_the_program_and_keeps_the_report(ready, tmp_p
 def test_nsys_killed_mid_capture_is_one_line_naming_the_program_left_running(ready, tmp_path):
     """nsys killed by someone else: the program is left alone (not ours to stop) and the line names the command
     that stops it; run as given, that command does (nsys's launcher put the program in a group of its own, so
-    nsys's group is the wrong one)."""
-    child = start_run(tmp_path)
+    nsys's group is the wrong one). With nsys dead, what it kept for the program (its private folder, the
+    program's injection config) is nobody's to remove but the test's: it gets a TMPDIR of its own."""
+    from nvtx_trace.capture import nsys_files
+
+    began = time.time()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    child = start_run(tmp_path, env={"TMPDIR": str(tmp)})
     nsys_pid, groups = None, []
     try:
         seen = wait_for(child, "step 5 ")
@@ -114,6 +121,8 @@ def test_nsys_killed_mid_capture_is_one_line_naming_the_program_left_running(rea
                 pass
         for agent in agents_of(nsys_pid) if nsys_pid else ():
             os.kill(agent, signal.SIGKILL)
+        time.sleep(0.5)  # the program's processes gone, its injection config is named by no one
+        nsys_files.remove_leftovers({nsys_pid} if nsys_pid else set(), since=began, folders=(tmp,))
     err = "".join(seen) + err
     assert child.returncode == 5, err[-3000:]
     assert line.startswith("nvtx-trace: nsys was killed (SIGKILL) while profiling") and "left alone" in line, line

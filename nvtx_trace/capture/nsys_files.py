@@ -30,8 +30,9 @@ def in_use() -> set[str]:
 
 
 def remove_leftovers(nsys_pids, since: float, folders=()) -> list[Path]:
-    """Remove the injection configs made since ``since`` (epoch seconds) that no live process names, and the
-    termination-status files of ``nsys_pids`` in /tmp and ``folders``; returns what was removed."""
+    """Remove the injection configs made since ``since`` (epoch seconds) that no live process names, and in /tmp
+    and ``folders`` the termination-status files of ``nsys_pids`` or of processes that ended since; returns what
+    was removed."""
     removed = []
     try:
         configs = [p for p in Path("/tmp").iterdir() if CONFIG_RE.match(p.name)]
@@ -46,11 +47,27 @@ def remove_leftovers(nsys_pids, since: float, folders=()) -> list[Path]:
         except OSError:
             continue
     for folder in {"/tmp", *map(str, filter(None, folders))}:
-        for pid in nsys_pids:
-            path = Path(folder) / f"nsys_termination_status_{pid}"
+        try:
+            found = list(Path(folder).glob("nsys_termination_status_*"))
+        except OSError:
+            continue
+        for path in found:  # named after a process of that nsys (its launcher's, a rank's): removed once it ended
+            pid = path.name.rsplit("_", 1)[-1]
             try:
-                path.unlink()
-                removed.append(path)
-            except OSError:
+                mine = int(pid) in nsys_pids or (path.stat().st_mtime >= since - 1 and not _alive(int(pid)))
+                if mine:
+                    path.unlink()
+                    removed.append(path)
+            except (OSError, ValueError):
                 continue
     return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

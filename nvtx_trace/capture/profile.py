@@ -257,9 +257,9 @@ def profile(
                 guard.stop(capture.late)
     finally:
         if proc is not None:  # what nsys keeps in /tmp for the program, left when either was ended early
-            ranks = capture.watch.profilers if launcher and capture is not None else ()
-            nsys_files.remove_leftovers({proc.pid, *ranks}, since=began,
-                                        folders=(env.get(own_output.TMPDIR_ENV), scratch))
+            rank_nsys = capture.watch.profilers if launcher and capture is not None else ()
+            nsys_files.remove_leftovers({proc.pid, *rank_nsys}, since=began,
+                                        folders=(env.get(own_output.TMPDIR_ENV), env.get("TMPDIR"), scratch))
         made = [p for p in _files_of(stem, (".nsys-rep", ".qdstrm")) if p.exists() and p.stat().st_size > 0]
         raw = _raw_captures(scratch) if scratch is not None and not made else []
         if scratch is not None and not raw:  # after nsys and its agent ended (or failed to start)
