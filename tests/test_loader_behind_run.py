@@ -74,11 +74,14 @@ def test_a_loop_that_loads_its_own_batches_is_told_how_many_workers_within_the_c
     installed_nsys()
     if not shutil.which("taskset"):
         pytest.skip("taskset not installed")
+    from conftest import again_after_nsys_fault
+
     out = tmp_path / "run"
-    proc = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "nvtx_trace.cli", "run", "--no-history",
-                           "--out", str(out), str(ROOT / "programs" / "slow_loader_train.py"), "--workers", "0",
-                           "--sleep-fetch", "--work-ms", "5", "--batch", "4", "--step-ms", "2", "--steps", "3000"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    proc = again_after_nsys_fault(lambda: subprocess.run(
+        ["taskset", "-c", "0", sys.executable, "-m", "nvtx_trace.cli", "run", "--no-history", "--out", str(out),
+         str(ROOT / "programs" / "slow_loader_train.py"), "--workers", "0", "--sleep-fetch", "--work-ms", "5",
+         "--batch", "4", "--step-ms", "2", "--steps", "3000"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL), clear=out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = json.loads((out / "summary.json").read_text())
     assert d["settings"]["cpus_allowed"] == 1 and d["settings"]["cpus_host"] == os.cpu_count()

@@ -188,9 +188,6 @@ def profile(
             env[own_output.ENV] = handover.address
         except (OSError, AttributeError):  # no abstract Unix sockets here: nsys's stream is sorted instead
             handover = None
-    if handover is not None:  # nsys's own temporary files (its raw capture while it records, /tmp/nsys-report-*)
-        scratch = _scratch(env)  # go to a folder of ours, removed when it ends, however it ended; the program
-        # starts through own_output, which gives it the user's TMPDIR back
     cmd = profile_command(nsys, stem, trace, extra, argv, own_output_python=sys.executable if handover else None,
                           launcher=launcher)
     if log is not None:
@@ -202,6 +199,10 @@ def profile(
     proc = capture = None
     began = time.time()
     try:
+        if handover is not None:  # nsys's own temporary files (its raw capture while it records,
+            # /tmp/nsys-report-*) go to a folder of ours, removed when it ends, however it ended (a signal before
+            # nsys starts included); the program starts through own_output, which gives it the user's TMPDIR back
+            scratch = _scratch(env)
         with interrupts.guarded(progress) as guard:
             guard.notice = progress or guard.notice
             interrupts.stage("while nsys was starting")
