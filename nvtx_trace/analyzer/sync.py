@@ -37,16 +37,22 @@ class SyncResult:
         return iv.total(self.wait_set)
 
 
-def locations(sync: SyncResult, window: tuple[int, int] | None, steps: int, pid: int | None = None) -> pd.DataFrame:
-    """The lines that asked for a sync (nvtx_autotrace's ``sync WHAT at FILE:LINE`` ranges), in the window of
-    the training process: what, where, calls and the time the host was blocked, per steady step; largest
-    first. Empty without such ranges (captured before they named their line, or not under nvtx_autotrace)."""
-    cols = ["what", "where", "count_per_step", "blocked_ns_per_step"]
+def _of(sync: SyncResult, window: tuple[int, int] | None, pid: int | None) -> pd.DataFrame:
+    """The sync calls begun in ``window`` by process ``pid`` (either None: all)."""
     calls = sync.calls
     if window is not None:
         calls = calls[(calls["start_ns"] >= window[0]) & (calls["start_ns"] < window[1])]
     if pid is not None and "pid" in calls:
         calls = calls[calls["pid"] == pid]
+    return calls
+
+
+def locations(sync: SyncResult, window: tuple[int, int] | None, steps: int, pid: int | None = None) -> pd.DataFrame:
+    """The lines that asked for a sync (nvtx_autotrace's ``sync WHAT at FILE:LINE`` ranges), in the window of
+    the training process: what, where, calls and the time the host was blocked, per steady step; largest
+    first. Empty without such ranges (captured before they named their line, or not under nvtx_autotrace)."""
+    cols = ["what", "where", "count_per_step", "blocked_ns_per_step"]
+    calls = _of(sync, window, pid)
     found = calls["range"].astype(str).str.extract(names.SYNC_SITE_RE) if len(calls) else None
     if found is None or found["where"].isna().all() or steps <= 0:
         return pd.DataFrame(columns=cols)
@@ -64,11 +70,7 @@ def implicit(sync: SyncResult, window: tuple[int, int] | None, steps: int, pid: 
     largest first. Calls inside nvtx_autotrace's sync and copy ranges, and cudaFree (the allocator's), are not
     these. Empty without sync-site ranges in the report: there every call would be implicit."""
     cols = ["api", "range", "count_per_step", "blocked_ns_per_step"]
-    calls = sync.calls
-    if window is not None:
-        calls = calls[(calls["start_ns"] >= window[0]) & (calls["start_ns"] < window[1])]
-    if pid is not None and "pid" in calls:
-        calls = calls[calls["pid"] == pid]
+    calls = _of(sync, window, pid)
     labels = calls["range"].astype(str)
     if steps <= 0 or not labels.str.match(names.SYNC_SITE_RE).any():
         return pd.DataFrame(columns=cols)

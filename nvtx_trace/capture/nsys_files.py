@@ -10,6 +10,8 @@ import os
 import re
 from pathlib import Path
 
+from nvtx_trace.capture.processes import alive
+
 CONFIG_RE = re.compile(r"^injection_config_[0-9a-f]{8}$")
 CONFIG_VARS = (b"QUADD_INJECTION_CONFIG=", b"QUADD_CUDA_CONFIG=")
 
@@ -54,7 +56,7 @@ def remove_leftovers(nsys_pids, since: float, folders=()) -> list[Path]:
         for path in found:  # named after a process of that nsys (its launcher's, a rank's): removed once it ended
             pid = path.name.rsplit("_", 1)[-1]
             try:
-                mine = int(pid) in nsys_pids or (path.stat().st_mtime >= since - 1 and not _alive(int(pid)))
+                mine = int(pid) in nsys_pids or (path.stat().st_mtime >= since - 1 and not alive(int(pid)))
                 if mine:
                     path.unlink()
                     removed.append(path)
@@ -62,12 +64,3 @@ def remove_leftovers(nsys_pids, since: float, folders=()) -> list[Path]:
                 continue
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
