@@ -1,8 +1,11 @@
 """Has nsys stopped finishing its report? The program has ended, nsys still runs, and nothing it writes grows.
 
-Why: nsys 2022.4 (Debian's) now and then never returns after the program ends: its agent spins at 100 % of a
-core and the raw capture in the temporary folder stops growing (seen here in 1 of 3 to 1 of 10 runs of short
-programs). Without a limit ``run`` waits for ever, and the spinning agent slows whatever runs next. Progress is
+Why: nsys 2022.4 (Debian's) can never return after the program ends: its agent spins at 100 % of a core on
+the hang-up of its perf-event descriptors (CPU sampling, context switches; strace: ``epoll_wait`` returning
+EPOLLHUP on them, for ever) and the raw capture in the temporary folder stops growing. With sampling on and a
+busy CPU beside it, every one-second program hung (4 of 4 on the 2-core VM); ``run`` turns sampling off, so this
+is left for ``--nsys-args`` that turn it on, and for whatever else hangs an nsys. Without a limit ``run`` waits
+for ever, and the spinning agent slows whatever runs next. Progress is
 read from the files nsys writes (the report's own and its temporary ``nsys-report-*.qdstrm``), not from its
 CPU time: the stuck agent burns CPU too.
 """
@@ -106,5 +109,5 @@ class Finishing:
         after = "its program ended" if ranks else "the program ended"
         kept = "" if ranks else ": no report was written"
         return (f"{what} for {self.stuck_for:.0f} s after {after} (nothing written; {STALL_ENV} sets the limit) "
-                f"and was ended with its agent{kept}. Run again (nsys 2022.4 was seen to hang so now and then "
-                "after short programs)")
+                f"and was ended with its agent{kept}. Run again (nsys 2022.4 hangs so after short programs when it "
+                "samples the CPUs, -s cpu or --cpuctxsw, on a busy machine)")
