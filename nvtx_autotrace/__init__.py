@@ -58,13 +58,14 @@ def _install(opts: Options, ranges: bool) -> None:
         steps.configure(active=True, emit=False)
         optim.install(emit_ranges=False)
         return
-    from nvtx_autotrace import autograd, budget, copies, dataloader, modules, settings, syncs
+    from nvtx_autotrace import autograd, budget, copies, dataloader, modules, settings, sites, syncs
 
     steps.configure(active=True, emit=opts.steps)
     if opts.settings:
         settings.install()
     optim.install(emit_ranges=opts.optimizer, note_zero_grad=settings.saw_zero_grad if opts.settings else None)
     autograd.install(emit_backward=True)
+    _registry.on_undo(sites.forget_modules)
     if opts.modules and opts.module_depth is None:
         budget.install(opts.budget_pct, opts.backward_modules)
     elif opts.modules:

@@ -20,7 +20,7 @@ import weakref
 
 import torch
 
-from nvtx_autotrace import _backend, _registry, autograd
+from nvtx_autotrace import _backend, _registry, autograd, sites
 from nvtx_autotrace._compile import compiling
 
 _slots: dict[int, "Slot"] = {}  # id(module) -> slot
@@ -31,7 +31,7 @@ class Slot:
     """What one module instance's calls do: count, range its forward, and maybe its backward."""
 
     __slots__ = ("ref", "owner", "forward", "backward", "ranged", "with_backward", "counting", "calls",
-                 "grad_calls", "depth")
+                 "grad_calls", "depth", "sited")
 
     def __init__(self, module, owner: type, forward: str, backward: str, depth: int):
         self.ref = weakref.ref(module)
@@ -39,6 +39,7 @@ class Slot:
         self.forward, self.backward, self.depth = forward, backward, depth
         self.ranged = self.with_backward = self.counting = False
         self.calls = self.grad_calls = 0
+        self.sited = False  # the line of its first ranged call noted (sites.note_module)
 
 
 def wrapped_attribute(module) -> tuple[type, str] | None:
@@ -64,6 +65,8 @@ def _enter(slot: Slot, args):
             slot.grad_calls += 1
     if not slot.ranged:
         return False, None
+    if not slot.sited:  # 2: past the forward wrapper, to the torch frame that called it
+        slot.sited = sites.note_module(slot.forward, 2)
     node = autograd.input_node(args) if slot.with_backward and torch.is_grad_enabled() else None
     _backend.push(slot.forward)
     return True, node

@@ -6,7 +6,8 @@ this thread; its ``named_modules()`` is read once into a table
 ``id(child) -> (names, depth)``, so a child's call costs one dict lookup. A
 module shared between two places keeps its first path (named_modules order).
 Wrappers (DDP, DataParallel, torch.compile's OptimizedModule) are seen through:
-``module.layer1`` is named ``layer1``.
+``module.layer1`` is named ``layer1``. A ranged module's first call notes the line that called it
+(``sites.note_module``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import weakref
 
 import torch
 
-from nvtx_autotrace import _backend, _registry, autograd, steps
+from nvtx_autotrace import _backend, _registry, autograd, sites, steps
 from nvtx_autotrace._compile import compiling
 from nvtx_trace import names
 
@@ -34,7 +35,7 @@ _tables: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDic
 class _Entry:
     """What a module call needs, computed once per (root, module)."""
 
-    __slots__ = ("module", "path", "depth", "forward", "backward")
+    __slots__ = ("module", "path", "depth", "forward", "backward", "sited")
 
     def __init__(self, module, path: str):
         self.module = module
@@ -43,6 +44,7 @@ class _Entry:
         cls = type(module).__name__
         self.forward = names.forward(path, cls)
         self.backward = names.module_backward(path, cls)
+        self.sited = False  # its call's line noted (once: the first call)
 
 
 def _wrapper_prefix(root) -> str:
@@ -118,6 +120,8 @@ class _Hooks:
         emit = self.max_depth < 0 or entry.depth <= self.max_depth
         node = None
         if emit:
+            if not entry.sited:
+                entry.sited = sites.note_module(entry.forward, 2)  # 2: past the guard, to torch's call
             _backend.push(entry.forward)
             if self.backward_modules and torch.is_grad_enabled():
                 node = autograd.input_node(args)

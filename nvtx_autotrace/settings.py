@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from nvtx_autotrace import _backend, _registry, steps
+from nvtx_autotrace import _backend, _registry, sites, steps
 from nvtx_trace import names
 
 MAX_EXAMPLES = 3  # module paths named per pattern (conv bias before batch norm)
@@ -112,6 +112,7 @@ def read_dynamic() -> dict:
         "anomaly_detection": bool(torch.is_anomaly_enabled()),
         "autograd_profiler": _profiler_type(),
         **({"device_peak_allocated_bytes": device["peak_allocated_bytes"]} if device else {}),
+        **({"module_sites": called} if (called := sites.module_sites()) else {}),
         **_seen.get("notes", {}),
     }
 
@@ -137,7 +138,7 @@ def read_static() -> dict:
         "framework": _framework(found),
         **_cpus(),
         "conv_bias_before_bn": _conv_bias_before_bn(roots),
-        "cwd": _cwd(),  # where the lines of syncs and copies (sites.py) are named from
+        "cwd": _cwd(),  # where the lines of syncs, copies and modules (sites.py) are named from
     }
 
 

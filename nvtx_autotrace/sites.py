@@ -6,6 +6,9 @@ synchronize) has no such line. Each line's text is made once and kept: the path 
 file is under it (``train.py:87``, ``src/loop.py:12``), from its package's root where it is installed
 (``lightning/pytorch/core/module.py:512``), else whole. A framework's generic helpers (its ``utilities``) are
 passed over for the framework line that called them. NVTX_AUTOTRACE_SITES=0 names no line (to measure the cost).
+
+A ranged module's first call notes the line that called it (``module_sites``, written with the settings record):
+a finding about one module's kernels (layout transposes) can then say where in the program that module runs.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import sys
 
 import torch
 
+from nvtx_trace import names
+
 _OURS = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _NOT_THE_CALLER = (os.path.dirname(torch.__file__) + os.sep, _OURS)
 _REGISTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_registry.py")
@@ -22,6 +27,8 @@ _texts: dict[tuple, str] = {}  # (code object, line) -> "file:line"
 MAX_LINES = 4096  # distinct lines kept; beyond, none is named (a generated loop would grow the table for ever)
 OURS = object()  # the caller is nvtx_autotrace itself
 ENABLED = os.environ.get("NVTX_AUTOTRACE_SITES", "1").strip() != "0"
+_modules: dict[str, str] = {}  # "layer1.0.conv1 (Conv2d)" -> "file:line" of its first call
+MAX_MODULES = 1024  # the settings record stays small on a model of thousands of modules
 _PACKAGE_ROOTS = tuple(sorted({p.rstrip(os.sep) + os.sep for p in sys.path if p.endswith(("site-packages", "dist-packages"))},
                               key=len, reverse=True))
 
@@ -81,3 +88,25 @@ def caller(depth: int = 2):
             return None
         text = _texts[key] = f"{shown(frame.f_code.co_filename)}:{frame.f_lineno}"
     return text
+
+
+def note_module(forward_range: str, depth: int) -> bool:
+    """Note the line that called a module (its range name ``forward PATH (Class)``): the first frame outside torch
+    from ``depth`` frames above the function that asks. True: noted, or never to be (asked once per module)."""
+    if not forward_range.startswith(names.FORWARD_PREFIX):  # the budget's calibration probes: not the program's
+        return True
+    label = forward_range[len(names.FORWARD_PREFIX):]
+    if label not in _modules and len(_modules) < MAX_MODULES:
+        where = caller(depth + 2)
+        if isinstance(where, str):
+            _modules[label] = where
+    return True
+
+
+def module_sites() -> dict[str, str]:
+    """``{"layer1.0.conv1 (Conv2d)": "torchvision/models/resnet.py:92"}`` for the ranged modules called so far."""
+    return dict(_modules)
+
+
+def forget_modules() -> None:
+    _modules.clear()

@@ -11,7 +11,9 @@ What stays byte-identical, so every analysis result is unchanged: the event
 tables (``CUPTI_*``, ``NVTX_*``, ``OSRT_API``, ...), ``ThreadNames``,
 ``ENUM_*``, ``ANALYSIS_DETAILS``, ``TARGET_INFO_GPU`` (all but ``uuid``), pids,
 the metadata version keys, and every ``StringIds`` entry that an event table
-references (kernel, API, NVTX and thread names). Rows are replaced rather than
+references (kernel, API, NVTX and thread names), but for the paths nvtx_autotrace's own ranges carry (the
+folder its settings record names, a ``file:line`` outside that folder), cut to basenames like every other
+path: they name the user's home. Rows are replaced rather than
 deleted wherever an id points at them; only environment rows of the metadata
 tables, which nothing references, are deleted.
 
@@ -31,6 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvtx_trace import names
 from nvtx_trace.analyzer.opening import open_export
 from nvtx_trace.errors import BadReportError
 from nvtx_trace.report.outputs import cannot_write, check_outputs
@@ -71,6 +74,10 @@ SYSTEM_ENV_RULES = {"DeviceEnvironment": ENV, "Hostname": HOST, "SystemUID": IDS
 _REF = re.compile(r"^\s*(\w+)\s+\w+[^\n]*REFERENCES\s+StringIds\s*\(", re.M)
 _ENV_START = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASS|KEY|AUTH|CRED|COOKIE|SESSION|PRIVATE|SIGNATURE|DSN|WEBHOOK", re.I)
+# nvtx_autotrace's ranges that may carry a path of the user's: the settings record's folder, lines of syncs,
+# copies and DataLoader creation sites outside that folder
+PATH_CARRYING_RANGES = (names.SETTINGS_PREFIX, names.SYNC_PREFIX, names.H2D_COPY_PREFIX, names.LOADER_WAIT_PREFIX,
+                        names.WORKER_FETCH_PREFIX)
 _UNIX_PATH = re.compile(r"(?<![\w.~/-])(?:/[\w.+~@%-]+)+/?")
 _WIN_PATH = re.compile(r"\b[A-Za-z]:\\(?:[^\\\s'\"<>|:;]+\\)*([^\\\s'\"<>|:;]*)")
 _UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
@@ -247,6 +254,8 @@ class _Redactor:
         self._metadata()
         self._system_env()
         self._strings()
+        if self.has("NVTX_EVENTS", "text"):  # older exports keep range names inline
+            self._rewrite("NVTX_EVENTS", "text", self._autotrace_paths)
         if self.has("PROCESSES", "name"):  # process names are analysis data: only paths become basenames
             self._rewrite("PROCESSES", "name", self._path_only)
         for table in self.tables:
@@ -256,6 +265,12 @@ class _Redactor:
             for col, ctype in self.columns(table):
                 if "TEXT" in ctype or ctype in ("", "VARCHAR", "STRING"):
                     self._rewrite(table, col, self.scrub.text)
+
+    def _autotrace_paths(self, value: str) -> tuple[str, set]:
+        """nvtx_autotrace's ranges that carry the user's paths: only those paths become basenames."""
+        if not value.startswith(PATH_CARRYING_RANGES):
+            return value, set()
+        return self._path_only(value)
 
     def _path_only(self, value: str) -> tuple[str, set]:
         hits: set = set()
@@ -349,7 +364,13 @@ class _Redactor:
                     keep |= ids
         updates = []
         for sid, value in self.db.execute("SELECT id, value FROM StringIds"):
-            if sid in keep or not isinstance(value, str):
+            if not isinstance(value, str):
+                continue
+            if sid in keep:
+                new, hits = self._autotrace_paths(value)
+                if new != value:
+                    updates.append((new, sid))
+                    self.counts.update(hits)
                 continue
             if sid in output:
                 new, hits = (REDACTED, {OUTPUT}) if value not in ("", REDACTED) else (value, set())

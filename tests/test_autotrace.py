@@ -115,6 +115,30 @@ def test_module_depth_limits_names_but_not_roots(at, torch):
     assert not any(n.startswith(("forward blocks.", "backward blocks.")) for n in got)
 
 
+def test_global_module_hooks_note_each_module_s_calling_line_too(at, torch):
+    """The module ranges set by hand (global hooks, NVTX_AUTOTRACE_MODULE_DEPTH) note the same lines as the
+    budget's class wrappers (tests/test_autotrace_budget.py): the settings record's module_sites."""
+    import json
+    import os
+
+    from nvtx_trace import names
+
+    at.install(enabled="1", module_depth=-1)
+    mod = cpu_train()
+    mod.train(steps=3, workers=0)
+    source = Path(mod.__file__)
+    lines = source.read_text().splitlines()
+    at_line = {text: f"{os.path.relpath(source)}:{lines.index(text) + 1}"
+               for text in ("        return self.head(self.blocks(F.relu(self.stem(x))))",
+                            "        return x + self.fc2(self.act(self.fc1(x)))")}
+    records = [json.loads(n[len(names.SETTINGS_PREFIX):]) for n in at.recorder.names()
+               if n.startswith(names.SETTINGS_PREFIX)]
+    sites = records[-1]["module_sites"]  # as written into the trace
+    assert sites["stem (Linear)"] == at_line["        return self.head(self.blocks(F.relu(self.stem(x))))"]
+    assert sites["blocks.1.act (ReLU)"] == at_line["        return x + self.fc2(self.act(self.fc1(x)))"]
+    assert sites["(TinyNet)"].startswith(os.path.relpath(source) + ":") and len(sites) == 12
+
+
 def test_backward_modules_option_off(at, torch):
     at.install(enabled="1", backward_modules=False)
     cpu_train().train(steps=1, workers=0)

@@ -9,6 +9,7 @@ import io
 import json
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -206,3 +207,35 @@ def test_jit_script_and_a_new_model_after_the_first(at, torch):
     gc.collect()
     train(torch, tiny(torch), 1)  # the next boundary drops the dead model's slots and unwraps its classes
     assert torch.nn.Linear.forward is plain_linear_forward
+
+
+def test_each_ranged_module_notes_the_line_that_called_it_once_for_the_settings_record(at, torch):
+    """Issue 43, item 4: a ranged module's first call notes the line that called it (the first frame outside torch
+    and nvtx_autotrace: a Sequential's children are called by torch, so their line is the Sequential's caller's);
+    the settings record carries them, and uninstall forgets them. Lines checked against the program's source."""
+    import os
+
+    import cpu_train
+
+    from nvtx_autotrace import settings, sites
+
+    at.install(enabled="1", budget_pct=100)
+    train(torch, tiny(torch), 5)
+    source = Path(cpu_train.__file__)
+
+    def line_of(text: str) -> str:
+        n = next(n for n, line in enumerate(source.read_text().splitlines(), 1) if text in line)
+        return f"{os.path.relpath(source)}:{n}"
+
+    got = sites.module_sites()
+    assert len(got) == 12, got  # every ranged module (TinyNet: 12), each once
+    root_call = line_of("return self.head(self.blocks(F.relu(self.stem(x))))")
+    assert got["stem (Linear)"] == got["blocks (Sequential)"] == got["head (Linear)"] == root_call
+    assert got["blocks.0 (Block)"] == got["blocks.1 (Block)"] == root_call  # called by Sequential, in torch
+    assert got["blocks.0.fc1 (Linear)"] == got["blocks.1.fc2 (Linear)"] == line_of("return x + self.fc2(self.act(")
+    train_line = next(n for n, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+                      if "loss = run(x).square().mean()" in line)
+    assert got["(TinyNet)"] == f"{os.path.relpath(__file__)}:{train_line}"
+    assert settings.read_dynamic()["module_sites"] == got
+    at.uninstall()
+    assert sites.module_sites() == {} and "module_sites" not in settings.read_dynamic()

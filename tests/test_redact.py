@@ -13,6 +13,7 @@ import importlib.util
 import os
 import re
 import secrets
+import shutil
 import sqlite3
 import sys
 from pathlib import Path
@@ -326,3 +327,25 @@ def test_cli_names_the_output_after_the_input_by_default(small_export, capsys):
     assert cli.main(["redact", str(small_export)]) == 0
     assert small_export.with_name("tiny.redacted.sqlite").exists()
     assert "Wrote" in capsys.readouterr().err
+
+
+def test_the_folder_and_lines_in_nvtx_autotrace_s_own_ranges_are_cut_to_basenames(tmp_path):
+    """Range names stay (they are the analysis), but the settings record names the folder the program ran in and a
+    sync's or copy's line may name a file outside it: both can hold the user's home. The layout sample, with its
+    record's folder put back as a user's would read, and one of its names given an absolute file."""
+    sample = tmp_path / "user.sqlite"
+    shutil.copy(SAMPLES / "layout_sites_h200.sqlite", sample)
+    db = sqlite3.connect(sample)
+    db.execute("""UPDATE StringIds SET value = replace(value, '"cwd":"main"', '"cwd":"/home/alice/proj"')
+                  WHERE value LIKE 'nvtx_autotrace.settings %'""")
+    db.execute("""UPDATE StringIds SET value = replace(value, ' at programs/', ' at /home/alice/proj/programs/')
+                  WHERE value LIKE 'sync item at %'""")
+    db.commit()
+    db.close()
+    assert b"/home/alice/proj" in sample.read_bytes()  # the test's own premise
+    out = tmp_path / "shared.sqlite"
+    summary = redact(sample, out)
+    assert summary.counts["absolute paths"] >= 2 and b"alice" not in out.read_bytes()
+    names = [v for (v,) in connect(out).execute("SELECT value FROM StringIds")]
+    assert any(v.startswith("nvtx_autotrace.settings ") and '"cwd":"proj"' in v for v in names)
+    assert any(v.startswith("sync item at resnet_train.py:") for v in names)

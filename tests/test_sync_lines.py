@@ -222,3 +222,49 @@ def test_lightning_s_own_syncs_and_copies_are_named_at_lightning_s_lines_not_its
     assert top["blocked_ns_per_step"] == pytest.approx(blocked, rel=0.10)
     copies = [r["where"] for r in summary["pageable_h2d"]["sources"] if r["where"]]
     assert copies and all(w.startswith("lightning/pytorch/core/hooks.py:") for w in copies), copies
+
+
+LAYOUT = ROOT / "sample_reports" / "layout_sites_h200.sqlite"  # programs/resnet_train.py --variant flawed, H200
+
+
+def settings_record_sql(sample: Path) -> dict:
+    """The training process's last settings record, read with SQL (the analyzer's reader not used)."""
+    import json
+
+    conn = sqlite3.connect(f"file:{sample}?mode=ro", uri=True)
+    try:
+        (text,) = conn.execute("""
+            SELECT COALESCE(n.text, s.value) AS name FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+            WHERE name LIKE 'nvtx_autotrace.settings %' ORDER BY n.start DESC LIMIT 1""").fetchone()
+    finally:
+        conn.close()
+    return json.loads(text[len("nvtx_autotrace.settings "):])
+
+
+def test_each_transposing_module_is_named_with_the_line_that_called_it():
+    """Issue 43, item 4: NCHW convolutions under fp16 autocast (cuDNN's transposes), each module's row with the line
+    that called it; checked against the settings record read by SQL and against the program's source (the stem's
+    conv at ResNet18.forward's first line, a block's conv1 at BasicBlock.forward's, the root at the loop's
+    `model(x)`, which its backward's transposes are attributed to)."""
+    from nvtx_trace.report import html
+
+    analysis = sample_analysis(LAYOUT)
+    rows = to_dict(analysis)["transposes"]["modules"]
+    sites = settings_record_sql(LAYOUT)["module_sites"]
+    assert rows and all(r["where"] == sites.get(r["module"]) for r in rows)
+    source = (ROOT / "programs" / "resnet_train.py").read_text().splitlines()
+
+    def line(where: str) -> str:
+        path, _, n = where.rpartition(":")
+        assert path == "programs/resnet_train.py", where  # named from the folder the program ran in
+        return source[int(n) - 1].strip()
+
+    named = {r["module"]: r["where"] for r in rows}
+    assert line(named["conv1 (Conv2d)"]) == "x = self.maxpool(F.relu(self.bn1(self.conv1(x))))"
+    assert line(named["layer1.0.conv1 (Conv2d)"]) == "out = F.relu(self.bn1(self.conv1(x)))"
+    assert line(named["layer2.0.downsample.0 (Conv2d)"]).startswith("identity = x if self.downsample is None")
+    assert "model(x)" in line(named["(ResNet18)"])
+    finding = next(f for f in analysis.findings if f.kind == "layout_transpose")
+    assert f"called at {named['(ResNet18)']}, {named['conv1 (Conv2d)']}" in finding.title
+    page = html.render(analysis)
+    assert "called at" in page and f"<code>{named['conv1 (Conv2d)']}</code>" in page  # redacted folder: no link

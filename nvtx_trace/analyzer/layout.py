@@ -44,7 +44,7 @@ class LayoutResult:
     time_ns: int
     kernel_time_ns: int
     by_kernel: pd.DataFrame  # name, count, time_ns
-    by_module: pd.DataFrame  # module, phase, count, time_ns, via_fallback
+    by_module: pd.DataFrame  # module, phase, count, time_ns, via_fallback, where (the line that called the module)
     nchw_batchnorm_ns: int = 0  # GPU time of NCHW batch-norm kernels (NCHW_BATCHNORM)
     batchnorm_saved_ns: int = 0  # of which channels_last's faster kernels would save (NCHW_BATCHNORM's factors)
 
@@ -68,9 +68,11 @@ def launch_filter(trace: Trace) -> tuple[str, str, list[int]] | None:
     return ("kernel", "name_id", ids) if ids else None
 
 
-def analyze_layout(trace: Trace, window: tuple[int, int] | None = None) -> LayoutResult:
+def analyze_layout(trace: Trace, window: tuple[int, int] | None = None,
+                   module_sites: dict | None = None) -> LayoutResult:
     """Transposes (and NCHW batch norm) among the kernels that start in ``window`` (the steady window every
-    finding is measured in), or in the whole trace without one."""
+    finding is measured in), or in the whole trace without one. ``module_sites``: the line that called each
+    module (the settings record's), so that each module's row says where the program runs it."""
     ops = trace.gpu_ops
     kernels = ops[ops["kind"].to_numpy() == 0]
     if window is not None:
@@ -91,14 +93,15 @@ def analyze_layout(trace: Trace, window: tuple[int, int] | None = None) -> Layou
     request = launch_filter(trace)
     if request is None:
         return LayoutResult(0, 0, kernel_time, per_name.iloc[:0], pd.DataFrame(
-            columns=["module", "phase", "count", "time_ns", "via_fallback"]), batchnorm, saved)
+            columns=["module", "phase", "count", "time_ns", "via_fallback", "where"]), batchnorm, saved)
     launches = trace.launches_of(*request)
     if window is not None:
         launches = launches[(launches["start_ns"] >= window[0]) & (launches["start_ns"] < window[1])]
         launches = launches.reset_index(drop=True)
     by_kernel = per_name[per_name["name"].map(is_transpose)].reset_index(drop=True)
     return LayoutResult(count=int(len(launches)), time_ns=int((launches["end_ns"] - launches["start_ns"]).sum()),
-                        kernel_time_ns=kernel_time, by_kernel=by_kernel, by_module=_by_module(trace, launches),
+                        kernel_time_ns=kernel_time, by_kernel=by_kernel,
+                        by_module=_by_module(trace, launches, module_sites or {}),
                         nchw_batchnorm_ns=batchnorm, batchnorm_saved_ns=saved)
 
 
@@ -115,7 +118,7 @@ def module_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     return ranges[~name_mask(ranges["name"], names.STEP_RE.match)].reset_index(drop=True)
 
 
-def _by_module(trace: Trace, launches: pd.DataFrame) -> pd.DataFrame:
+def _by_module(trace: Trace, launches: pd.DataFrame, module_sites: dict) -> pd.DataFrame:
     mods = module_ranges(trace.ranges)
     api_start = launches["api_start_ns"].to_numpy()
     api_gtid = launches["api_gtid"].to_numpy()
@@ -143,6 +146,9 @@ def _by_module(trace: Trace, launches: pd.DataFrame) -> pd.DataFrame:
     })
     # Ranges with the same label (one module called many times) fold into one row.
     out = df.groupby(["module", "phase"], as_index=False).sum()
+    # a backward's kernels come from the same module: its forward's call line is the one to change
+    out["where"] = pd.Series([module_sites.get(m) if isinstance(module_sites.get(m), str) else None
+                              for m in out["module"]], index=out.index, dtype=object)
     return out.sort_values("time_ns", ascending=False, ignore_index=True)
 
 

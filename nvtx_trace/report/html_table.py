@@ -40,7 +40,9 @@ def source_line(where: str, folder: str | None) -> str:
     path, _, line = str(where).rpartition(":")
     if not path or not line.isdigit():
         return esc(where)
-    full = path if path.startswith("/") else (f"{folder.rstrip('/')}/{path}" if folder else None)
+    # a redacted report's folder is a basename: no link to guess
+    full = path if path.startswith("/") else (f"{folder.rstrip('/')}/{path}" if folder and folder.startswith("/")
+                                              else None)
     if full is None:
         return f"<code>{esc(where)}</code>"
     from urllib.parse import quote

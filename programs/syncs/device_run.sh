@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 43 on the GPU machine: planted syncs and copies named by line, Lightning's logging syncs, nsys's Python
 # backtraces of CUDA calls (can this nsys, what it costs), the cost of naming lines (A/B under nsys), and the
-# ImageNet-style host-bound loop (by hand and under `try --advice`):
-#   source .device-carry/env.sh; bash programs/syncs/device_run.sh STAGE...   (stages: help syncs lightning pybt ab hostbound)
+# ImageNet-style host-bound loop (by hand and under `try --advice`), and the line of each transposing module:
+#   source .device-carry/env.sh; bash programs/syncs/device_run.sh STAGE...   (stages: help syncs lightning pybt ab hostbound layout)
 # Writes $OUT/<stage>/... and $OUT/<stage>.log.
 set -u
 O=${OUT:-/tmp/out}
@@ -68,6 +68,21 @@ PY
         done
         timeout 200 python3 $S/planted_syncs.py --steps 600 >"$O/$STAGE/r${R}_plain.txt" 2>&1
         echo "round $R plain: $(med "$O/$STAGE/r${R}_plain.txt")" >>"$L"
+      done ;;
+    layout)
+      # NCHW + fp16 autocast: cuDNN's transposes, each module's calling line from the settings record
+      R=programs/resnet_train.py
+      timeout 280 python3 -m nvtx_trace.cli run --no-history --out /tmp/layout --force $R --variant flawed --steps 60 \
+        --workers 8 --sample-ms 0.2 >>"$L" 2>&1
+      echo "== exit $? at ${SECONDS}s" >>"$L"
+      cp /tmp/layout/summary.json "$O/$STAGE/summary.json"; xz -T0 -c /tmp/layout/report.sqlite >"$O/$STAGE/report.sqlite.xz"
+      for Q in 1 2; do
+        for F in 1 0; do
+          NVTX_AUTOTRACE_SITES=$F NVTX_AUTOTRACE_MODULE_DEPTH=-1 timeout 200 "$NSYS_BIN" profile -t cuda,nvtx \
+            --force-overwrite true -o /tmp/lab python3 -m nvtx_autotrace $R --variant flawed --steps 80 --workers 8 \
+            --sample-ms 0.2 >"$O/$STAGE/r${Q}_sites$F.txt" 2>&1
+          echo "round $Q sites=$F: $(grep -h "median" "$O/$STAGE/r${Q}_sites$F.txt" | tail -1)" >>"$L"
+        done
       done ;;
     hostbound)
       for R in 1 2; do

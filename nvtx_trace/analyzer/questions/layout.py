@@ -11,7 +11,8 @@ from nvtx_trace.analyzer.questions.idle import gpu_missing
 def _run(ctx: Context) -> None:
     if ctx.trace.has_gpu_activity:
         w = ctx.result.window
-        ctx.result.layout = analyze_layout(ctx.trace, (w["start_ns"], w["end_ns"]) if w else None)
+        ctx.result.layout = analyze_layout(ctx.trace, (w["start_ns"], w["end_ns"]) if w else None,
+                                           (ctx.result.settings or {}).get("module_sites"))
     else:
         ctx.result.skipped["layout_transpose"] = gpu_missing(ctx)
 
@@ -35,10 +36,12 @@ def _findings(a, basis) -> list[Finding]:
         return []
     mods = lay.by_module.head(5)
     where = ", ".join(f"{m} [{p}]" for m, p in zip(mods["module"], mods["phase"]))
+    called = list(dict.fromkeys(w for w in mods["where"] if isinstance(w, str)))[:3]
     return [Finding(
         kind="layout_transpose",
         title=f"{lay.count} NCHW<->NHWC transpose kernels took {ms(lay.time_ns)} of GPU time "
-              f"({pct(lay.kernel_time_fraction)} of kernel time); top modules: {where}",
+              f"({pct(lay.kernel_time_fraction)} of kernel time); top modules: {where}"
+              + (f"; called at {', '.join(called)}" if called else ""),
         impact_ns=lay.time_ns,
         fix="Use channels_last: model = model.to(memory_format=torch.channels_last) and "
             "x = x.to(device, memory_format=torch.channels_last) for the inputs.",
@@ -59,11 +62,13 @@ def _html(a, d: dict, view) -> str:
                        "all kernel time.")
             + view.table(t.get("transpose_modules"), "…and the modules that caused them",
                          {"module": "module (NVTX range open at launch)", "phase": "phase", "count": "launches",
-                          "time_ns": "GPU time", "via_fallback": "attributed via process-wide fallback"}))
+                          "time_ns": "GPU time", "via_fallback": "attributed via process-wide fallback",
+                          **({"where": "called at"} if a.layout.by_module["where"].notna().any() else {})},
+                         folder=(a.settings or {}).get("cwd")))
 
 
 QUESTION = Question(
-    name="layout", order=84, run=_run, needs=("window",), launches=launch_filter,
+    name="layout", order=84, run=_run, needs=("window", "settings"), launches=launch_filter,
     thresholds={"transpose_kernel_fraction": 0.01},  # 1 % of kernel time spent in layout transposes
     findings=_findings, work_kinds=("layout_transpose",),
     json_keys=("transposes",), json_at=80, to_json=_json, tables=_tables,
