@@ -58,7 +58,8 @@ def _implicit_words(rows) -> str:
     if not len(rows) or rows["blocked_ns_per_step"].iloc[0] < IMPLICIT_SAID_NS:
         return ""
     r = rows.iloc[0]
-    return (f"; with no line (an implicit sync: data[mask], nonzero, torch.where(cond), a library's): {r['api']} "
+    return (f"; with no line (an implicit sync: data[mask], nonzero, torch.where(cond), a library's, code "
+            f"torch.compile compiled): {r['api']} "
             f"in {r['range']}: {ms(r['blocked_ns_per_step'])} a step, {r['count_per_step']:.3g} a step")
 
 
