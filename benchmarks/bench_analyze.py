@@ -50,9 +50,9 @@ GPU_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI
 def floor_queries(path: Path) -> list[str]:
     """The analyzer's reads as plain SELECTs: every column and row it loads, taken from its own plan."""
     from nvtx_trace.analyzer import pipeline
-    from nvtx_trace.analyzer.model import PRELOAD_FILTERS, SLOW_API_NS, Trace
     from nvtx_trace.analyzer.questions import REGISTRY
-    from nvtx_trace.analyzer.reader import GPU_OP_TABLES, RANGE_EVENT_TYPES, Reader
+    from nvtx_trace.analyzer.trace.reader import GPU_OP_TABLES, RANGE_EVENT_TYPES, Reader
+    from nvtx_trace.analyzer.trace.tables import PRELOAD_FILTERS, SLOW_API_NS, Trace
 
     reader = Reader(path)
     try:

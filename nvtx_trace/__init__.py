@@ -18,7 +18,7 @@ def analyze(path, nsys: str | None = None, **options):
     """Load a report (.sqlite, or .nsys-rep/.qdrep exported first with ``nsys``, found if not given) and run every
     analysis its data allows; several reports (a list, a folder, a glob) are merged, one per rank."""
     from nvtx_trace.analyzer import analyze as _analyze
-    from nvtx_trace.analyzer.inputs import expand
+    from nvtx_trace.analyzer.ranks.inputs import expand
     from nvtx_trace.capture.export import as_sqlite
 
     return _analyze([as_sqlite(p, nsys) for p in expand(path)], **options)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nvtx_trace.analyzer.steps import typical_step_ns
+from nvtx_trace.analyzer.measures.step_times import typical_step_ns
 from nvtx_trace.errors import BadReportError, UsageError
 
 IMPROVED = 0.8  # an impact below this x the earlier one is an improvement; above 1/IMPROVED, worse
@@ -61,7 +61,7 @@ def load_summary(path: Path) -> dict:
         check_summary(path, data)
         return data
     from nvtx_trace.analyzer import analyze
-    from nvtx_trace.analyzer.inputs import expand
+    from nvtx_trace.analyzer.ranks.inputs import expand
     from nvtx_trace.capture.export import as_sqlite
     from nvtx_trace.report.json import to_dict
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nvtx_trace import names
-from nvtx_trace.analyzer.opening import open_export
+from nvtx_trace.analyzer.trace.opening import open_export
 from nvtx_trace.errors import BadReportError
 from nvtx_trace.report.outputs import cannot_write, check_outputs
 

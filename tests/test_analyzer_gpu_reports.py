@@ -240,7 +240,7 @@ def test_profiler_cost_on_gpt2_is_measured_and_kept_out_of_the_findings(monkeypa
     assert 0.2 < inst.profiler_cost_ns_per_step / captured < 0.35
     assert not [f for f in a.findings if f.kind in ("cpu_overhead", "cuda_api")]
     # without the reference steps, the same capture blames the program for the profiler's launches
-    from nvtx_trace.analyzer.instrumentation import Instrumentation
+    from nvtx_trace.analyzer.measures.instrumentation_cost import Instrumentation
     monkeypatch.setattr(Instrumentation, "compare_with_capture", lambda self, *args: None)
     blamed = analyze(SAMPLES / GPT2)
     assert blamed.findings and blamed.findings[0].kind == "cpu_overhead"
@@ -313,7 +313,7 @@ def test_a_difference_beyond_what_tracing_can_add_is_the_program_s_own_and_said_
 
     from rich.console import Console
 
-    from nvtx_trace.analyzer.instrumentation import MAX_TRACE_COST_NS
+    from nvtx_trace.analyzer.measures.instrumentation_cost import MAX_TRACE_COST_NS
     from nvtx_trace.report import text
 
     path = SAMPLES / "ddp_per_rank_window_rank0_h200x2.sqlite"

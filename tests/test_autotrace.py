@@ -403,7 +403,7 @@ def test_a_closure_run_inside_optimizer_step_gets_its_own_range_and_counts_as_fo
     is returned unchanged, and the gap causes count it as forward work, not the optimizer's."""
     import pandas as pd
 
-    from nvtx_trace.analyzer.gpu_idle import category_masks
+    from nvtx_trace.analyzer.measures.gpu_idle import category_masks
 
     at.install(enabled="1")
     model = torch.nn.Linear(2, 1)
@@ -538,7 +538,7 @@ def test_a_host_to_device_copy_names_the_line_that_asked(at, torch):
     here = os.path.relpath(__file__)
     assert f"copy.h2d 16 B pageable non_blocking=0 at {here}:{line}" in at.recorder.names(), at.recorder.names()
     from nvtx_trace import names
-    from nvtx_trace.analyzer.attribution import _fold
+    from nvtx_trace.analyzer.trace.attribution import _fold
 
     name = f"copy.h2d 16 B pageable non_blocking=0 at {here}:{line}"
     assert names.H2D_COPY_RE.match(name).group("where") == f"{here}:{line}"

@@ -12,7 +12,8 @@ import pytest
 from conftest import SAMPLES
 from rank_files import ddp_rank_groups, split_by_process
 
-from nvtx_trace.analyzer import analyze, dataloader, predict
+from nvtx_trace.analyzer import analyze, predict
+from nvtx_trace.analyzer.measures import loader_waits
 from nvtx_trace.analyzer.questions import idle_kinds
 
 BALANCED = SAMPLES / "ddp_balanced_h200x2.sqlite"
@@ -105,7 +106,7 @@ def test_why_the_straggler_is_slow_is_its_own_loader_by_sql():
     assert f.predicted["bound_by"] == "cores" and f.predicted["step_ns"] == loader.predicted["step_ns"]
     # 15 busy workers and a loop per rank fill the 32 cores, where 4 and a loop filled 10: each worker slows by
     # CONTENTION x 22/32 (the contention rule, written out here), the GPU-bound step keeping them busy
-    slowed = loader.evidence["fetch_ns_per_batch"] * (1 + dataloader.CONTENTION * (32 - 2 * (4 + 1)) / 32)
+    slowed = loader.evidence["fetch_ns_per_batch"] * (1 + loader_waits.CONTENTION * (32 - 2 * (4 + 1)) / 32)
     assert f.predicted["step_ns"] == pytest.approx(slowed / usable, rel=1e-6)
     # on a machine with no cores to spare (8 cores, 2 ranks: 3 workers each, 4 already run) more workers cannot
     # be had: the step stays bound by the loader's present pace, not promised "as many as the cores allow"
@@ -174,7 +175,7 @@ def test_uneven_steps_are_judged_by_their_mean_and_the_loader_advice_by_the_slow
     slowed = fetch
     for _ in range(50):
         busy = min(32, 2 * (min(15, slowed / compute) + 1))
-        slowed = fetch * (1 + dataloader.CONTENTION * (busy - 2 * (4 + 1)) / 32)
+        slowed = fetch * (1 + loader_waits.CONTENTION * (busy - 2 * (4 + 1)) / 32)
     assert f.predicted["step_ns"] == pytest.approx(max(compute, slowed / 15), rel=0.01)
 
 
@@ -226,7 +227,7 @@ def test_collectives_pair_within_their_kind_not_across_streams():
     started 1 µs apart in opposite orders; pairing by start order alone saw 38 ms of waiting where none is."""
     import pandas as pd
 
-    from nvtx_trace.analyzer.collectives import analyze_collectives
+    from nvtx_trace.analyzer.measures.collectives import analyze_collectives
 
     ms_ = 1_000_000
     rows = [(0, 10, 1, 0, 40 * ms_), (0, 10, 2, 1000, 2 * ms_ + 1000),  # rank 0: all-reduce, then all-gather

@@ -163,8 +163,8 @@ def test_a_process_driving_two_gpus_spins_only_while_neither_computes():
     collective waits 0-100 while the same process computes on GPU 1 during 0-60; only 60-100 is spinning."""
     import pandas as pd
 
-    from nvtx_trace.analyzer import intervals as iv
-    from nvtx_trace.analyzer.collectives import analyze_collectives
+    from nvtx_trace.analyzer.measures.collectives import analyze_collectives
+    from nvtx_trace.analyzer.trace import intervals as iv
 
     rows = [  # (device, pid, name_id, start, end): GPU 2 is the peer process, its collective is the transfer
         (0, 10, 1, 0, 110), (1, 10, 2, 0, 60), (2, 20, 1, 90, 110),
@@ -190,7 +190,7 @@ def test_collectives_pair_on_their_ends_however_late_a_capture_began(late_rank):
     ends meet, so the waiting is 0.2 ms times the collectives both captured, and the rest have no partner."""
     import pandas as pd
 
-    from nvtx_trace.analyzer.collectives import analyze_collectives
+    from nvtx_trace.analyzer.measures.collectives import analyze_collectives
 
     rows = _periodic(1, 301, 0, 10, 300_000) + _periodic(*late_rank, 1, 20, 100_000)
     ops = pd.DataFrame(rows, columns=["device_id", "pid", "name_id", "start_ns", "end_ns"]).assign(kind=0)
@@ -205,7 +205,7 @@ def test_collectives_whose_ends_never_meet_do_not_pair_and_name_no_straggler():
     or clocks never aligned): any pairing would be wrong, so waiting is unknown, not a number."""
     import pandas as pd
 
-    from nvtx_trace.analyzer.collectives import analyze_collectives
+    from nvtx_trace.analyzer.measures.collectives import analyze_collectives
 
     rows = _periodic(1, 101, 0, 10, 300_000) + _periodic(1, 101, 1, 20, 100_000, shift_ns=500_000)
     ops = pd.DataFrame(rows, columns=["device_id", "pid", "name_id", "start_ns", "end_ns"]).assign(kind=0)

@@ -59,9 +59,9 @@ def warned(summary: dict, text: str, start: str) -> str:
 
 
 def decoded(path: Path):
-    """The decoded tables of an export (analyzer/model.py's Trace), for row counts against SQL."""
-    from nvtx_trace.analyzer.model import Trace
-    from nvtx_trace.analyzer.reader import Reader
+    """The decoded tables of an export (analyzer/trace/tables.py's Trace), for row counts against SQL."""
+    from nvtx_trace.analyzer.trace.reader import Reader
+    from nvtx_trace.analyzer.trace.tables import Trace
 
     return Trace(Reader(path))
 

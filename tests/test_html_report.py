@@ -28,14 +28,14 @@ from conftest import ROOT, need
 
 from nvtx_trace.analyzer import Analysis, analyze
 from nvtx_trace.analyzer.findings import Finding, ms, pct
-from nvtx_trace.analyzer.gpu_idle import (
+from nvtx_trace.analyzer.measures.gpu_idle import (
     CAUSES,
     DeviceIdle,
     IdleResult,
     summarize_causes,
 )
+from nvtx_trace.analyzer.measures.step_times import StepsResult
 from nvtx_trace.analyzer.questions.step_breakdown import breakdown
-from nvtx_trace.analyzer.steps import StepsResult
 from nvtx_trace.report import html as html_report
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import nvtx_lanes, timeline

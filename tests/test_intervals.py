@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer.trace import intervals as iv
 
 HORIZON = 300
 

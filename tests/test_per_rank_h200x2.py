@@ -114,7 +114,7 @@ def test_ranks_on_different_hosts_each_get_their_hosts_cores_for_workers(tmp_pat
     cores less the training loop), not 15 as for two ranks sharing one host (review)."""
     import shutil
 
-    from nvtx_trace.analyzer.dataloader import workers_needed
+    from nvtx_trace.analyzer.measures.loader_waits import workers_needed
 
     def named(src, host):
         copy = shutil.copyfile(src, tmp_path / f"{host}_{src.name}")

@@ -266,7 +266,7 @@ def test_a_moved_gpu_never_lands_on_an_id_its_own_report_uses(files, tmp_path):
 def test_one_hosts_ids_keep_one_merged_id_across_its_reports_and_never_share_one():
     """Host B's GPUs 0 and 1 move (host A has them); B's own GPU 2, in a later report, must not land on the id
     B's GPU 0 was moved to, and B's GPU 0 seen again keeps its moved id (review)."""
-    from nvtx_trace.analyzer.merge import _Ids
+    from nvtx_trace.analyzer.ranks.merge import _Ids
 
     ids = _Ids()
     assert ids.plan({0}, "A", "a0", "GPU") == {0: 0} and ids.plan({1}, "A", "a1", "GPU") == {1: 1}
@@ -292,7 +292,7 @@ def test_a_capture_missing_its_first_collectives_is_still_aligned(shifted, tmp_p
 
 
 def test_a_folder_lists_its_reports_in_rank_order_each_once(tmp_path):
-    from nvtx_trace.analyzer.inputs import expand
+    from nvtx_trace.analyzer.ranks.inputs import expand
 
     for name in ("rank10.sqlite", "rank2.sqlite", "rank2.nsys-rep", "rank3.nsys-rep", "summary.json", "notes.txt"):
         (tmp_path / name).write_bytes(b"")

@@ -6,7 +6,7 @@ import numpy as np
 from conftest import ROOT
 
 from nvtx_trace.analyzer import analyze
-from nvtx_trace.analyzer.steps import two_modes
+from nvtx_trace.analyzer.measures.step_times import two_modes
 
 MS = 1_000_000
 

@@ -11,11 +11,11 @@ import pandas as pd
 
 from nvtx_trace.analyzer import pipeline
 from nvtx_trace.analyzer.findings import Finding
-from nvtx_trace.analyzer.model import Trace
 from nvtx_trace.analyzer.options import AnalysisOptions, parse_options
 from nvtx_trace.analyzer.question import Context
 from nvtx_trace.analyzer.questions import REGISTRY
-from nvtx_trace.analyzer.reader import Reader
+from nvtx_trace.analyzer.trace.reader import Reader
+from nvtx_trace.analyzer.trace.tables import Trace
 from nvtx_trace.errors import BadReportError
 
 __all__ = ["Analysis", "analyze"]
@@ -70,7 +70,7 @@ def analyze(path, min_gap_ms: float = 1.0, loader_pattern: str | None = None,
     analysis; they are read in parallel (``workers`` processes, or the Dask ``scheduler`` named).
     A ``.nsys-rep`` is exported first by the caller (nvtx_trace.capture.export.ensure_sqlite; the CLI does it).
     """
-    from nvtx_trace.analyzer.inputs import expand
+    from nvtx_trace.analyzer.ranks.inputs import expand
 
     if options is None:
         options = parse_options(min_gap_ms, loader_pattern, warmup_steps, step_range, scheduler, workers)
@@ -100,10 +100,10 @@ def _sqlite(path) -> Path:
 def _analyze_ranks(paths: list[Path], options: AnalysisOptions) -> Analysis:
     """One report per rank: each read on its own (in parallel), checked, put on one clock, merged into
     one trace, then the same units as for one report."""
-    from nvtx_trace.analyzer import clocks, merge, parallel, ranks
+    from nvtx_trace.analyzer.ranks import checks, clocks, merge, parallel
 
     reports = parallel.read_reports(paths, options.scheduler, options.workers)
-    ranks.check_reports(reports)
+    checks.check_reports(reports)
     plan = clocks.align(reports)
     trace = merge.merge(reports, plan)
     if plan.needs_warning:

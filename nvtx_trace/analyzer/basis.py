@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import Finding, ms, pct
+from nvtx_trace.analyzer.trace import intervals as iv
 
 CPU_CAUSES = ("cuda_api", "optimizer", "backward", "forward", "other_range", "unattributed")
 

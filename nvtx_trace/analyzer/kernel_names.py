@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from nvtx_trace.analyzer.collectives import COMM_KERNEL_RE
 from nvtx_trace.analyzer.layout import is_transpose
+from nvtx_trace.analyzer.measures.collectives import COMM_KERNEL_RE
 
 # category -> words shown to a reader
 LABELS = {

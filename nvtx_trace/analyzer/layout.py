@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer.attribution import attribute
-from nvtx_trace.analyzer.model import Trace, name_mask
+from nvtx_trace.analyzer.trace.attribution import attribute
+from nvtx_trace.analyzer.trace.tables import Trace, name_mask
 
 # Transpose kernels seen in cuDNN, PyTorch and TensorRT names; deliberately not the
 # NHWC convolution kernels themselves (``..._nhwckrsc_nhwc_...``).

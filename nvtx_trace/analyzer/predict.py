@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from nvtx_trace.analyzer import dataloader
 from nvtx_trace.analyzer.findings import Finding, count, ms
-from nvtx_trace.analyzer.steps import typical_step_ns
+from nvtx_trace.analyzer.measures import loader_waits
+from nvtx_trace.analyzer.measures.step_times import typical_step_ns
 
 GPU_BOUND = 0.8  # a GPU-side saving shortens the step 1:1 when the GPU is this busy
 # ... or, on a GPU less busy, when the idle gaps shorter than --min-gap-ms (kernels launched slower than the GPU
@@ -152,12 +152,12 @@ def _generic(a, f: Finding, idle_kinds: tuple[str, ...]) -> dict | None:
         step = max(now - per_step, 0.0)
     else:
         return None
-    feed = dataloader.pace(a)
-    usable = dataloader.usable_workers(a, feed.cpu_share if feed else None)
+    feed = loader_waits.pace(a)
+    usable = loader_waits.usable_workers(a, feed.cpu_share if feed else None)
     if (feed is not None and f.kind == "straggler" and f.evidence.get("why") == "loader_wait"
             and (usable is None or usable > feed.workers)):  # else more workers cannot be had: the loader bounds
-        fetch = dataloader.contended_fetch_ns(feed.fetch_ns, feed.workers, usable or feed.workers, a.cpu_cores,
-                                              dataloader.processes_per_host(a)[0], compute_per_step(a),
+        fetch = loader_waits.contended_fetch_ns(feed.fetch_ns, feed.workers, usable or feed.workers, a.cpu_cores,
+                                              loader_waits.processes_per_host(a)[0], compute_per_step(a),
                                               feed.cpu_share)
         return _with_more_workers(fetch, usable, now, step, stat, what)
     if feed is None or feed.interval_ns <= step:
@@ -224,7 +224,7 @@ def gpu_work_saved(a, per_step_ns: float, what: str, gpu_bound: bool = True) -> 
                  "little for launches to hold it back, the rest in longer gaps of host work (after syncs, batches "
                  "fetched, the framework's own bookkeeping)")
     step = max(now - per_step_ns, 0.0)
-    feed = dataloader.pace(a)
+    feed = loader_waits.pace(a)
     if feed is not None and feed.interval_ns > step:
         step = min(now, feed.interval_ns)
         return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}",
@@ -242,7 +242,7 @@ def host_time_saved(a, per_step_ns: float, what: str) -> dict | None:
     step = max(now - per_step_ns, floor, 0.0)
     if step > now - per_step_ns:
         what += f"; no shorter than the GPU's own work, {ms(floor)} a step"
-    feed = dataloader.pace(a)
+    feed = loader_waits.pace(a)
     if feed is not None and feed.interval_ns > step:
         step = min(now, feed.interval_ns)
         return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}",

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer import intervals as iv
-from nvtx_trace.analyzer.attribution import attribute, range_labels
-from nvtx_trace.analyzer.model import SYNC_API_RE, Trace
+from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.analyzer.trace.attribution import attribute, range_labels
+from nvtx_trace.analyzer.trace.tables import SYNC_API_RE, Trace
 
 
 @dataclass

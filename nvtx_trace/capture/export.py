@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from nvtx_trace.analyzer.opening import SQLITE_MAGIC
+from nvtx_trace.analyzer.trace.opening import SQLITE_MAGIC
 from nvtx_trace.capture.locate import Nsys, find_nsys
 from nvtx_trace.capture.nsys_log import NsysLog, run_step, tail
 from nvtx_trace.capture.paths import REPORT_SUFFIXES, stem_of, with_suffix

@@ -56,7 +56,7 @@ def analyze(
     if html_max_points < 100:
         raise UsageError(f"--html-max-points must be at least 100 (got {html_max_points})")
     options = parse_options(min_gap_ms, loader_pattern, warmup_steps, step_range, scheduler, workers)
-    from nvtx_trace.analyzer.inputs import expand
+    from nvtx_trace.analyzer.ranks.inputs import expand
     from nvtx_trace.capture.export import as_sqlite
 
     check_json_html(json_out, html_out)

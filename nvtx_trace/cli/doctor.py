@@ -16,7 +16,7 @@ from typing import Optional
 
 import typer
 
-from nvtx_trace.analyzer.reader import Reader
+from nvtx_trace.analyzer.trace.reader import Reader
 from nvtx_trace.capture import locate, target_python
 from nvtx_trace.capture.export import export_sqlite
 from nvtx_trace.capture.interrupts import Interrupted

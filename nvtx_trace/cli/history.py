@@ -101,7 +101,7 @@ def _tried(run: dict) -> str:
 def _step(run: dict) -> str:
     """The steady step in the statistic that sets throughput: the mean where steps came in two kinds or were
     uneven (as run's own summary and diff judge them), else the median."""
-    from nvtx_trace.analyzer.steps import typical_statistic
+    from nvtx_trace.analyzer.measures.step_times import typical_statistic
 
     median, mean = run.get("step_ns_median"), run.get("step_ns_mean")
     if not median:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import ms, pct
-from nvtx_trace.analyzer.instrumentation import depth_text
+from nvtx_trace.analyzer.measures.instrumentation_cost import depth_text
 from nvtx_trace.analyzer.questions.ranking import no_findings_line
 from nvtx_trace.errors import MissingDependencyError
 from nvtx_trace.report import json as json_report

@@ -15,7 +15,7 @@ import pandas as pd
 
 from nvtx_trace import names
 from nvtx_trace.analyzer.findings import ms
-from nvtx_trace.analyzer.gpu_idle import category_masks
+from nvtx_trace.analyzer.measures.gpu_idle import category_masks
 
 MAX_DEPTH = 4  # NVTX nesting levels drawn per thread
 MAX_THREADS = 24  # NVTX thread lanes drawn

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import ms
-from nvtx_trace.analyzer.gpu_idle import CAUSES
+from nvtx_trace.analyzer.measures.gpu_idle import CAUSES
+from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.report import nvtx_lanes
 from nvtx_trace.report.nvtx_lanes import esc_plotly
 

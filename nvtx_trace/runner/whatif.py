@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nvtx_trace import names
-from nvtx_trace.analyzer.steps import typical_statistic
+from nvtx_trace.analyzer.measures.step_times import typical_statistic
 from nvtx_trace.capture import interrupts, lifeline, processes
 from nvtx_trace.errors import NvtxTraceError
 from nvtx_trace.runner import default_window

@@ -14,12 +14,12 @@ import re
 
 import numpy as np
 
-from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
-from nvtx_trace.analyzer.model import SLOW_API_NS, SYNC_API_RE, api_base_name
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.questions.settings import facts
+from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.analyzer.trace.tables import SLOW_API_NS, SYNC_API_RE, api_base_name
 
 ALLOCATOR_API_RE = re.compile(r"^(cudaFree|cudaMalloc|cuMemFree|cuMemAlloc)(_v\d+)?$")
 FREE_RE = re.compile(r"^(cudaFree|cuMemFree)(_v\d+)?$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from nvtx_trace.analyzer.findings import ms, pct
-from nvtx_trace.analyzer.gpu_idle import analyze_idle
+from nvtx_trace.analyzer.measures.gpu_idle import analyze_idle
 from nvtx_trace.analyzer.question import Context, Question
 
 

@@ -13,9 +13,9 @@ import pandas as pd
 
 from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.kernel_names import DEMANGLE_HINTS, LABELS, NeedsDemangled, category, shown_name
-from nvtx_trace.analyzer.model import GPU_OP_KINDS
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.questions.idle import gpu_missing
+from nvtx_trace.analyzer.trace.tables import GPU_OP_KINDS
 
 TOP = 15  # kernels (and the copy and memset rows) listed by name
 KIND_CATEGORY = {GPU_OP_KINDS.index(k): k for k in ("memcpy", "memset")}  # gpu_ops kind codes of copies and memsets

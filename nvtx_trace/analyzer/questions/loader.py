@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.basis import of_window
-from nvtx_trace.analyzer.dataloader import (
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, count, ms, pct
+from nvtx_trace.analyzer.measures.loader_waits import (
     analyze_loader,
     contended_fetch_ns,
     pace,
@@ -16,10 +16,10 @@ from nvtx_trace.analyzer.dataloader import (
     usable_workers,
     workers_needed,
 )
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, count, ms, pct
-from nvtx_trace.analyzer.pageable import per_step as per_step_pageable
+from nvtx_trace.analyzer.measures.pageable_copies import per_step as per_step_pageable
+from nvtx_trace.analyzer.measures.step_times import union_of_process
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.steps import union_of_process
+from nvtx_trace.analyzer.trace import intervals as iv
 
 
 def _run(ctx: Context) -> None:

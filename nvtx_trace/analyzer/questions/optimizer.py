@@ -19,12 +19,12 @@ on an H100 with a GPT-2 small (AdamW, 148 tensors, 124 M parameters, programs/bu
 from __future__ import annotations
 
 from nvtx_trace import names
-from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
-from nvtx_trace.analyzer.model import name_mask
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.questions.settings import RECORDED, facts
+from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.analyzer.trace.tables import name_mask
 
 FUSED_REMOVES = 0.68  # of a foreach optimizer's kernel time
 FUSED_NS_PER_PARAMETER = 0.0096  # the fused AdamW kernel's time per parameter (H100)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, size
-from nvtx_trace.analyzer.pageable import analyze_pageable, launch_filter
-from nvtx_trace.analyzer.pageable import per_step as per_step_pageable
+from nvtx_trace.analyzer.measures.pageable_copies import analyze_pageable, launch_filter
+from nvtx_trace.analyzer.measures.pageable_copies import per_step as per_step_pageable
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.questions.idle import gpu_missing
 

@@ -10,8 +10,8 @@ import re
 
 from nvtx_trace.analyzer import basis as basis_
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.collectives import ALONE_PREFIX
 from nvtx_trace.analyzer.findings import Finding, ms
+from nvtx_trace.analyzer.measures.collectives import ALONE_PREFIX
 from nvtx_trace.analyzer.question import Context, Question
 
 

@@ -6,7 +6,7 @@ import pandas as pd
 
 from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.ranks import rank_rows
+from nvtx_trace.analyzer.ranks.checks import rank_rows
 
 
 def _run(ctx: Context) -> None:

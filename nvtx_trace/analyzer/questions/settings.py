@@ -8,7 +8,7 @@ none: the busy-GPU findings then infer what they need from kernel names and say 
 from __future__ import annotations
 
 from nvtx_trace import names
-from nvtx_trace.analyzer.instrumentation import read_record
+from nvtx_trace.analyzer.measures.instrumentation_cost import read_record
 from nvtx_trace.analyzer.question import Context, Question
 
 RECORDED = "recorded by nvtx_autotrace"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import ms, pct
-from nvtx_trace.analyzer.infer_steps import infer_from_ranges, infer_steps
-from nvtx_trace.analyzer.instrumentation import read_record
+from nvtx_trace.analyzer.measures.instrumentation_cost import read_record
+from nvtx_trace.analyzer.measures.startup_time import FIRST_TIME_NS, first_time_code_ns
+from nvtx_trace.analyzer.measures.step_rhythm import infer_from_ranges, infer_steps
+from nvtx_trace.analyzer.measures.step_times import STEP_PARTS, analyze_steps
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.startup import FIRST_TIME_NS, first_time_code_ns
-from nvtx_trace.analyzer.steps import STEP_PARTS, analyze_steps
+from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.errors import UsageError
 
 

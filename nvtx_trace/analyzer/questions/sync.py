@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from nvtx_trace.analyzer import intervals as iv
 from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.sync import analyze_sync, implicit, locations
+from nvtx_trace.analyzer.trace import intervals as iv
 
 LINE_FIXES = {  # what to do at the line, by what read the GPU's result there
     "cuda.synchronize": "take torch.cuda.synchronize() out of the loop (time with CUDA events)",

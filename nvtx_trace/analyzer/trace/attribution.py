@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer import intervals as iv
+from nvtx_trace.analyzer.trace import intervals as iv
 
 
 def _fold(name: str) -> str:

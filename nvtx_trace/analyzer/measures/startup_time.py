@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nvtx_trace.analyzer import intervals as iv
-from nvtx_trace.analyzer.model import SLOW_API_NS, api_base_name
+from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.analyzer.trace.tables import SLOW_API_NS, api_base_name
 
 # What a slow CUDA call in start-up is, by its name (the first matching group wins).
 GROUPS = (

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from nvtx_trace.analyzer.clocks import ClockPlan
-from nvtx_trace.analyzer.decoded import DecodedReport
-from nvtx_trace.analyzer.model import Trace, pid_of
-from nvtx_trace.analyzer.reader import MEM_KIND_ENUM, MEMCPY_OPER_ENUM, RUNTIME, Reader, ReportInfo
+from nvtx_trace.analyzer.ranks.clocks import ClockPlan
+from nvtx_trace.analyzer.trace.decoded import DecodedReport
+from nvtx_trace.analyzer.trace.reader import MEM_KIND_ENUM, MEMCPY_OPER_ENUM, RUNTIME, Reader, ReportInfo
+from nvtx_trace.analyzer.trace.tables import Trace, pid_of
 
 
 @dataclass

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer.attribution import attribute, range_labels
-from nvtx_trace.analyzer.model import Trace
+from nvtx_trace.analyzer.trace.attribution import attribute, range_labels
+from nvtx_trace.analyzer.trace.tables import Trace
 
 
 @dataclass

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer import intervals as iv
-from nvtx_trace.analyzer.model import name_mask
+from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.analyzer.trace.tables import name_mask
 
 # a step's parts, each a ``<part>_ns`` column and a ``<part>_fraction`` of step time; collective_wait (its GPU
 # spinning inside collectives for a peer, no other kernel running: busy, but not work) only with paired ones

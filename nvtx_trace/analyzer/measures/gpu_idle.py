@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer import intervals as iv
-from nvtx_trace.analyzer.model import COPY_API_RE, SLOW_API_NS, SYNC_API_RE, Trace, name_mask
+from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.analyzer.trace.tables import COPY_API_RE, SLOW_API_NS, SYNC_API_RE, Trace, name_mask
 
 # Causes, in the order they claim gap time.
 CAUSES = {

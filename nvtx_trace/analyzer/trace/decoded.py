@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer.model import Trace
-from nvtx_trace.analyzer.reader import ENUM_TABLES, PROBED_TABLES, Reader, ReportInfo
+from nvtx_trace.analyzer.trace.reader import ENUM_TABLES, PROBED_TABLES, Reader, ReportInfo
+from nvtx_trace.analyzer.trace.tables import Trace
 from nvtx_trace.errors import BadReportError
 
 

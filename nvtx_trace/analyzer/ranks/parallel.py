@@ -13,11 +13,11 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from nvtx_trace.analyzer.decoded import DecodedReport, decode
+from nvtx_trace.analyzer.trace.decoded import DecodedReport, decode
 from nvtx_trace.errors import UsageError
 
 # Imported once in the fork server, so each worker starts with them loaded.
-PRELOAD = ["nvtx_trace.analyzer.decoded", "nvtx_trace.analyzer.questions", "pandas", "numpy"]
+PRELOAD = ["nvtx_trace.analyzer.trace.decoded", "nvtx_trace.analyzer.questions", "pandas", "numpy"]
 
 
 def read_reports(paths: list[Path], scheduler: str | None = None, workers: int | None = None) -> list[DecodedReport]:

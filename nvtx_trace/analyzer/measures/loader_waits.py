@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer import intervals as iv
-from nvtx_trace.analyzer.gpu_idle import loader_wait_mask
-from nvtx_trace.analyzer.model import name_mask
+from nvtx_trace.analyzer.measures.gpu_idle import loader_wait_mask
+from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.analyzer.trace.tables import name_mask
 
 
 @dataclass

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer.model import name_mask
+from nvtx_trace.analyzer.trace.tables import name_mask
 
 MAX_TRACE_COST_NS = 30_000  # most the profiler can add per traced GPU operation or range (H100 VM: ~10 µs)
 

@@ -14,8 +14,8 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer import validity
-from nvtx_trace.analyzer.reader import FILLED, GPU_OP_TABLES, RUNTIME, RUNTIME_COLUMNS, Reader
+from nvtx_trace.analyzer.trace import validity
+from nvtx_trace.analyzer.trace.reader import FILLED, GPU_OP_TABLES, RUNTIME, RUNTIME_COLUMNS, Reader
 
 GPU_OP_KINDS = list(GPU_OP_TABLES)  # code = index: 0 kernel, 1 memcpy, 2 memset
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nvtx_trace.analyzer.opening import open_export
+from nvtx_trace.analyzer.trace.opening import open_export
 from nvtx_trace.errors import BadReportError
 
 RANGE_EVENT_TYPES = (59, 60, 70, 71)  # push/pop, start/end, and their NVTXT imports
@@ -82,7 +82,7 @@ class ReportInfo:
 
 
 def open_report(path: Path) -> tuple[sqlite3.Connection, ReportInfo]:
-    """Open an export for reading only (checks in nvtx_trace.analyzer.opening) and read its metadata."""
+    """Open an export for reading only (checks in nvtx_trace.analyzer.trace.opening) and read its metadata."""
     conn, tables = open_export(path)
     conn.execute("PRAGMA cache_size=-65536")
     info = ReportInfo(path=Path(path), nsys_version=None, schema_version=None, tables=tables)

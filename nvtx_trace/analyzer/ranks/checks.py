@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nvtx_trace.analyzer import intervals as iv
-from nvtx_trace.analyzer.steps import find_step_ranges, union_of_process
+from nvtx_trace.analyzer.measures.step_times import find_step_ranges, union_of_process
+from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.errors import BadReportError
 
 if TYPE_CHECKING:  # only named in annotations: decoded reads reports, ranks compares them
-    from nvtx_trace.analyzer.decoded import DecodedReport
+    from nvtx_trace.analyzer.trace.decoded import DecodedReport
 
 SAME_RUN_SLACK_NS = 60_000_000_000  # reports of one job start within a minute of each other's span
 
