@@ -10,7 +10,7 @@ import pytest
 from conftest import SAMPLES, sample_analysis
 
 from nvtx_trace.analyzer import analyze
-from nvtx_trace.analyzer.kernel_names import LABELS, category
+from nvtx_trace.analyzer.questions.kernels import LABELS, category
 
 GPU_SAMPLES = [p for p in sorted(SAMPLES.glob("*.sqlite")) if p.stem != "cpu_slow_loader"]
 
@@ -110,7 +110,7 @@ def test_every_short_name_that_needs_its_demangled_form_is_found_by_the_hints():
     import lzma
     import re
 
-    from nvtx_trace.analyzer.kernel_names import DEMANGLE_HINTS, needs_demangled
+    from nvtx_trace.analyzer.questions.kernels import DEMANGLE_HINTS, needs_demangled
 
     def like(value: str) -> bool:
         return any(re.fullmatch(h.replace("%", ".*"), value, re.I | re.S) for h in DEMANGLE_HINTS)

@@ -1,11 +1,167 @@
-"""Which NCHW<->NHWC transposes run, and which modules cause them?"""
+"""Which NCHW<->NHWC transposes run, and which modules cause them?
+
+NCHW <-> NHWC layout-transpose kernels and the modules that caused them.
+
+cuDNN runs fp16/bf16 convolutions in NHWC; fed NCHW tensors it wraps each
+convolution in ``nchwToNhwcKernel`` / ``nhwcToNchwKernel`` (and friends),
+in forward and in backward. ``channels_last`` on model and inputs removes them.
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from nvtx_trace import names
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
-from nvtx_trace.analyzer.layout import analyze_layout, launch_filter
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.questions.idle import gpu_missing
+from nvtx_trace.analyzer.trace.attribution import attribute
+from nvtx_trace.analyzer.trace.tables import Trace, name_mask
+
+# Transpose kernels seen in cuDNN, PyTorch and TensorRT names; deliberately not the
+# NHWC convolution kernels themselves (``..._nhwckrsc_nhwc_...``).
+TRANSPOSE_RE = re.compile(
+    r"(?i)(nchw_?(to|2)_?nhwc|nhwc_?(to|2)_?nchw|nchw(to|2)nhwc|nhwc(to|2)nchw"
+    r"|(nchw|nhwc|nc\dhw\d*)_?(transpose|permute)|transpose_?(nchw|nhwc)"
+    r"|convert_?(nchw|nhwc)_?(to|2)_?(nchw|nhwc))"
+)
+
+TRANSPOSE_HINTS = ("%nchw%", "%nhwc%", "%nc_hw%")  # every match of TRANSPOSE_RE contains one of these
+
+# Batch norm over NCHW tensors runs kernels that its channels_last form runs faster, part of what channels_last
+# gains beyond the transposes it removes: (name rule, how much faster in channels_last). Measured on ResNet-50,
+# batch 128, H100: cuDNN's per-channel "1C11" kernels (fp32) 23.9 ms a step against its batchnorm_*_nhwc_* 16.0
+# (device phase K1 against phase B); PyTorch's own kernels (bf16 autocast, where cuDNN is not used) 31.1 ms a
+# step against their *_channels_last_kernel forms 14.0 (phase K4 against phase B).
+NCHW_BATCHNORM = (
+    (re.compile(r"(?:^|::)bn_(?:fw|bw)_"), 1.49),
+    (re.compile(r"(?:^|::)batch_norm_(?:backward|collect_statistics|transform_input)_kernel"), 2.22),
+)
+
+
+@dataclass
+class LayoutResult:
+    count: int
+    time_ns: int
+    kernel_time_ns: int
+    by_kernel: pd.DataFrame  # name, count, time_ns
+    by_module: pd.DataFrame  # module, phase, count, time_ns, via_fallback, where (the line that called the module)
+    nchw_batchnorm_ns: int = 0  # GPU time of NCHW batch-norm kernels (NCHW_BATCHNORM)
+    batchnorm_saved_ns: int = 0  # of which channels_last's faster kernels would save (NCHW_BATCHNORM's factors)
+
+    @property
+    def kernel_time_fraction(self) -> float:
+        return self.time_ns / self.kernel_time_ns if self.kernel_time_ns else 0.0
+
+
+def is_transpose(name: str) -> bool:
+    return bool(TRANSPOSE_RE.search(name))
+
+
+def launch_filter(trace: Trace) -> tuple[str, str, list[int]] | None:
+    """Layout transposes as a launch request (table, column, name ids); None when no string names one.
+
+    Taken from the string table, not the kernel table, so the runtime pass can start before the kernels are read.
+    """
+    if trace.kernel_name_column is None:
+        return None
+    ids = trace.reader.string_ids(TRANSPOSE_HINTS, TRANSPOSE_RE)
+    return ("kernel", "name_id", ids) if ids else None
+
+
+def analyze_layout(trace: Trace, window: tuple[int, int] | None = None,
+                   module_sites: dict | None = None) -> LayoutResult:
+    """Transposes (and NCHW batch norm) among the kernels that start in ``window`` (the steady window every
+    finding is measured in), or in the whole trace without one. ``module_sites``: the line that called each
+    module (the settings record's), so that each module's row says where the program runs it."""
+    ops = trace.gpu_ops
+    kernels = ops[ops["kind"].to_numpy() == 0]
+    if window is not None:
+        kernels = kernels[(kernels["start_ns"] >= window[0]) & (kernels["start_ns"] < window[1])]
+    duration = (kernels["end_ns"] - kernels["start_ns"]).to_numpy()
+    per_id = pd.DataFrame({"name_id": kernels["name_id"].to_numpy(), "time_ns": duration}) \
+        .groupby("name_id")["time_ns"].agg(["count", "sum"])
+    names = trace.reader.strings([int(i) for i in per_id.index if i >= 0]) if len(per_id) else {}
+    per_name = pd.DataFrame({"name": [names.get(int(i), "") for i in per_id.index],
+                             "count": per_id["count"].to_numpy(np.int64), "time_ns": per_id["sum"].to_numpy(np.int64)})
+    per_name = per_name.groupby("name", as_index=False).sum().sort_values("time_ns", ascending=False,
+                                                                          ignore_index=True)
+    kernel_time = int(duration.sum())
+    batchnorm = saved = 0
+    for rule, speedup in NCHW_BATCHNORM if len(per_name) else ():
+        ns = int(per_name.loc[per_name["name"].str.contains(rule), "time_ns"].sum())
+        batchnorm, saved = batchnorm + ns, saved + int(ns * (1 - 1 / speedup))
+    request = launch_filter(trace)
+    if request is None:
+        return LayoutResult(0, 0, kernel_time, per_name.iloc[:0], pd.DataFrame(
+            columns=["module", "phase", "count", "time_ns", "via_fallback", "where"]), batchnorm, saved)
+    launches = trace.launches_of(*request)
+    if window is not None:
+        launches = launches[(launches["start_ns"] >= window[0]) & (launches["start_ns"] < window[1])]
+        launches = launches.reset_index(drop=True)
+    by_kernel = per_name[per_name["name"].map(is_transpose)].reset_index(drop=True)
+    return LayoutResult(count=int(len(launches)), time_ns=int((launches["end_ns"] - launches["start_ns"]).sum()),
+                        kernel_time_ns=kernel_time, by_kernel=by_kernel,
+                        by_module=_by_module(trace, launches, module_sites or {}),
+                        nchw_batchnorm_ns=batchnorm, batchnorm_saved_ns=saved)
+
+
+def module_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
+    """nvtx_autotrace's module ranges when present, else every non-step range (user ranges)."""
+    if not len(ranges):
+        return ranges
+    # The whole-pass `backward` range counts too: it is what the fallback finds when
+    # per-module backward ranges are off.
+    is_module = name_mask(ranges["name"], names.MODULE_RE.match)
+    if is_module.any():
+        is_module |= name_mask(ranges["name"], lambda c: c == names.BACKWARD)
+        return ranges[is_module].reset_index(drop=True)
+    return ranges[~name_mask(ranges["name"], names.STEP_RE.match)].reset_index(drop=True)
+
+
+def _by_module(trace: Trace, launches: pd.DataFrame, module_sites: dict) -> pd.DataFrame:
+    mods = module_ranges(trace.ranges)
+    api_start = launches["api_start_ns"].to_numpy()
+    api_gtid = launches["api_gtid"].to_numpy()
+    idx, fallback = attribute(np.where(api_start >= 0, api_start, launches["start_ns"].to_numpy()), api_gtid,
+                              launches["pid"].to_numpy(), mods)
+    # Group by small integer codes (range, phase): millions of launches, a few hundred groups.
+    range_keys, range_inv = np.unique(idx, return_inverse=True)
+    range_names = mods["name"].astype(object).to_numpy() if len(mods) else np.array([], dtype=object)
+    keys_module = [str(range_names[k]) if k >= 0 else "(no enclosing range)" for k in range_keys]
+    keys_backward = np.array([m.startswith("backward") for m in keys_module], dtype=bool)
+    gtids, gtid_inv = np.unique(api_gtid, return_inverse=True)
+    autograd = np.array(["autograd" in trace.thread_names.get(int(g), "") for g in gtids], dtype=bool)
+    backward = autograd[gtid_inv] | keys_backward[range_inv]
+    group = range_inv * 2 + backward
+    size = 2 * len(range_keys)
+    count = np.bincount(group, minlength=size)
+    present = np.flatnonzero(count)
+    duration = (launches["end_ns"] - launches["start_ns"]).to_numpy()
+    df = pd.DataFrame({
+        "module": [_module_label(keys_module[g // 2]) for g in present],
+        "phase": ["backward" if g % 2 else "forward" for g in present],
+        "count": count[present].astype(np.int64),
+        "time_ns": np.rint(np.bincount(group, weights=duration, minlength=size)[present]).astype(np.int64),
+        "via_fallback": np.bincount(group, weights=fallback, minlength=size)[present].astype(np.int64),
+    })
+    # Ranges with the same label (one module called many times) fold into one row.
+    out = df.groupby(["module", "phase"], as_index=False).sum()
+    # a backward's kernels come from the same module: its forward's call line is the one to change
+    out["where"] = pd.Series([module_sites.get(m) if isinstance(module_sites.get(m), str) else None
+                              for m in out["module"]], index=out.index, dtype=object)
+    return out.sort_values("time_ns", ascending=False, ignore_index=True)
+
+
+def _module_label(range_name: str) -> str:
+    m = names.MODULE_RE.match(range_name)
+    if not m:
+        return range_name
+    return f"{m.group('path')} ({m.group('cls')})" if m.group("path") else f"({m.group('cls')})"
 
 
 def _run(ctx: Context) -> None:
