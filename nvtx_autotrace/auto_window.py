@@ -22,7 +22,6 @@ turns it into the line saying which steps were profiled and why.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import sys
@@ -30,10 +29,10 @@ import threading
 import time
 
 from nvtx_autotrace import _registry, capture, steps
+from nvtx_autotrace.window_file import note
 from nvtx_trace import names
 
 ENV = names.AUTO_WINDOW_ENV
-FILE_ENV = names.WINDOW_FILE_ENV
 BLOCK = 4  # steps per block compared for "settled"
 SETTLED = 0.20  # the last block's mean within this fraction of the block before
 MIN_WARMUP = 5
@@ -52,20 +51,6 @@ def _distributed() -> bool:
         return int(os.environ.get("WORLD_SIZE", "1")) > 1
     except ValueError:
         return False
-
-
-def _note(event: str, **fields) -> None:
-    path = os.environ.get(FILE_ENV)
-    if not path:
-        return
-    try:
-        with open(path, "a") as fh:
-            fh.write(json.dumps({"event": event, "pid": os.getpid(), "rank": os.environ.get("RANK"), **fields}) + "\n")
-    except OSError:
-        pass
-
-
-note = _note  # for the other writers of the window file (losses.py)
 
 
 def settled_at(times: list[float]) -> bool:
@@ -113,19 +98,19 @@ def _on_boundary(n: int) -> None:
             if why:
                 _state["phase"] = "opening"
         if why:
-            capture._safely("start", capture._start, mode)
-            capture._safely("record", lambda _m: capture._repeat_instrumentation_record(n), mode)
+            capture.safely("start", capture.start, mode)
+            capture.safely("record", lambda _m: capture.repeat_instrumentation_record(n), mode)
             # counted from when the capture runs: starting it can take nsys a good part of a second
             _state.update(phase="window", first=n, opened=time.perf_counter())
-            _note("opened", step=n, why=why, at_s=round(now - _state["installed"], 3))
+            note("opened", step=n, why=why, at_s=round(now - _state["installed"], 3))
         return
     k, elapsed = n - _state["first"], now - _state["opened"]
     if _window_full(k, elapsed):
-        capture._safely("stop", capture._stop, mode)
+        capture.safely("stop", capture.stop, mode)
         _state["phase"] = "done"
         first, times = _state["first"], _state["times"]
         made = _state["graphs"]
-        _note("closed", step=n, steps=k, seconds=round(elapsed, 3), stopping=_state["exit"],
+        note("closed", step=n, steps=k, seconds=round(elapsed, 3), stopping=_state["exit"],
               step_ms=[round((b - a) * 1000, 3) for a, b in zip(times[first:n], times[first + 1:n + 1])],
               compiled=[i for i in range(n - first) if made[first + i + 1] > made[first + i]])
         if _state["exit"]:
@@ -153,12 +138,12 @@ def _no_steps() -> None:
             return
         _state["phase"] = "timed"
     mode, started = _state["mode"], time.perf_counter()
-    capture._safely("start", capture._start, mode)
-    _note("opened", step=None, why=f"no training step was seen in the first {NO_STEP_S:.0f} s: a time window "
+    capture.safely("start", capture.start, mode)
+    note("opened", step=None, why=f"no training step was seen in the first {NO_STEP_S:.0f} s: a time window "
           f"of {MAX_SECONDS:.0f} s", at_s=round(started - _state["installed"], 3))
     time.sleep(MAX_SECONDS)
-    capture._safely("stop", capture._stop, mode)
-    _note("closed", step=None, steps=None, seconds=round(time.perf_counter() - started, 3), stopping=_state["exit"])
+    capture.safely("stop", capture.stop, mode)
+    note("closed", step=None, steps=None, seconds=round(time.perf_counter() - started, 3), stopping=_state["exit"])
     if _state["exit"]:
         print(f"nvtx-trace: the program was stopped after its {MAX_SECONDS:.0f} s capture window "
               "(nvtx-trace run --keep-running lets it finish)", file=sys.stderr, flush=True)
@@ -181,7 +166,7 @@ def _ended() -> None:
     times, extra = _state["times"], {}
     if _state["phase"] == "window" and len(times) > _state["first"] + 1:
         extra["step_ms"] = [round((b - a) * 1000, 3) for a, b in zip(times[_state["first"]:], times[_state["first"] + 1:])]
-    _note("ended", steps=len(times) - 1, phase=_state["phase"],
+    note("ended", steps=len(times) - 1, phase=_state["phase"],
           at_s=round(time.perf_counter() - _state["installed"], 3), **extra)
 
 

@@ -57,7 +57,7 @@ def parse(text: str) -> tuple[int, int, str]:
     return first, count, mode
 
 
-def _safely(what: str, fn, mode: str) -> None:
+def safely(what: str, fn, mode: str) -> None:
     """The capture window must never stop the user's program: a failure is one warning, then nothing."""
     try:
         fn(mode)
@@ -67,7 +67,7 @@ def _safely(what: str, fn, mode: str) -> None:
                                               "(nvtx-trace run --capture-mode nvtx avoids CUDA)")
 
 
-def _start(mode: str) -> None:
+def start(mode: str) -> None:
     if mode == "time":
         return
     if mode == "cuda":
@@ -80,7 +80,7 @@ def _start(mode: str) -> None:
         nvtx.push_range(RANGE, domain=DOMAIN)
 
 
-def _stop(mode: str) -> None:
+def stop(mode: str) -> None:
     if mode == "time":
         return
     if mode == "cuda":
@@ -94,7 +94,7 @@ def _stop(mode: str) -> None:
         nvtx.pop_range(domain=DOMAIN)
 
 
-def _repeat_instrumentation_record(step: int) -> None:
+def repeat_instrumentation_record(step: int) -> None:
     """The budget's record (measured before the window opened) again, inside it: the analyzer needs it, and
     the pace of the steps just before the window (no CUDA tracing yet) tells it what the profiler costs.
     The settings record too, with its counters brought up to date."""
@@ -115,11 +115,11 @@ def _on_boundary(step: int) -> None:
         return
     first, count, mode = window
     if step == first and not _state["started"]:
-        _safely("start", _start, mode)
+        safely("start", start, mode)
         _state["started"] = True
-        _safely("record", lambda _mode: _repeat_instrumentation_record(step), mode)
+        safely("record", lambda _mode: repeat_instrumentation_record(step), mode)
     elif step >= first + count and _state["started"] and not _state["stopped"]:
-        _safely("stop", _stop, mode)
+        safely("stop", stop, mode)
         _state["stopped"] = True
         remove = _state["remove"]
         if remove:
@@ -152,7 +152,7 @@ def install(spec: str | None = None) -> tuple[int, int, str] | None:
         _state["noted"] = True
         atexit.register(_ended)
     if window[0] == 0 or steps.current_step() >= window[0]:
-        _safely("start", _start, window[2])
+        safely("start", start, window[2])
         _state["started"] = True
     return window
 
@@ -163,7 +163,7 @@ def _ended() -> None:
     window = _state["window"]
     if window is None or os.getpid() != _state["pid"]:
         return
-    from nvtx_autotrace.auto_window import note
+    from nvtx_autotrace.window_file import note
 
     note("ended", steps=steps.current_step(), opened=_state["started"], window=list(window[:2]))
 
@@ -173,7 +173,7 @@ def uninstall() -> None:
     window = _state["window"]
     if window and _state["started"] and not _state["stopped"] and os.getpid() == _state["pid"]:
         try:
-            _stop(window[2])
+            stop(window[2])
         except Exception:
             pass
     if _state["remove"]:

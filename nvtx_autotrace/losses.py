@@ -8,7 +8,7 @@ written to the window file as one ``losses`` event.
 
 from __future__ import annotations
 
-from nvtx_autotrace import _registry, auto_window, steps
+from nvtx_autotrace import _registry, steps, window_file
 
 _kept: dict[int, object] = {}
 
@@ -40,4 +40,4 @@ def _write(n: int) -> None:
     except Exception:  # noqa: BLE001 - e.g. a loss on a device that is gone
         return
     _kept.clear()
-    auto_window.note("losses", values=values)
+    window_file.note("losses", values=values)

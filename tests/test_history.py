@@ -91,7 +91,7 @@ def test_the_next_run_of_the_same_script_prints_what_changed(tmp_path):
     change, warning = history.after_run(finished(tmp_path / "b", "resnet50_8workers_h100"), db, started=2_000.0)
     assert warning is None and change is not None and "\n" not in change
     before, after = summary("resnet50_2workers_h100"), summary("resnet50_8workers_h100")
-    from nvtx_trace.diff import compare
+    from nvtx_trace.runner.diff import compare
 
     diff = compare(before, after)  # the documented diff of the two summaries: the line must say the same
     stat = diff["step_statistic"]

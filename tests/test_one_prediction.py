@@ -14,8 +14,8 @@ import pytest
 from golden_compare import GOLDEN, SAMPLES
 
 from nvtx_trace.analyzer.findings import ms
-from nvtx_trace.diff import compare
 from nvtx_trace.runner import history, tune, whatif
+from nvtx_trace.runner.diff import compare
 
 TEXT = Path(__file__).parent / "golden_text"
 

@@ -23,7 +23,7 @@ from conftest import SAMPLES, need
 
 from nvtx_trace import cli
 from nvtx_trace.errors import BadReportError, UsageError
-from nvtx_trace.redact import REDACTED, parse_environment, redact
+from nvtx_trace.runner.redact import REDACTED, parse_environment, redact
 
 SECRET = f"hunter2-{secrets.token_hex(8)}"
 PROGRAM = """\

@@ -28,7 +28,7 @@ import pytest
 from conftest import ROOT, installed_nsys, need
 
 from nvtx_trace.capture import processes
-from nvtx_trace.report.outputs import LOCK_NAME
+from nvtx_trace.files import LOCK_NAME
 
 FAULTS = ROOT / "programs" / "fault_program.py"
 SLOW = ROOT / "programs" / "slow_loader_train.py"
@@ -286,9 +286,9 @@ def test_a_signal_anywhere_in_taking_the_lock_leaves_no_lock(tmp_path, monkeypat
     the main thread, and ``release`` removes the lock."""
     import errno
 
+    from nvtx_trace import files as outputs
     from nvtx_trace.capture.interrupts import Interrupted
-    from nvtx_trace.report import outputs
-    from nvtx_trace.report.outputs import FolderClaim
+    from nvtx_trace.files import FolderClaim
 
     def signalled(real):
         def call(*args, **kwargs):
@@ -334,7 +334,7 @@ def test_the_lock_is_taken_where_hard_links_are_refused_and_a_live_run_s_lock_is
     import errno
 
     from nvtx_trace.errors import UsageError
-    from nvtx_trace.report.outputs import FolderClaim
+    from nvtx_trace.files import FolderClaim
 
     def refused(*_args, **_kwargs):
         raise OSError(errno.EPERM, "Operation not permitted")

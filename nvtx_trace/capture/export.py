@@ -22,9 +22,9 @@ from typing import Callable
 from nvtx_trace.analyzer.trace.opening import SQLITE_MAGIC
 from nvtx_trace.capture.locate import Nsys, find_nsys
 from nvtx_trace.capture.nsys_log import NsysLog, run_step, tail
-from nvtx_trace.capture.paths import REPORT_SUFFIXES, stem_of, with_suffix
 from nvtx_trace.capture.qdstrm import import_copy
 from nvtx_trace.errors import BadReportError, NsysFailedError, NsysNotFoundError
+from nvtx_trace.files import REPORT_SUFFIXES, stem_of, with_suffix
 
 Progress = Callable[[str], None]
 

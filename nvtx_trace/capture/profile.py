@@ -23,11 +23,11 @@ from typing import Callable, Mapping, Sequence
 from nvtx_trace.capture import interrupts, lifeline, nsys_files, own_output, stuck
 from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
-from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.capture.processes import alive, started_at
 from nvtx_trace.capture.qdstrm import import_qdstrm
 from nvtx_trace.capture.torchrun import RANK_FIELD, rank_of
 from nvtx_trace.errors import NsysFailedError
+from nvtx_trace.files import stem_of, with_suffix
 
 Progress = Callable[[str], None]
 

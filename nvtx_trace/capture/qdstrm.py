@@ -15,8 +15,8 @@ from typing import Callable
 
 from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, run_step, tail
-from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.errors import NsysFailedError
+from nvtx_trace.files import stem_of, with_suffix
 
 
 def import_qdstrm(nsys: Nsys, qdstrm: str | os.PathLike, out: str | os.PathLike | None = None,
@@ -47,7 +47,7 @@ def import_copy(nsys: Nsys, qdstrm: str | os.PathLike, out: str | os.PathLike, *
                 progress: Callable[[str], None] | None = None, log: NsysLog | None = None) -> Path:
     """``import_qdstrm`` of a private copy of ``qdstrm`` made beside ``out`` and removed after: the importer
     writes into its input, and the user's file is an input that must not change."""
-    from nvtx_trace.report.outputs import cannot_write
+    from nvtx_trace.files import cannot_write
 
     out = Path(out)
     if nsys.importer is None:

@@ -10,8 +10,8 @@ import typer
 
 from nvtx_trace.analyzer.options import parse_options
 from nvtx_trace.errors import BadReportError, UsageError
+from nvtx_trace.files import check_json_html, check_outputs, describe_unreadable, write_atomically
 from nvtx_trace.report.console import console
-from nvtx_trace.report.outputs import check_json_html, check_outputs, describe_unreadable, write_atomically
 
 
 def analyze(

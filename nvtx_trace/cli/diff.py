@@ -8,8 +8,8 @@ from typing import Optional
 
 import typer
 
+from nvtx_trace.files import check_json_html, check_outputs, write_atomically
 from nvtx_trace.report.console import console
-from nvtx_trace.report.outputs import check_json_html, check_outputs, write_atomically
 
 
 def diff(
@@ -25,8 +25,8 @@ def diff(
     Example: nvtx-trace diff nvtx-trace-out/train-20261123-101500 nvtx-trace-out/train-20261123-103200
     """
 
-    from nvtx_trace.diff import compare, load_summary, refuse_same_run
     from nvtx_trace.report import diff_render
+    from nvtx_trace.runner.diff import compare, load_summary, refuse_same_run
 
     check_json_html(json_out, html_out)
     refuse_same_run(before, after)

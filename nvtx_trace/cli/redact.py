@@ -1,6 +1,6 @@
 """`nvtx-trace redact REPORT -o OUT`: a shareable copy of an export, without the machine's secrets.
 
-Thin on purpose: the rules live in ``nvtx_trace.redact``; this only picks the
+Thin on purpose: the rules live in ``nvtx_trace.runner.redact``; this only picks the
 output name, prints what was removed and where the copy went.
 """
 
@@ -29,7 +29,7 @@ def redact(
 
     Example: nvtx-trace redact run.sqlite -o run.shareable.sqlite
     """
-    from nvtx_trace.redact import redact as redact_report
+    from nvtx_trace.runner.redact import redact as redact_report
 
     out = out or default_output(report)
     summary = redact_report(report, out, force=force)

@@ -80,7 +80,7 @@ def _program(target: list[str]) -> tuple[list[str], Path | None]:
 
 def _tune(target, budget, rounds, out, json_out, force, python, history_path, no_history) -> None:
     from nvtx_trace.capture import interrupts
-    from nvtx_trace.report.outputs import check_outputs, file_digest, inside, make_folder, same_path
+    from nvtx_trace.files import check_outputs, file_digest, inside, make_folder, same_path
     from nvtx_trace.runner import history
     from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, fresh_folder, given_folder, run_name
     from nvtx_trace.runner.tune import Tuner, check_budget
@@ -162,14 +162,14 @@ def _kept_text(kept: dict) -> str:
 
 
 def _write_json(folder: Path, result: dict) -> None:
-    from nvtx_trace.report.outputs import write_atomically
+    from nvtx_trace.files import write_atomically
 
     write_atomically(folder / TUNE_JSON, json.dumps(result, indent=2) + "\n")
 
 
 def _write(folder: Path, result: dict, json_out: Path | None) -> list[Path]:
+    from nvtx_trace.files import write_atomically
     from nvtx_trace.report import tune_render
-    from nvtx_trace.report.outputs import write_atomically
 
     text = json.dumps(result, indent=2) + "\n"
     write_atomically(folder / TUNE_JSON, text)

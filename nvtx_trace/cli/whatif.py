@@ -60,7 +60,7 @@ def _try(target, rounds, each, from_run, out, json_out, force, python, advice, h
     import time
 
     from nvtx_trace.capture import interrupts
-    from nvtx_trace.report.outputs import check_outputs, file_digest, inside, make_folder, same_path
+    from nvtx_trace.files import check_outputs, file_digest, inside, make_folder, same_path
     from nvtx_trace.runner import history
 
     began = time.time()
@@ -97,8 +97,8 @@ def _measure(folder, program, knobs, advice, each, rounds, python, from_run, pro
              history_db, began) -> None:
     """The runs, then try.json, try.html, one summary.json per variant and the history rows."""
 
+    from nvtx_trace.files import file_digest, make_folder, write_atomically
     from nvtx_trace.report import try_render
-    from nvtx_trace.report.outputs import file_digest, make_folder, write_atomically
     from nvtx_trace.runner import history, whatif
 
     def say(message: str) -> None:
@@ -151,7 +151,7 @@ def _folder(out: Path | None, program: list[str], force: bool, now: float) -> Pa
 def _check_apart(folder: Path, from_run: Path | None, json_out: Path | None) -> None:
     """The try folder is written whole (try.json, try.html, a folder per variant): the --from run it reads
     must not lie in it, it must not lie in the --from folder, and --json must not be one of its files."""
-    from nvtx_trace.report.outputs import inside, same_file, same_path
+    from nvtx_trace.files import inside, same_file, same_path
 
     if from_run is not None:
         if same_file(from_run, folder) or same_path(from_run, folder) or inside(from_run, folder):
@@ -196,6 +196,6 @@ def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]
 
 
 def _summary(path: Path) -> dict:
-    from nvtx_trace.diff import load_summary
+    from nvtx_trace.runner.diff import load_summary
 
     return load_summary(path)

@@ -27,10 +27,10 @@ from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.measures.instrumentation_cost import depth_text
 from nvtx_trace.analyzer.questions.ranking import no_findings_line
 from nvtx_trace.errors import MissingDependencyError
+from nvtx_trace.files import write_atomically
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import stepchart, timeline
 from nvtx_trace.report.html_table import esc, fmt
-from nvtx_trace.report.outputs import write_atomically
 from nvtx_trace.report.sections import html_tables
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html"

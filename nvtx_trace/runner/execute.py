@@ -21,10 +21,9 @@ from typing import Callable
 from nvtx_trace.capture import interrupts
 from nvtx_trace.capture.export import export_sqlite
 from nvtx_trace.capture.nsys_log import NsysLog
-from nvtx_trace.capture.paths import stem_of, with_suffix
 from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
 from nvtx_trace.errors import BadReportError, MissingDependencyError, NsysFailedError, NvtxTraceError, UsageError
-from nvtx_trace.report.outputs import FolderClaim, cannot_write, write_atomically
+from nvtx_trace.files import FolderClaim, cannot_write, stem_of, with_suffix, write_atomically
 from nvtx_trace.runner import default_window
 from nvtx_trace.runner.plan import REPORT_OUTPUTS, Plan, RunOptions, rank_outputs
 

@@ -335,7 +335,7 @@ def check(path: Path | None, inputs=(), written=lambda path: False) -> None:
     command's inputs (``inputs``) or outputs (``written(path)`` is true), a file that is not ours. One line
     (UsageError); only reads. A history that fails later (a full disk) still costs only a warning."""
     from nvtx_trace.errors import UsageError
-    from nvtx_trace.report.outputs import same_file
+    from nvtx_trace.files import same_file
 
     if path is None:
         return
@@ -499,7 +499,7 @@ def _findings_of(conn, run_id: int) -> list[dict]:
 
 
 def as_summary(conn, run: dict) -> dict:
-    """A stored run in the shape of summary.json, as far as nvtx_trace.diff.compare reads it."""
+    """A stored run in the shape of summary.json, as far as nvtx_trace.runner.diff.compare reads it."""
     found = [{"kind": f["kind"], "evidence": {"cause": f.get("cause")}, "impact_ns": f.get("impact_ns") or 0,
               "title": f.get("title"),
               "predicted": ({"step_ns": f["predicted_step_ns"], "saving_ns": f.get("predicted_saving_ns")}
@@ -559,8 +559,8 @@ def _literal(text: str) -> str:
 
 
 def change_line(previous: dict, summary: dict | None) -> str:
-    """One line: this run against the previous run of the same script (nvtx_trace.diff.compare)."""
-    from nvtx_trace.diff import compare
+    """One line: this run against the previous run of the same script (nvtx_trace.runner.diff.compare)."""
+    from nvtx_trace.runner.diff import compare
 
     run = previous["run"]
     when = str(run.get("started_at") or "")[:16].replace("T", " ")

@@ -22,7 +22,7 @@ from nvtx_trace.capture.locate import Nsys, find_nsys, nvtx_problem, pick_traces
 from nvtx_trace.capture.nsys_log import LOG_NAME
 from nvtx_trace.capture.profile import profile_command
 from nvtx_trace.errors import UsageError
-from nvtx_trace.report.outputs import check_folder_writable, check_unclaimed, describe_unreadable
+from nvtx_trace.files import check_folder_writable, check_unclaimed, describe_unreadable
 from nvtx_trace.runner import default_window
 
 DEFAULT_OUT_ROOT = "nvtx-trace-out"
@@ -99,7 +99,7 @@ class Plan:
     def owns(self, path) -> bool:
         """True for a file this run writes in its folder (reports, summaries, nsys.log, its lock, a rank's
         report): no other output (``--history``) may be one of them."""
-        from nvtx_trace.report.outputs import LOCK_NAME, same_file, same_path
+        from nvtx_trace.files import LOCK_NAME, same_file, same_path
 
         path = Path(path)
         if not (same_file(path.parent, self.out_dir) or same_path(path.parent, self.out_dir)):

@@ -239,8 +239,8 @@ def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: s
 def advice(program: list[str], python: str | None, out: Path, say) -> tuple[Path, dict, list[dict]]:
     """``try --advice``: the profile (``nvtx-trace run`` into ``out``), its summary, and the knob sets of its top
     findings; UsageError when the profile fails or no finding has a fix a knob applies."""
-    from nvtx_trace.diff import load_summary
     from nvtx_trace.errors import UsageError
+    from nvtx_trace.runner.diff import load_summary
     from nvtx_trace.runner.profile_child import ProfileFailed, profile
 
     say(f"--advice: profiling {program[0]} first (nvtx-trace run, outputs in {out})")

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from nvtx_trace.errors import BadReportError
-from nvtx_trace.report.outputs import describe_unreadable
+from nvtx_trace.files import describe_unreadable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 EXPORT_MARKERS = {"EXPORT_META_DATA", "META_DATA_EXPORT", "TARGET_INFO_SYSTEM_ENV", "ANALYSIS_DETAILS"}

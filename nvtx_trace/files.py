@@ -8,6 +8,9 @@ output is never a directory, never silently overwritten, and its folder must tak
 guessed from permissions: root may write anywhere but /proc or a read-only mount). A bad ``--json`` path is
 one clear line at once, not a traceback after minutes of analysis; a write that fails later (a full disk) is
 one line naming the output, and leaves the old file whole and no partial one.
+
+Also the names of the files a capture leaves (nsys appends its suffixes to a stem itself). Below every layer
+that writes or names a file (errors is all it imports), so capture, analyzer, report and runner share it.
 """
 
 from __future__ import annotations
@@ -18,6 +21,22 @@ import tempfile
 from pathlib import Path
 
 from nvtx_trace.errors import OutputError, UsageError
+
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+
+def stem_of(out: str | os.PathLike) -> Path:
+    """``run.nsys-rep`` / ``run.qdstrm`` / ``run`` -> ``run``."""
+    path = Path(out)
+    for suffix in (*REPORT_SUFFIXES, ".qdstrm", ".sqlite"):
+        if path.name.endswith(suffix):
+            return path.with_name(path.name[: -len(suffix)])
+    return path
+
+
+def with_suffix(stem: Path, suffix: str) -> Path:
+    """``stem`` + ``suffix`` (``Path.with_suffix`` would cut a dotted stem)."""
+    return stem.with_name(stem.name + suffix)
 
 
 def same_file(a, b) -> bool:
@@ -67,7 +86,6 @@ def inside(path, folder) -> bool:
 def read_through(source: Path) -> list[Path]:
     """The files reading ``source`` uses or makes beside it: a report's export, a raw capture's import, an
     SQLite file's journal. Writing an output over one of them would change what the input says."""
-    from nvtx_trace.capture.paths import stem_of, with_suffix
 
     name = source.name
     if name.endswith((".nsys-rep", ".qdrep")):

@@ -36,7 +36,7 @@ from pathlib import Path
 from nvtx_trace import names
 from nvtx_trace.analyzer.trace.opening import open_export
 from nvtx_trace.errors import BadReportError
-from nvtx_trace.report.outputs import cannot_write, check_outputs
+from nvtx_trace.files import cannot_write, check_outputs
 
 REDACTED = "[redacted]"
 

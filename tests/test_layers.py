@@ -1,0 +1,101 @@
+"""The house's rules, read from the code (issue 44): every import runs down the layers, none runs in a circle,
+and no module name appears twice in the analyzer.
+
+Layers, highest first: cli > runner > report > capture > analyzer and nvtx_autotrace > the ground floor (errors,
+names, files: output-file safety, and the fact tables device_peaks and framework_options). Imports inside
+functions count: a lazy import is still a dependency."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+LAYERS = {"cli": 5, "runner": 4, "report": 3, "capture": 2, "analyzer": 1}
+GROUND = {"errors", "names", "files", "device_peaks", "framework_options"}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package in ("nvtx_trace", "nvtx_autotrace"):
+        for f in sorted((ROOT / package).rglob("*.py")):
+            parts = list(f.relative_to(ROOT).with_suffix("").parts)
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def layer(name: str) -> int | None:
+    parts = name.split(".")
+    if parts[0] == "nvtx_autotrace":
+        return 1
+    if len(parts) == 1 or parts[1] in ("__main__",):
+        return 6  # the package's entry points sit on top
+    if parts[1] in GROUND:
+        return 0
+    return LAYERS.get(parts[1])
+
+
+def imports_of(name: str, path: Path, known: dict) -> set[str]:
+    """Every module of ours that ``name`` imports, at module level or inside a function."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            base = node.module
+            if node.level:
+                package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = ".".join(package[:len(package) - node.level + 1] + [node.module])
+            named = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+            targets = named or [base]  # `from pkg import module` depends on the module, not on pkg
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        for t in targets:
+            while t not in known and "." in t:
+                t = t.rsplit(".", 1)[0]
+            if t in known and t != name:
+                out.add(t)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports_of(name, path, known) for name, path in known.items()}
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in modules() if layer(m) is None] == []
+
+
+def test_every_import_runs_down_the_layers():
+    up = [f"{m} -> {i}" for m, deps in graph().items() for i in deps
+          if layer(i) > layer(m) and not m.startswith(i + ".") and not (layer(m) == layer(i) == 1)]
+    # a package's own __init__ re-exporting from below is no climb; nvtx_autotrace and analyzer share a floor
+    assert up == []
+
+
+def test_no_import_circle():
+    g = graph()
+    # a package imports its own submodules (its __init__ re-exports them): that edge is no circle
+    g = {m: {i for i in deps if not i.startswith(m + ".")} for m, deps in g.items()}
+    circles, state = [], {}
+
+    def visit(m, path):
+        state[m] = "open"
+        for i in sorted(g.get(m, ())):
+            if state.get(i) == "open":
+                circles.append(" -> ".join(path[path.index(i):] + [i]))
+            elif i not in state:
+                visit(i, path + [i])
+        state[m] = "done"
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m, [m])
+    assert circles == []
+
+
+def test_no_module_name_twice_in_the_analyzer():
+    names = [p.stem for p in (ROOT / "nvtx_trace" / "analyzer").rglob("*.py") if p.stem != "__init__"]
+    names += [p.name for p in (ROOT / "nvtx_trace" / "analyzer").iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
