@@ -63,7 +63,7 @@ def test_diff_of_two_per_rank_run_folders_analyzes_each_folders_ranks_together(t
     each folder is one merged analysis, and the same run on both sides changes nothing."""
     import shutil
 
-    from nvtx_trace import diff as diff_mod
+    from nvtx_trace.runner import diff as diff_mod
 
     for side in ("a", "b"):
         (tmp_path / side).mkdir()
