@@ -34,6 +34,12 @@ def stem_of(out: str | os.PathLike) -> Path:
     return path
 
 
+def variant_folder(label: str) -> str:
+    """A tried variant's folder (``try``, ``tune``; the history names it): its knobs as written (``tf32=1``,
+    ``num_workers=8,pin_memory=1``), file-name safe."""
+    return "".join(c if c.isalnum() or c in "=,._-" else "_" for c in label)
+
+
 def with_suffix(stem: Path, suffix: str) -> Path:
     """``stem`` + ``suffix`` (``Path.with_suffix`` would cut a dotted stem)."""
     return stem.with_name(stem.name + suffix)

@@ -1,4 +1,5 @@
-"""Summaries of the sample reports and their differences from the recorded ones (tests/golden).
+"""Summaries of the sample reports and their differences from the recorded ones (tests/golden_questions, put
+together by tests/question_snapshots.py).
 
 No pytest here: tests/test_min_versions.py runs this under the declared minimum versions, in a
 virtual environment that has nothing else.
@@ -14,7 +15,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = ROOT / "tests" / "golden"
 SAMPLES = sorted((ROOT / "sample_reports").glob("*.sqlite"))
 
 
@@ -51,9 +51,11 @@ def differences(got, want, where: str = "") -> list[str]:
 
 
 def check_all() -> int:
+    from question_snapshots import recorded_summary
+
     bad = 0
     for report in SAMPLES:
-        diff = differences(summary(report), json.loads((GOLDEN / f"{report.stem}.json").read_text()))
+        diff = differences(summary(report), recorded_summary(report.stem))
         bad += bool(diff)
         print(f"{report.stem}: {len(diff)} difference(s)" + (": " + "; ".join(diff[:5]) if diff else ""))
     return 1 if bad else 0

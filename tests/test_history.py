@@ -1,7 +1,7 @@
 """Run history, without nsys: where the database lives, what a row holds, what the change line says, and a
 history that cannot be written (read-only folder, a file that is no database) warns in one line, never fails.
 
-The rows come from the real summaries of the shipped samples (tests/golden/*.json are their summary.json);
+The rows come from the real summaries of the shipped samples (put together from tests/golden_questions);
 the real `nvtx-trace run` twice is in test_history_run.py."""
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.cli import main as cli_main
 from nvtx_trace.runner import history
 
-GOLDEN = ROOT / "tests" / "golden"
 SCRIPT = ROOT / "programs" / "slow_loader_train.py"
 
 
 def summary(name: str) -> dict:
-    return json.loads((GOLDEN / f"{name}.json").read_text())
+    from question_snapshots import recorded_summary
+
+    return recorded_summary(name)
 
 
 def finished(out_dir: Path, name: str | None, exit_code: int = 0) -> runner.RunResult:

@@ -3,7 +3,7 @@ columns after a first run that ended before any step) reads back as numbers and 
 written; a database that is not ours is refused in one line and never written; each write is one
 transaction; odd arguments to `nvtx-trace history` are one line each.
 
-Rows come from the shipped samples' real summaries (tests/golden), as in test_history.py; the commands are
+Rows come from the shipped samples' real summaries (tests/golden_questions), as in test_history.py; the commands are
 real (`python -m nvtx_trace.cli history`)."""
 
 from __future__ import annotations

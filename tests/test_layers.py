@@ -3,7 +3,7 @@ and no module name appears twice in the analyzer.
 
 Layers, highest first: cli > runner > report > capture > analyzer and nvtx_autotrace > the ground floor (errors,
 names, files: output-file safety, and the fact tables device_peaks and framework_options). Imports inside
-functions count: a lazy import is still a dependency."""
+functions count (a lazy import is still a dependency); those under ``if TYPE_CHECKING`` do not (never run)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,13 @@ def layer(name: str) -> int | None:
 def imports_of(name: str, path: Path, known: dict) -> set[str]:
     """Every module of ours that ``name`` imports, at module level or inside a function."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
+                   for n in ast.walk(block)}  # names for annotations, never imported when the program runs
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         targets = []
         if isinstance(node, ast.ImportFrom) and node.module:
             base = node.module

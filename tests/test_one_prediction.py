@@ -1,23 +1,18 @@
 """One prediction per finding (issue 41): ``predicted.saving_ns`` is the number ``run`` and ``analyze`` print,
 ``try`` and ``tune`` take off the plain step, ``diff`` compares and the history keeps, on every shipped sample.
 
-The analyzer's output is each sample's recorded summary and terminal text (tests/golden, tests/golden_text: their
+The analyzer's output is each sample's recorded summary and terminal text (tests/golden_questions: their
 own tests hold them equal to what ``analyze`` writes today); every other command's number is computed here by its
 own code from that summary and compared with the finding's."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
-from golden_compare import GOLDEN, SAMPLES
+from question_snapshots import SAMPLES, recorded_summary, recorded_text
 
 from nvtx_trace.analyzer.findings import ms
-from nvtx_trace.runner import history, tune, whatif
+from nvtx_trace.runner import history, try_runs, tune
 from nvtx_trace.runner.diff import compare
-
-TEXT = Path(__file__).parent / "golden_text"
 
 
 def predicted(summary: dict) -> list[dict]:
@@ -26,8 +21,8 @@ def predicted(summary: dict) -> list[dict]:
 
 @pytest.mark.parametrize("report", SAMPLES, ids=[p.stem for p in SAMPLES])
 def test_each_command_shows_the_finding_s_one_saving(report, tmp_path):
-    summary = json.loads((GOLDEN / f"{report.stem}.json").read_text())
-    text = (TEXT / f"{report.stem}.txt").read_text()
+    summary = recorded_summary(report.stem)
+    text = recorded_text(report.stem)
     found = predicted(summary)
     for f in found:
         pred = f["predicted"]
@@ -57,18 +52,18 @@ def test_each_command_shows_the_finding_s_one_saving(report, tmp_path):
         pred = f["predicted"]
         plain = (pred["step_ns"] + pred["saving_ns"]) / 1e6 * 0.9  # a plain pace below the profile's
         stat = pred.get("statistic") or "median"
-        base = whatif.Variant({}, [whatif.Round([plain], stat, plain, [], 0)])
-        knobs = whatif.knobs_of(f)
+        base = try_runs.Variant({}, [try_runs.Round([plain], stat, plain, [], 0)])
+        knobs = try_runs.knobs_of(f)
         if not knobs:
             continue
         said = [f"{k}={v}: applied" for k, v in knobs.items()]
-        v = whatif.Variant(knobs, [whatif.Round([plain * 0.8], stat, plain * 0.8, said, 0)])
-        r = whatif.row(v, base, {**summary, "findings": [f]})
+        v = try_runs.Variant(knobs, [try_runs.Round([plain * 0.8], stat, plain * 0.8, said, 0)])
+        r = try_runs.row(v, base, {**summary, "findings": [f]})
         assert r["predicted_saving_ms"] * 1e6 == pytest.approx(pred["saving_ns"])
         net = pred["saving_ns"] - r["tool_cost_ms"] * 1e6
         after = max(plain - net / 1e6, (pred.get("loader_pace_ns") or 0) / 1e6)
         assert r["predicted_step_ms"] == pytest.approx(after)
-        if f["kind"] not in whatif.CPU_BOUND_KINDS:
+        if f["kind"] not in try_runs.CPU_BOUND_KINDS:
             assert r["tool_cost_ms"] == 0
         c = next((c for c in tune.candidates({**summary, "findings": [f]}, {}, [], plain)), None)
         if c is not None:
@@ -78,10 +73,10 @@ def test_each_command_shows_the_finding_s_one_saving(report, tmp_path):
 
 def test_every_sample_predicts_something_somewhere():
     """The test above is not vacuous: most samples carry predictions, and some of them a knob applies."""
-    with_pred = [p for p in SAMPLES if predicted(json.loads((GOLDEN / f"{p.stem}.json").read_text()))]
+    with_pred = [p for p in SAMPLES if predicted(recorded_summary(p.stem))]
     assert len(with_pred) >= len(SAMPLES) // 2
-    knobbed = sum(1 for p in with_pred for f in predicted(json.loads((GOLDEN / f"{p.stem}.json").read_text()))
-                  if whatif.knobs_of(f))
+    knobbed = sum(1 for p in with_pred for f in predicted(recorded_summary(p.stem))
+                  if try_runs.knobs_of(f))
     assert knobbed >= 5
 
 
@@ -94,16 +89,16 @@ def test_a_plain_pace_takes_the_tool_s_extra_cost_out_of_a_cpu_bound_saving_only
     cpu = {"kind": "cpu_overhead", "predicted": {"step_ns": 135e6, "saving_ns": 30e6}}
     gpu = {"kind": "precision", "predicted": {"step_ns": 135e6, "saving_ns": 30e6}}
     # profile step 165, own 2 measured: plain 113 shows 50 more, the whole saving
-    assert whatif.net_saving_ns(cpu, profile, 113.0) == 0
-    assert whatif.plain_prediction_ms(cpu, profile, 113.0) == pytest.approx(113.0)
-    assert whatif.net_saving_ns(gpu, profile, 113.0) == 30e6
-    assert whatif.plain_prediction_ms(gpu, profile, 113.0) == pytest.approx(83.0)
+    assert try_runs.net_saving_ns(cpu, profile, 113.0) == 0
+    assert try_runs.plain_prediction_ms(cpu, profile, 113.0) == pytest.approx(113.0)
+    assert try_runs.net_saving_ns(gpu, profile, 113.0) == 30e6
+    assert try_runs.plain_prediction_ms(gpu, profile, 113.0) == pytest.approx(83.0)
     # plain 150: 13 ms beyond the profile's own 2
-    assert whatif.net_saving_ns(cpu, profile, 150.0) == 17e6
+    assert try_runs.net_saving_ns(cpu, profile, 150.0) == 17e6
     # plain slower than the profile: nothing more is the tool's
-    assert whatif.net_saving_ns(cpu, profile, 170.0) == 30e6
+    assert try_runs.net_saving_ns(cpu, profile, 170.0) == 30e6
     # no plain pace: the profile's own figures, as before
-    assert whatif.plain_prediction_ms(cpu, profile) == pytest.approx(133.0)
+    assert try_runs.plain_prediction_ms(cpu, profile) == pytest.approx(133.0)
     # tune ranks by the net saving: the CPU-bound finding made of the tool's own cost is no candidate
     both = {**profile, "steps": {"summary": {"step_ns_median": 165e6}},
             "findings": [{**cpu, "recommend": {"compile": "reduce-overhead"}}, {**gpu, "recommend": {"tf32": True}}]}

@@ -113,3 +113,26 @@ def _module_of(q: Question) -> str:
             return m.name
     raise AssertionError(q.name)
 
+
+
+def test_the_json_schema_has_one_section_per_question_with_its_keys_and_finding_kinds():
+    """docs/json-schema.md, one section per question (issue 44): a question that writes keys or raises findings has
+    its `### `name` (questions/module.py)` section, holding each of its keys; every kind the samples raise is
+    described in the section of the question that raised it."""
+    from conftest import sample_analysis
+    from question_snapshots import SAMPLES as SNAPSHOT_SAMPLES
+
+    doc = (ROOT / "docs" / "json-schema.md").read_text()
+    found = re.findall(r"^### `(\w+)` \(questions/(\w+)\.py\)\n(.*?)(?=^### |^## |\Z)", doc, re.M | re.S)
+    sections = {name: body for name, _module, body in found}
+    modules = {name: module for name, module, _body in found}
+    for q in questions.REGISTRY:
+        if q.json_keys or q.findings is not None:
+            assert q.name in sections and modules[q.name] == _module_of(q), q.name
+            for key in q.json_keys:
+                assert f"`{key}" in sections[q.name], (q.name, key)
+    raised = {}
+    for report in SNAPSHOT_SAMPLES:
+        raised.update(sample_analysis(report).raised_by)
+    for kind, name in raised.items():
+        assert f"`{kind}`" in sections[name], (kind, name)

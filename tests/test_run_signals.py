@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, installed_nsys, need
+from conftest import ROOT, again_after_nsys_fault, installed_nsys, need
 
 from nvtx_trace.capture import processes
 from nvtx_trace.files import LOCK_NAME
@@ -498,9 +498,13 @@ def test_per_rank_torchrun_told_to_stop_keeps_each_ranks_report_and_leaves_nothi
 
 def run_to_end(tools, work: Path, *args: str, env: dict | None = None, stdin: bytes | None = None,
                timeout: float = 120) -> Tool:
-    tool = start(tools, work, "run", "--out", "out", *args, env=env, stdin=stdin)
-    tool.finish(timeout)
-    return tool
+    def once() -> Tool:
+        tool = start(tools, work, "run", "--out", "out", *args, env=env, stdin=stdin)
+        tool.finish(timeout)
+        return tool
+
+    # nsys 2022.4 fails at start-up now and then under load (the tool names it as nsys's): not the case under test
+    return again_after_nsys_fault(once, clear=work / "out")
 
 
 def test_a_program_that_fails_before_its_first_step_keeps_its_exit_code(ready, tools, tmp_path):

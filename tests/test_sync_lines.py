@@ -72,7 +72,9 @@ def test_every_planted_sync_is_named_at_its_line_with_its_time_per_step(analysis
         assert row["blocked_ns_per_step"] == pytest.approx(blocked, rel=0.10)  # the bound: 10 %
     assert found[lines["LOSS_ITEM"]]["count_per_step"] == pytest.approx(1.0, abs=0.01)
     assert found[lines["LOG_SYNC"]]["count_per_step"] == pytest.approx(0.25, abs=0.01)  # every 4th step
-    text = (ROOT / "tests" / "golden_text" / f"{SAMPLE.stem}.txt").read_text()  # what analyze prints (golden)
+    from question_snapshots import recorded_text
+
+    text = recorded_text(SAMPLE.stem)  # what analyze prints (the snapshot)
     said = " ".join(text.split()).split("Host syncs by line", 1)[1][:400]  # wrapped at 120 columns there
     assert f"item at {lines['LOSS_ITEM']}" in said and f"cuda.synchronize at {lines['LOG_SYNC']}" in said
 

@@ -112,8 +112,8 @@ def test_advice_profiles_first_and_says_when_no_finding_has_a_knob(tmp_path):
 
 
 def test_the_knob_of_a_precision_finding_is_the_step_it_predicted():
-    from nvtx_trace.runner.whatif import advised as _advised
-    from nvtx_trace.runner.whatif import knobs_of as _knobs_of
+    from nvtx_trace.runner.try_runs import advised as _advised
+    from nvtx_trace.runner.try_runs import knobs_of as _knobs_of
 
     fp32 = {"kind": "precision", "recommend": {"tf32": True, "amp": "bf16"}}
     assert _knobs_of(fp32) == {"tf32": True}  # its prediction is TF32's; bf16 is the step after
@@ -142,8 +142,8 @@ def test_no_workers_drops_the_script_s_own_worker_options():
 
 
 def test_a_verdict_needs_the_finding_s_own_knobs_and_is_judged_on_closeness_first():
-    from nvtx_trace.runner.whatif import Round, Variant
-    from nvtx_trace.runner.whatif import row as _row
+    from nvtx_trace.runner.try_runs import Round, Variant
+    from nvtx_trace.runner.try_runs import row as _row
 
     base = Variant({}, [Round([100.0], "median", 100.0, [], 0)])
     small = {"kind": "optimizer", "recommend": {"fused_optimizer": True},
@@ -160,8 +160,8 @@ def test_a_verdict_needs_the_finding_s_own_knobs_and_is_judged_on_closeness_firs
 def test_a_knob_that_changed_nothing_gets_no_verdict_and_no_second_round():
     """A knob refused (or never reached: no line names it) leaves the baseline's program: timing it again, or
     judging a finding by it, would be wrong."""
-    from nvtx_trace.runner.whatif import Round, Variant
-    from nvtx_trace.runner.whatif import row as _row
+    from nvtx_trace.runner.try_runs import Round, Variant
+    from nvtx_trace.runner.try_runs import row as _row
 
     base = Variant({}, [Round([100.0], "median", 100.0, [], 0)])
     finding = {"kind": "fusion", "recommend": {"compile": True},
@@ -177,8 +177,8 @@ def test_a_knob_that_changed_nothing_gets_no_verdict_and_no_second_round():
 
 
 def test_uneven_steps_compare_both_sides_by_their_mean():
-    from nvtx_trace.runner.whatif import Round, Variant
-    from nvtx_trace.runner.whatif import row as _row
+    from nvtx_trace.runner.try_runs import Round, Variant
+    from nvtx_trace.runner.try_runs import row as _row
 
     bursty = [10.0] * 8 + [60.0] * 2  # median 10, mean 20: uneven
     base = Variant({}, [Round(bursty, "mean", 20.0, [], 0)])
@@ -278,8 +278,8 @@ def test_channels_last_moves_the_optimizer_state_made_before_it():
 def test_one_refused_knob_leaves_the_others_judged_and_a_slower_variant_is_never_confirmed():
     """Review findings: amp=fp16 refused beside tf32=1 must not turn the tf32 timing into "the baseline's program";
     a variant 4 % slower than the baseline is not "confirmed" by a prediction of 5 % faster, though within 25 %."""
-    from nvtx_trace.runner.whatif import Round, Variant
-    from nvtx_trace.runner.whatif import row as _row
+    from nvtx_trace.runner.try_runs import Round, Variant
+    from nvtx_trace.runner.try_runs import row as _row
 
     base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
     both = Variant({"amp": "fp16", "tf32": True}, [Round([5.0], "median", 5.0, [
@@ -307,7 +307,7 @@ def test_try_json_keys_are_the_documented_contract():
     """docs/json-schema.md, "nvtx-trace try", names exactly the keys try.json and a variant's summary.json carry."""
     import re
 
-    from nvtx_trace.runner.whatif import Round, Variant, result, summary_of
+    from nvtx_trace.runner.try_runs import Round, Variant, result, summary_of
 
     base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
     variant = Variant({"tf32": True}, [Round([5.0], "median", 5.0, ["tf32=1: set at start-up"], 0)])
@@ -330,8 +330,8 @@ def test_a_loader_paced_prediction_keeps_the_pace_when_the_tool_s_cost_is_taken_
     from conftest import sample_analysis
 
     from nvtx_trace.report.json import to_dict
-    from nvtx_trace.runner.whatif import Round, Variant
-    from nvtx_trace.runner.whatif import row as _row
+    from nvtx_trace.runner.try_runs import Round, Variant
+    from nvtx_trace.runner.try_runs import row as _row
 
     summary = to_dict(sample_analysis(SAMPLES / "heldout_rn18_loader_h200.sqlite"))
     stall = next(f for f in summary["findings"] if f["kind"] == "dataloader_stall")
@@ -356,7 +356,7 @@ def test_a_step_that_compiles_a_new_graph_is_left_out_of_the_timing(tmp_path):
     of 378.7 ms in a round whose window held the evaluation graph's compilation) while the same change by hand ran
     1.21x faster. Here a real torch.compile on the CPU meets a second graph (no_grad, a new shape) at step 30,
     inside the timed window: that step, and only that one, is left out and said; the rest keep their pace."""
-    from nvtx_trace.runner.whatif import Variant, row, time_once
+    from nvtx_trace.runner.try_runs import Variant, row, time_once
 
     script = ROOT / "programs" / "compile_midway_train.py"
     r = time_once([str(script), "--steps", "400", "--eval-at", "30"], {}, cwd=tmp_path, timeout=300)
@@ -376,7 +376,7 @@ def test_channels_last_on_a_model_without_convolutions_says_it_changed_nothing(c
     import torch
 
     from nvtx_autotrace import knobs
-    from nvtx_trace.runner.whatif import Round
+    from nvtx_trace.runner.try_runs import Round
 
     said = []
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
@@ -394,7 +394,7 @@ def test_try_and_diff_pages_say_what_they_compare_not_dashes():
     """Issue 42: diff.html showed "GPU busy - -> -" for two plain try variants, and try.html's "Findings and
     predictions from ..." named a file and nothing else."""
     from nvtx_trace.report import diff_render, try_render
-    from nvtx_trace.runner.whatif import Round, Variant, result
+    from nvtx_trace.runner.try_runs import Round, Variant, result
 
     base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
     variant = Variant({"tf32": True}, [Round([5.0], "median", 5.0, ["tf32=1: set at start-up"], 0)])

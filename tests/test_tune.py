@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT
 
 from nvtx_trace.runner import tune
-from nvtx_trace.runner.whatif import Round, Variant
+from nvtx_trace.runner.try_runs import Round, Variant
 
 
 def cli(*args: str, cwd=ROOT, timeout: float = 120, env=None) -> subprocess.CompletedProcess:

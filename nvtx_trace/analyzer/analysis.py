@@ -42,6 +42,7 @@ class Analysis:
     cpu_cores: int | None = None  # the CPUs the program may use (settings record), else the machine's: advice never exceeds it
     cpus_host: int | None = None  # the machine's, where the settings record says the program may use fewer
     pid_hosts: dict[int, str] = field(default_factory=dict)  # several reports merged: each pid's named host
+    raised_by: dict[str, str] = field(default_factory=dict)  # finding kind -> the question that raised it
 
     def __post_init__(self):
         for q in REGISTRY:  # every result a renderer may read exists, set or not

@@ -105,23 +105,3 @@ def _plain(obj):
     if isinstance(obj, np.bool_):
         return bool(obj)
     return obj
-
-
-CAUSE_FIXES = {
-    "sync": ("Stop syncing the host every step: keep losses/metrics on the GPU (loss.detach()) and call .item()/.cpu() "
-             "only every N steps; avoid torch.cuda.synchronize() in the loop."),
-    "copy": "Copy from pinned memory with non_blocking=True (DataLoader(pin_memory=True); x.to(device, non_blocking=True)).",
-    "cuda_api": ("Keep slow CUDA calls out of the loop: pre-allocate and reuse tensors (avoid cudaMalloc/cudaFree churn), "
-                 "warm up (cuDNN autotuning, module loading) before the steps you time."),
-    "optimizer": "Use a fused or foreach optimizer (e.g. torch.optim.AdamW(..., fused=True)) to cut per-parameter launches.",
-    "backward": ("The CPU cannot launch backward kernels fast enough: try torch.compile, CUDA graphs, or a larger batch "
-                 "so each launch does more work."),
-    "forward": ("The CPU cannot launch forward kernels fast enough: try torch.compile, CUDA graphs, or a larger batch "
-                "so each launch does more work."),
-    "other_range": "Move the work inside the named NVTX range off the critical path (another thread, fewer calls per step).",
-    "launch_bound": ("The GPU finishes each kernel before the CPU queues the next: capture the step in a CUDA graph "
-                     "(torch.compile(model, mode='reduce-overhead') or torch.cuda.graphs), use fused optimizers, "
-                     "or give each kernel more work (larger batch)."),
-    "unattributed": ("The CPU is busy outside any NVTX range: run under nvtx_autotrace, or sample Python "
-                     "(nsys profile --python-sampling=true) to see where."),
-}

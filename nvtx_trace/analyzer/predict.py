@@ -43,12 +43,14 @@ def loader(a, fetch_ns_median: float, compute: float | None, workers: int | None
             "loader_pace_ns": int(min(now, delivery))}
 
 
-def add_predictions(a, findings: list[Finding], idle_kinds: tuple[str, ...]) -> None:
-    """Fill ``predicted`` (and the fix's "Expected:" sentence) for findings whose rule made none.
-    ``idle_kinds``: the finding kinds whose impact is GPU time lost idle in the window (questions.idle_kinds)."""
+def add_predictions(a, findings: list[Finding], idle_kinds: tuple[str, ...], rules: dict) -> None:
+    """Fill ``predicted`` (and the fix's "Expected:" sentence) for findings whose question made none, once every
+    finding is built: ``rules`` (kind -> rule, each question's ``Question.predicts``), else, for a kind whose
+    impact is GPU time lost idle (``idle_kinds``), that idle per step removed (``idle_removed``)."""
     for f in findings:
         if f.predicted is None:
-            f.predicted = _generic(a, f, idle_kinds)
+            rule = rules.get(f.kind) or (idle_removed if f.kind in idle_kinds else None)
+            f.predicted = rule(a, f) if rule is not None else None
             f.fix = with_expected(f.fix, f.predicted)
 
 
@@ -117,52 +119,52 @@ def own_work_per_step(a, stat: str) -> float:
     return max(_stat(np.maximum(busy, 0.0)[_known_waits(a)], stat), 0.0)
 
 
-def _generic(a, f: Finding, idle_kinds: tuple[str, ...]) -> dict | None:
+def _gpus(a) -> int:
+    return max(1, len(a.idle.devices) if a.idle else 1)
+
+
+def idle_removed(a, f: Finding, of_others: bool = False, lost: str = "GPU idle",
+                 more_workers: bool = False) -> dict | None:
+    """The steady step less the idle the finding measured per step (summed over the GPUs of the steady window;
+    ``of_others``: over the other GPUs only, as a straggler's impact is their waiting), never below the GPU's
+    own work per step. ``more_workers``: the fix is more DataLoader workers (a straggler slowed by its loader)."""
     now, stat = steady_step(a)
     if not now:
         return None
-    steady = a.steps.steady
-    n_gpus = max(1, len(a.idle.devices) if a.idle else 1)
-    if f.kind in idle_kinds:
-        # summed over the GPUs in the steady window, which the steady steps span; a straggler's impact is
-        # the waiting of the other GPUs only
-        sharing = max(1, n_gpus - 1) if f.kind == "straggler" else n_gpus
-        per_step = f.impact_ns / sharing / max(1, len(steady))
-        floor = own_work_per_step(a, stat)
-        step = max(now - per_step, floor, 0.0)
-        lost = "waiting inside collectives" if f.kind == "straggler" else "GPU idle"
-        what = f"{ms(per_step)} of {lost} per step goes" + (f"; the GPU's own work is {ms(floor)} a step"
-                                                             if floor else "")
-    elif f.kind in ("layout_transpose", "pageable_h2d"):
-        # measured over the steady steps, as every finding is
-        steps = max(1, len(steady))
-        per_step = f.impact_ns / n_gpus / steps
-        busy_share = a.steps.summary().get("gpu_busy_fraction")
-        if f.kind == "layout_transpose" and (busy_share is None or busy_share < GPU_BOUND):
-            return None  # the GPU mostly waits: less GPU work would not shorten the step
-        what = f"{ms(per_step)} of pageable copying per step goes"
-        if f.kind == "layout_transpose":
-            what = f"{ms(per_step)} of transpose kernels per step go"
-            bn, saved = f.evidence.get("nchw_batchnorm_ns") or 0, f.evidence.get("batchnorm_saved_ns") or 0
-            if saved:  # batch norm's channels_last kernels are faster than its NCHW ones
-                faster = saved / n_gpus / steps
-                per_step += faster
-                what += (f", and NCHW batch norm ({ms(bn / n_gpus / steps)} a step) takes {ms(faster)} less in "
-                         "channels_last (its kernels there measured 1.5-2.2x faster: ResNet-50, H100)")
-        step = max(now - per_step, 0.0)
-    else:
+    n_gpus = _gpus(a)
+    per_step = f.impact_ns / (max(1, n_gpus - 1) if of_others else n_gpus) / max(1, len(a.steps.steady))
+    floor = own_work_per_step(a, stat)
+    step = max(now - per_step, floor, 0.0)
+    what = f"{ms(per_step)} of {lost} per step goes" + (f"; the GPU's own work is {ms(floor)} a step" if floor else "")
+    return _within_loader_pace(a, now, step, stat, what, more_workers)
+
+
+def work_per_step(a, ns: float) -> float:
+    """``ns`` over the steady window (all GPUs) as the time of one GPU's steady step."""
+    return ns / _gpus(a) / max(1, len(a.steps.steady))
+
+
+def work_removed(a, per_step_ns: float, what: str) -> dict | None:
+    """The steady step less ``per_step_ns`` of work (GPU kernels, copies), never below the loader's pace."""
+    now, stat = steady_step(a)
+    if not now:
         return None
+    return _within_loader_pace(a, now, max(now - per_step_ns, 0.0), stat, what)
+
+
+def _within_loader_pace(a, now: float, step: float, stat: str, what: str, more_workers: bool = False) -> dict | None:
+    """No step is shorter than the loader's delivery, which the fix leaves as it is (unless the fix is more
+    workers: then their pace, as many as the cores allow)."""
     feed = loader_waits.pace(a)
-    usable = loader_waits.usable_workers(a, feed.cpu_share if feed else None)
-    if (feed is not None and f.kind == "straggler" and f.evidence.get("why") == "loader_wait"
-            and (usable is None or usable > feed.workers)):  # else more workers cannot be had: the loader bounds
-        fetch = loader_waits.contended_fetch_ns(feed.fetch_ns, feed.workers, usable or feed.workers, a.cpu_cores,
-                                              loader_waits.processes_per_host(a)[0], compute_per_step(a),
-                                              feed.cpu_share)
-        return _with_more_workers(fetch, usable, now, step, stat, what)
+    if feed is not None and more_workers:
+        usable = loader_waits.usable_workers(a, feed.cpu_share)
+        if usable is None or usable > feed.workers:  # else more workers cannot be had: the loader bounds
+            fetch = loader_waits.contended_fetch_ns(feed.fetch_ns, feed.workers, usable or feed.workers, a.cpu_cores,
+                                                    loader_waits.processes_per_host(a)[0], compute_per_step(a),
+                                                    feed.cpu_share)
+            return _with_more_workers(fetch, usable, now, step, stat, what)
     if feed is None or feed.interval_ns <= step:
         return _expected(now, step, stat, what) if now - step > 0 else None
-    # no step is shorter than the loader's delivery, which this fix leaves as it is
     step = min(now, feed.interval_ns)
     return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}", "loader")
 

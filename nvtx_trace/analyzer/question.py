@@ -11,16 +11,21 @@ JSON key order, the terminal and HTML sections) is derived from these declaratio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # named in annotations only: the analysis imports this module
+    from nvtx_trace.analyzer.analysis import Analysis
+    from nvtx_trace.analyzer.trace.reader import Reader
+    from nvtx_trace.analyzer.trace.tables import Trace
 
 
 @dataclass
 class Context:
     """What every question may read: the trace, the report's reader, the options, and results so far."""
 
-    trace: Any  # analyzer.model.Trace
-    reader: Any  # analyzer.reader.Reader
-    result: Any  # analyzer.Analysis, filled question by question
+    trace: Trace
+    reader: Reader
+    result: Analysis  # filled question by question
     min_gap_ns: int
     loader_pattern: str
     warmup_steps: int | None
@@ -41,6 +46,8 @@ class Question:
     findings: Callable | None = None  # (Analysis, Basis) -> list[Finding]; Basis: the figures findings share
     idle_kinds: tuple[str, ...] = ()  # its finding kinds whose impact is GPU time lost idle in the window
     work_kinds: tuple[str, ...] = ()  # its finding kinds whose impact is GPU work: it shortens a GPU-bound step only
+    predicts: dict = field(default_factory=dict)  # kind -> (Analysis, Finding) -> predicted, once all are built
+    knobs: dict = field(default_factory=dict)  # kind -> (finding dict) -> the knobs `try` applies for its fix
     json_keys: tuple[str, ...] = ()  # the summary.json keys it owns, in its order (docs/json-schema.md)
     json_at: int | None = None  # where its keys sit in summary.json (default: order)
     to_json: Callable[[Any], dict] | None = None  # Analysis -> {key: value} for json_keys

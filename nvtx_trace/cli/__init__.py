@@ -102,11 +102,11 @@ def _register() -> None:
 
     app.command("analyze", short_help=_first_sentence(analyze.analyze.__doc__))(analyze.analyze)
     for verb in ("run", "try", "tune", "diff", "history", "redact", "doctor"):
-        if verb == "try":  # a keyword: its module is whatif.py, its function try_
-            from nvtx_trace.cli import whatif
+        if verb == "try":  # a keyword: its module is try_cmd.py, its function try_
+            from nvtx_trace.cli import try_cmd
 
-            app.command("try", context_settings=whatif.CONTEXT_SETTINGS,
-                        short_help=_first_sentence(whatif.try_.__doc__))(whatif.try_)
+            app.command("try", context_settings=try_cmd.CONTEXT_SETTINGS,
+                        short_help=_first_sentence(try_cmd.try_.__doc__))(try_cmd.try_)
             continue
         try:
             module = __import__(f"nvtx_trace.cli.{verb}", fromlist=[verb])

@@ -186,7 +186,7 @@ def _knob_text(knobs: dict | None) -> str | None:
 def try_rows(result: dict, program: list[str], folder: Path, started: float, cwd: Path | None = None) -> list[dict]:
     """One ``runs`` row per variant ``nvtx-trace try`` timed (the baseline too): plain steps, no findings; the
     variant's prediction and verdict in ``try_*`` columns."""
-    from nvtx_trace.runner.whatif import folder_name
+    from nvtx_trace.files import variant_folder
 
     cwd = Path(cwd or os.getcwd()).resolve()
     commit, dirty = _git((cwd / program[0]).resolve().parent)
@@ -201,7 +201,7 @@ def try_rows(result: dict, program: list[str], folder: Path, started: float, cwd
             "knobs": json.dumps(r["knobs"]), "window": f"plain (no profiler), {len(r['rounds_ms'])} round(s)",
             "steps": None, f"step_ns_{stat}": int(step * 1e6) if step else None,
             "gpu_busy_fraction": None, "findings_count": 0,
-            "out_dir": str(folder / folder_name(r["label"])), "exit_code": 0 if step else 1,
+            "out_dir": str(folder / variant_folder(r["label"])), "exit_code": 0 if step else 1,
             "duration_s": round(time.time() - started, 3),
             "try_speedup": r["speedup"], "try_finding": r["finding"],
             "try_predicted_step_ns": int(r["predicted_step_ms"] * 1e6) if r["predicted_step_ms"] else None,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nvtx_trace import names
 from nvtx_trace.errors import NvtxTraceError, UsageError
-from nvtx_trace.runner import whatif
+from nvtx_trace.runner import try_runs
 from nvtx_trace.runner.profile_child import ProfileFailed, profile
 
 MIN_SAVING = 0.03  # a finding must predict at least this share of the step, and a trial measure it
@@ -50,12 +50,11 @@ class Candidate:
 
 def next_knobs(finding: dict, kept: dict) -> dict:
     """The knobs that take the finding's fix further than the configuration so far: those of its ``recommend``
-    not already kept at that value; a ``precision`` finding's next step only (TF32 from fp32, then bf16)."""
-    wanted = {k: v for k, v in whatif.knobs_of({**finding, "kind": None}).items() if kept.get(k) != v}
-    if not wanted:
-        wanted = {k: v for k, v in whatif.KIND_KNOBS.get(finding.get("kind"), {}).items() if kept.get(k) != v}
-    if finding.get("kind") == "precision" and wanted:
-        wanted = dict([next(iter(wanted.items()))])
+    not already kept at that value, as its question applies them (a ``precision`` finding's next step only: TF32
+    from fp32, then bf16)."""
+    from nvtx_trace.analyzer.questions import knobs_of
+
+    wanted = knobs_of(finding, kept)
     if wanted.get("amp") == "fp16":  # needs a GradScaler the program may not have: never applied
         return {}
     return wanted
@@ -70,8 +69,8 @@ def _profile_step_ms(summary: dict, statistic: str) -> float | None:
 def candidates(summary: dict, kept: dict, rejected: list[dict], plain_ms: float | None = None) -> list[Candidate]:
     """The profile's findings a knob applies, not yet rejected, predicting at least MIN_SAVING; largest first.
     ``plain_ms``: the configuration's plain step where a trial measured it; savings are then net of the tool's
-    cost that pace shows (whatif.net_saving_ns), so a finding made of the tool's own cost is no candidate."""
-    own = whatif.own_cost_ns(summary)
+    cost that pace shows (try_runs.net_saving_ns), so a finding made of the tool's own cost is no candidate."""
+    own = try_runs.own_cost_ns(summary)
     out = []
     for f in summary.get("findings") or []:
         knobs = next_knobs(f, kept)
@@ -82,7 +81,7 @@ def candidates(summary: dict, kept: dict, rejected: list[dict], plain_ms: float 
         if not step:
             continue
         before = step if plain_ms else step - own / 1e6
-        c = Candidate(f, knobs, whatif.plain_prediction_ms(f, summary, plain_ms), max(before, 1e-9))
+        c = Candidate(f, knobs, try_runs.plain_prediction_ms(f, summary, plain_ms), max(before, 1e-9))
         if c.saving >= MIN_SAVING:
             out.append(c)
     return sorted(out, key=lambda c: -c.saving)
@@ -102,14 +101,14 @@ def _rejected(knobs: dict, rejected: list[dict]) -> bool:
 def remaining(summary: dict) -> list[dict]:
     """What no knob applies, with its predicted gain on top of the configuration profiled: the user's edits.
     (A finding whose knob was kept or rejected is not among them: a knob did apply.)"""
-    own = whatif.own_cost_ns(summary)
+    own = try_runs.own_cost_ns(summary)
     out = []
     for f in summary.get("findings") or []:
         if next_knobs(f, {}):
             continue
         pred = f.get("predicted") or {}
         step = _profile_step_ms(summary, pred.get("statistic") or "median")
-        after = whatif.plain_prediction_ms(f, summary)
+        after = try_runs.plain_prediction_ms(f, summary)
         before = step - own / 1e6 if step else None
         out.append({"kind": f.get("kind"), "title": f.get("title"), "fix": f.get("fix"),
                     "impact_ms": round((f.get("impact_ns") or 0) / 1e6, 3),
@@ -123,20 +122,20 @@ def loss_bound(knobs: dict) -> float:
     return max((LOSS_BOUNDS.get(k, 0.01) for k in knobs), default=0.0)
 
 
-def judge(base: whatif.Variant, v: whatif.Variant) -> dict:
+def judge(base: try_runs.Variant, v: try_runs.Variant) -> dict:
     """Measured against the configuration so far, in one statistic (the mean where either's steps are uneven);
     kept only if faster by MIN_SAVING with every variant round faster than every baseline round, and the
     losses within the knob's bound beyond the baseline's own noise."""
     stat = "mean" if "mean" in (v.statistic, base.statistic) else "median"
     before, after = base.value(stat), v.value(stat)
     mine, theirs = [x for x in v.per_round(stat) if x is not None], [x for x in base.per_round(stat) if x]
-    noise = whatif.loss_noise(base)
-    diff = whatif.loss_difference(base.rounds[0].losses, v.rounds[0].losses) if v.rounds and base.rounds else None
+    noise = try_runs.loss_noise(base)
+    diff = try_runs.loss_difference(base.rounds[0].losses, v.rounds[0].losses) if v.rounds and base.rounds else None
     bound = loss_bound(v.trial)
     out = {"statistic": stat, "baseline_step_ms": before, "measured_step_ms": after,
            "rounds_ms": {"baseline": base.per_round(stat), "variant": v.per_round(stat)},
            "speedup": before / after if before and after else None,
-           "changed": sorted({ln for r in v.rounds for ln in r.lines if any(whatif.said_by(ln, k) for k in v.trial)}),
+           "changed": sorted({ln for r in v.rounds for ln in r.lines if any(try_runs.said_by(ln, k) for k in v.trial)}),
            "loss_max_rel_diff": diff, "loss_noise_rel": noise, "loss_bound_rel": bound,
            "logs": [str(r.log) for r in v.rounds if r.log]}
     failures = [r.why for r in v.rounds if r.value_ms is None]
@@ -273,7 +272,7 @@ class Tuner:
                  f"{self.rounds} round(s) each, plain ({self.clock_text()})")
         t0 = self.clock()
         try:
-            base, v = whatif.compare(self.program, [c.knobs], self.rounds, self.python,
+            base, v = try_runs.compare(self.program, [c.knobs], self.rounds, self.python,
                                      progress=lambda m: self.say(f"stage {n}: {m}"),
                                      logs=self.folder / f"stage-{n}", base=self.kept)
         except NvtxTraceError:
@@ -298,22 +297,22 @@ class Tuner:
         label = names.knobs_text(self.kept)
         self.say(f"final check: the program as it is against {label}, {self.rounds} round(s) each, plain "
                  f"({self.clock_text()})")
-        base, v = whatif.compare(self.program, [dict(self.kept)], self.rounds, self.python,
+        base, v = try_runs.compare(self.program, [dict(self.kept)], self.rounds, self.python,
                                  progress=lambda m: self.say(f"final check: {m}"), logs=self.folder / "final")
         self.final_check = judge(base, v)
 
     def _stage_row(self, summary: dict, c: Candidate | None, verdict: dict) -> None:
         """The stage as tune.json keeps it; predictions come off the profiled configuration's plain step where a
         trial measured it (this stage's baseline, else the last measured)."""
-        own = whatif.own_cost_ns(summary)
+        own = try_runs.own_cost_ns(summary)
         plain = verdict.get("baseline_step_ms") or self._current
         if c is not None:
-            c.predicted_step_ms = whatif.plain_prediction_ms(c.finding, summary, plain) or c.predicted_step_ms
+            c.predicted_step_ms = try_runs.plain_prediction_ms(c.finding, summary, plain) or c.predicted_step_ms
         profiled = _profile_step_ms(summary, ((summary.get("steps") or {}).get("summary") or {}).get("statistic")
                                     or "median")
         top = []
         for f in (summary.get("findings") or [])[:TOP_FINDINGS]:
-            after = whatif.plain_prediction_ms(f, summary, plain)
+            after = try_runs.plain_prediction_ms(f, summary, plain)
             top.append({"kind": f.get("kind"), "impact_ms": round((f.get("impact_ns") or 0) / 1e6, 3),
                         "knobs": next_knobs(f, self.kept) or None,
                         "predicted_step_ms": round(after, 3) if after is not None else None,

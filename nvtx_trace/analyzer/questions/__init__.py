@@ -53,6 +53,23 @@ def work_kinds() -> tuple[str, ...]:
     return tuple(k for q in REGISTRY for k in q.work_kinds)
 
 
+def prediction_rules() -> dict:
+    """Finding kind -> the rule its question predicts its fix by (``Question.predicts``)."""
+    return {k: rule for q in REGISTRY for k, rule in q.predicts.items()}
+
+
+def knobs_of(finding: dict, kept: dict | None = None) -> dict:
+    """The knobs `try` applies for a finding's fix, beyond those ``kept`` already at that value (tune's
+    configuration so far): its question's rule (``Question.knobs``) over the knobs its ``recommend`` names."""
+    from nvtx_trace import names
+
+    kept = kept or {}
+    rule = next((q.knobs[finding.get("kind")] for q in REGISTRY if finding.get("kind") in q.knobs), None)
+    named = {k: v for k, v in (finding.get("recommend") or {}).items() if k in names.KNOBS and kept.get(k) != v}
+    out = rule(finding, named) if rule is not None else named
+    return {k: v for k, v in out.items() if kept.get(k) != v}
+
+
 def json_key_order() -> tuple[str, ...]:
     ordered = sorted((q for q in REGISTRY if q.json_keys), key=lambda q: (_at(q, "json_at"), q.name))
     return HEAD_KEYS + tuple(k for q in ordered for k in q.json_keys) + TAIL_KEYS

@@ -180,7 +180,7 @@ def _run(ctx: Context) -> None:
     steps = len(a.steps.steady) if a.steps and a.window.get("source", "").startswith("steady") else 0
     a.kernels = KernelMix(pd.DataFrame(rows, columns=["name", "category", "count", "time_ns"]), steps,
                           max(1, len(a.idle.devices) if a.idle else 1))
-    small = ctx.trace.under_one_wave_kernels()
+    small = ctx.trace.rows("under_one_wave")
     if small is not None:
         collective = [i for i, n in names.items() if category(n) in NOT_COMPUTE]  # NCCL runs few blocks by design
         inside = (small["start_ns"] >= w0) & (small["start_ns"] < w1) & ~np.isin(small["name_id"], collective)
@@ -194,8 +194,24 @@ def _run(ctx: Context) -> None:
 
 
 def _announce(trace) -> None:
-    """Short names that say nothing (or not their math): their kernels bring their demangled names."""
+    """Short names that say nothing (or not their math): their kernels bring their demangled names; kernels of
+    fewer thread blocks than their GPU has SMs are picked out while the kernel table is read."""
     trace.want_long_names(trace.reader.string_ids(DEMANGLE_HINTS, NeedsDemangled))
+    trace.want_rows("kernel", "under_one_wave", _under_one_wave)
+
+
+def _under_one_wave(trace, cols: dict) -> dict | None:
+    """start_ns, end_ns, device_id, name_id of the kernels launched with fewer thread blocks than their GPU has
+    SMs; None where the export lacks grid sizes or SM counts."""
+    if not ("blocks" in cols and cols["blocks"].dtype.kind in "iu" and (sms := trace.reader.sm_counts())):
+        return None
+    lookup = np.zeros(max(sms) + 1, np.int64)
+    for d, n in sms.items():
+        lookup[d] = n
+    dev = cols["device_id"].astype(np.int64)
+    known = (dev >= 0) & (dev < len(lookup))
+    under = known & (cols["blocks"] < lookup[np.where(known, dev, 0)])
+    return {c: cols[c][under] for c in ("start_ns", "end_ns", "device_id", "name_id")}
 
 
 def _by_long_name(ctx: Context, window: tuple[int, int]) -> dict[int, list[dict]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, size
 from nvtx_trace.analyzer.measures.pageable_copies import analyze_pageable, launch_filter
 from nvtx_trace.analyzer.measures.pageable_copies import per_step as per_step_pageable
@@ -64,10 +65,16 @@ def _html(a, d: dict, view) -> str:
                       f"copies in this report: {pg['pinned_bandwidth_gbps'] or 0:.1f} GB/s).")
 
 
+def _predicted(a, f: Finding) -> dict | None:
+    per_step = predict.work_per_step(a, f.impact_ns)  # measured over the steady steps, as every finding is
+    return predict.work_removed(a, per_step, f"{ms(per_step)} of pageable copying per step goes")
+
+
 QUESTION = Question(
     name="pageable", order=40, run=_run, launches=launch_filter,
     thresholds={"pageable_min_bytes": 1 << 20},  # ignore a few tiny pageable copies (scalars, shapes)
-    findings=_findings,
+    findings=_findings, predicts={"pageable_h2d": _predicted},
+    knobs={"pageable_h2d": lambda finding, named: named or {"pin_memory": True}},
     json_keys=("pageable_h2d",), json_at=90, to_json=_json,
     tables=lambda a: {"pageable_sources": a.pageable.by_source} if a.pageable else {},
     html=_html, html_at=40,

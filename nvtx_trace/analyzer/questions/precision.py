@@ -127,4 +127,6 @@ QUESTION = Question(
     thresholds={"precision_share": 0.10,  # fp32/TF32 matrix math at 10 % of the GPU's compute in the window
                 "precision_low_share": 0.5},  # no finding once half the matrix math is bf16/fp16 already
     findings=_findings, work_kinds=("precision",),
+    # its prediction is for the first step of its fix (TF32 from fp32): `try` applies that step alone
+    knobs={"precision": lambda finding, named: dict([next(iter(named.items()))]) if named else named},
 )

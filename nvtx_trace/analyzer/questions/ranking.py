@@ -17,14 +17,16 @@ from nvtx_trace.analyzer.question import Context, Question
 
 def build_findings(a) -> list[Finding]:
     """Each question's findings in registry order (a later question sees the earlier ones in ``basis.found``)."""
-    from nvtx_trace.analyzer.questions import REGISTRY, idle_kinds, work_kinds
+    from nvtx_trace.analyzer.questions import REGISTRY, idle_kinds, prediction_rules, work_kinds
 
     basis = basis_.measure(a)
     for q in REGISTRY:
         if q.findings is not None:
-            basis.found += q.findings(a, basis)
+            raised = q.findings(a, basis)
+            basis.found += raised
+            a.raised_by.update((f.kind, q.name) for f in raised)
     out = basis.found
-    predict.add_predictions(a, out, idle_kinds())
+    predict.add_predictions(a, out, idle_kinds(), prediction_rules())
     _in_the_framework_s_words(a, out)
     steps = len(a.steps.steady) if a.steps else 0
     gpus = max(1, len(a.idle.devices) if a.idle else 1)

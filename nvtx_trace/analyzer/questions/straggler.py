@@ -10,7 +10,9 @@ of the wait; a 1 ms loader difference does not explain 200 ms of waiting, and it
 
 from __future__ import annotations
 
-from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer import predict
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.measures.gpu_idle import CAUSE_FIXES
 from nvtx_trace.analyzer.measures.step_times import union_of_process
 from nvtx_trace.analyzer.question import Question
 from nvtx_trace.analyzer.trace import intervals as iv
@@ -91,8 +93,15 @@ def _reasons(a, slow, waiter, short_idle: dict[int, tuple]) -> list[tuple[str, s
     return out
 
 
+def _predicted(a, f: Finding) -> dict | None:
+    """The other GPUs' waiting per step goes (the straggler's impact is theirs); slowed by its loader, the fix is
+    more workers, as many as the cores allow."""
+    return predict.idle_removed(a, f, of_others=True, lost="waiting inside collectives",
+                                more_workers=f.evidence.get("why") == "loader_wait")
+
+
 QUESTION = Question(
     name="straggler", order=112, needs=("communication", "loader", "window_figures"),
     thresholds={"straggler_last_share": 0.6},  # its lateness causes this share of all waiting (else: jitter)
-    findings=_findings, idle_kinds=("straggler",),
+    findings=_findings, idle_kinds=("straggler",), predicts={"straggler": _predicted},
 )

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer.findings import CAUSE_FIXES, THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.measures.gpu_idle import CAUSE_FIXES
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.analyzer.trace.attribution import attribute, range_labels

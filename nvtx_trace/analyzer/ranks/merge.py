@@ -99,6 +99,9 @@ class MergedTrace(Trace):
     def want_long_names(self, short_ids: list[int]) -> None:
         pass  # each report brought its kernels' demangled names when it was read (decoded.DecodedReport.long_named)
 
+    def want_rows(self, table_key: str, name: str, keep) -> None:
+        pass  # a question's own pick of a table's rows is made per report, and no report carries it
+
 
 class _Ids:
     """Old id -> merged id for one kind of id (pids, GPUs): an id seen on another host gets a free one."""

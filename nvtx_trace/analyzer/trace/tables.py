@@ -10,6 +10,7 @@ import re
 import threading
 from concurrent.futures import Future
 from functools import cached_property
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -63,6 +64,8 @@ class Trace:
         self._launch_requests: list[tuple[str, str, tuple]] = []  # read with the runtime pass
         self._long_names_of: tuple[int, ...] = ()  # short-name ids whose kernels bring their demangled name
         self._long_named: dict[str, np.ndarray] | None = None  # those kernels, as read with the kernel table
+        self._row_filters: list[tuple[str, str, Callable]] = []  # (table, name, keep): a question's rows of a pass
+        self._kept_rows: dict[str, dict[str, np.ndarray]] = {}  # name -> the rows its filter kept
         self._runtime_read: Future | None = None
         self._launch_rows: dict[tuple, dict[str, np.ndarray]] = {}  # filled while the GPU tables are read
         self._kernel_times = _time_by_id(np.empty(0, np.int64), np.empty(0, np.int64))  # no kernel table: none
@@ -164,14 +167,9 @@ class Trace:
         if "long_id" in cols:
             named = cols["long_id"] >= 0
             self._long_named = {c: cols[c][named] for c in ("start_ns", "end_ns", "device_id", "name_id", "long_id")}
-        if "blocks" in cols and cols["blocks"].dtype.kind in "iu" and (sms := self.reader.sm_counts()):
-            lookup = np.zeros(max(sms) + 1, np.int64)
-            for d, n in sms.items():
-                lookup[d] = n
-            dev = cols["device_id"].astype(np.int64)
-            known = (dev >= 0) & (dev < len(lookup))
-            under = known & (cols["blocks"] < lookup[np.where(known, dev, 0)])
-            self._under_one_wave = {c: cols[c][under] for c in ("start_ns", "end_ns", "device_id", "name_id")}
+        for table, name, keep in self._row_filters:
+            if table == key and (rows := keep(self, cols)) is not None:
+                self._kept_rows[name] = rows
         kept = {c: cols[c] for c in ("start_ns", "end_ns", "device_id", "gpid")}
         # kernel names as string ids (-1 for copies, memsets and unnamed kernels): the step inference reads them
         name_id = cols.get("name_id") if key == "kernel" else None
@@ -278,11 +276,17 @@ class Trace:
             return {}
         return {i: api_base_name(n) for i, n in self.reader.api_name_strings().items()}
 
-    def under_one_wave_kernels(self) -> dict[str, np.ndarray] | None:
-        """start_ns, end_ns, device_id, name_id of the kernels launched with fewer thread blocks than their GPU has SMs;
-        None where the export lacks grid sizes or SM counts."""
+    def want_rows(self, table_key: str, name: str, keep: Callable) -> None:
+        """Announce a question's own pick of one GPU table's rows, made while the table is read (the columns
+        dropped after it, a grid size, are there): ``keep(trace, columns)`` -> the rows' columns, or None."""
+        if "gpu_ops" in self.__dict__:
+            raise RuntimeError("want_rows() must come before the GPU tables are read")
+        self._row_filters.append((table_key, name, keep))
+
+    def rows(self, name: str) -> dict[str, np.ndarray] | None:
+        """The rows announced with want_rows as ``name``; None where its filter kept none (or, merged, for ever)."""
         _ = self.gpu_ops
-        return getattr(self, "_under_one_wave", None)
+        return getattr(self, "_kept_rows", {}).get(name)
 
     def want_long_names(self, short_ids: list[int]) -> None:
         """Announce that kernels with these short names should bring their demangled names (one kernel pass)."""
