@@ -48,7 +48,7 @@ def test_the_window_starts_once_the_pace_settles_and_matches_the_whole_run(name)
         a, b = statistics.mean(durations[n - 8:n - 4]), statistics.mean(durations[n - 4:n])
         assert abs(b - a) > 0.2 * a, n
     # the steps from the window on run at the steady pace the analyzer finds in the whole run (its summary,
-    # tests/golden): by the median, or the mean where the steps come in two kinds
+    # tests/golden_questions): by the median, or the mean where the steps come in two kinds
     steady = json.loads((ROOT / "tests" / "golden" / f"{name}.json").read_text())["steps"]["summary"]
     stat = "mean" if steady["modes"] else "median"
     after = getattr(statistics, stat)(durations[opened:-1])  # the last step runs into the program's end

@@ -2,7 +2,7 @@
 
 * The declared minimum versions (pyproject's floors, installed exactly) in an environment that has
   nothing else, then README's first line word for word, then every sample report's summary against the
-  recorded one (tests/golden) and an HTML page: the floors are floors that work.
+  recorded one (tests/golden_questions) and an HTML page: the floors are floors that work.
 * An environment that sees the system's torch (700 MB: not downloaded per test), the README's install
   alone (it brings nvtx), and `nvtx-trace run` of a small training script with DataLoader workers
   under the real nsys, on the first try.
