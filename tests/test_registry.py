@@ -74,6 +74,26 @@ def test_a_registered_question_reaches_every_output(registered_probe):
     assert "<h3>probe html 42</h3>" in html.render(a, max_points=200)
 
 
+def test_a_new_question_adds_its_own_snapshot_and_changes_no_other_question_s(registered_probe):
+    """Issue 44: a question added as a module adds and changes: its own snapshot part, and where its finding ranks
+    (the ranking's kind order) and shows (the page's findings, in the frame); every other question's part of
+    every output stays as recorded."""
+    from golden_compare import differences
+    from question_snapshots import FRAME, parts_of, recorded
+    from question_snapshots import SAMPLES as SNAPSHOT_SAMPLES
+
+    for report in SNAPSHOT_SAMPLES[:2]:
+        a = analyze(report)
+        probe = [f for f in to_dict(a)["findings"] if f["kind"] == "probe_kind"]
+        got, want = parts_of(report, a), recorded(report.stem)
+        assert got["probe"] == {"json": {"probe_section": {"answer": 42}}, "findings": probe,
+                                "text": "probe text line\n", "html_sha256": got["probe"]["html_sha256"]}
+        changed = sorted(name for name in want if differences(got[name], want[name]))
+        assert changed == sorted(["findings", FRAME]), changed  # the rank order; the page's findings list
+        ranked = got["findings"]["json"]["findings"]
+        assert [k for k in ranked if k != "probe_kind"] == want["findings"]["json"]["findings"]
+
+
 def test_the_outputs_follow_the_declared_orders():
     keys = questions.json_key_order()
     assert keys[:3] == questions.HEAD_KEYS and keys[-2:] == questions.TAIL_KEYS
