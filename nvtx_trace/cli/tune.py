@@ -140,16 +140,12 @@ def _tune(target, budget, rounds, out, json_out, force, python, history_path, no
         raise
 
     from nvtx_trace.report import tune_render
+    from nvtx_trace.runner.try_runs import said_after_writing
 
     tune_render.text(result, console(highlight=False))
     written = _write(folder, result, json_out)
-    if script and file_digest(script) != digest:
-        say(f"warning: {script} changed while it was tuned (not by nvtx-trace: it writes only to {folder})")
-    for path in written:
-        print(f"Wrote {path}", file=sys.stderr)
-    warning = history.after_tune(result, program, folder, history_db, began)
-    if warning:
-        say(f"warning: {warning}")
+    said_after_writing(say, written, script or None, digest, "tuned", folder,
+                       lambda: history.after_tune(result, program, folder, history_db, began))
     if not any(s["knobs"] for s in result["stages"]) and result["stopped"] != "nothing left":
         raise UsageError(f"nothing was tried ({result['stopped']}): the profile alone took "
                          f"{result['elapsed_s']:.0f} s of the {budget:.0f} s budget; give a larger --budget")

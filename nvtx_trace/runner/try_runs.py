@@ -466,7 +466,7 @@ def _measure(req: TryRequest, folder: Path, profile: dict, script_hash: str, his
     """The runs, then try.json, try.html, one summary.json per variant and the history rows."""
     program, from_run, json_out = req.program, req.from_run, req.json_out
 
-    from nvtx_trace.files import file_digest, make_folder, write_atomically
+    from nvtx_trace.files import make_folder, write_atomically
     from nvtx_trace.report import try_render
     from nvtx_trace.report.console import console
     from nvtx_trace.runner import history
@@ -491,18 +491,29 @@ def _measure(req: TryRequest, folder: Path, profile: dict, script_hash: str, his
     if json_out:
         write_atomically(json_out, text)
         written.append(json_out)
-    if file_digest(Path(program[0])) != script_hash:  # a promise: the knobs never touch the user's files
-        say(f"warning: {program[0]} changed while it was tried (not by nvtx-trace: it writes only to {folder})")
-    for path in written:
-        print(f"Wrote {path}", file=sys.stderr)
-    warning = history.after_try(result, program, folder, history_db, began)
-    if warning:
-        say(f"warning: {warning}")
+    said_after_writing(say, written, Path(program[0]), script_hash, "tried", folder,
+                       lambda: history.after_try(result, program, folder, history_db, began))
     if len(result["variants"]) > 1:
         first = variant_folder(result["variants"][1]["label"])
         print(f"Next: nvtx-trace diff {folder / 'baseline'} {folder / first}", file=sys.stderr)
 
 
+
+
+def said_after_writing(say, written: list[Path], script: Path | None, digest: str | None, verb: str, folder: Path,
+                       record) -> None:
+    """What `try` and `tune` say once their outputs are written: the script changed meanwhile (never by us: the
+    knobs touch no file of the user's), each file written, and the history's warning (``record()`` adds the
+    rows)."""
+    from nvtx_trace.files import file_digest
+
+    if script is not None and file_digest(script) != digest:
+        say(f"warning: {script} changed while it was {verb} (not by nvtx-trace: it writes only to {folder})")
+    for path in written:
+        print(f"Wrote {path}", file=sys.stderr)
+    warning = record()
+    if warning:
+        say(f"warning: {warning}")
 
 
 def _folder(out: Path | None, program: list[str], force: bool, now: float) -> Path:
