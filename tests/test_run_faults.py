@@ -57,6 +57,24 @@ def wait_for(child: subprocess.Popen, marker: str) -> list[str]:
     pytest.fail(f"the program never printed {marker!r}: " + "".join(seen[-20:]))
 
 
+def started(work: Path, marker: str, env: dict | None = None) -> tuple[subprocess.Popen, list[str]]:
+    """A run whose program printed ``marker``, started once more after nsys 2022.4's start-up fault (under load it
+    now and then fails before the program runs, and the tool says so): not the case under test."""
+    for attempt in (1, 2):
+        child = start_run(work, env=env)
+        seen = []
+        for line in child.stderr:
+            seen.append(line)
+            if line.startswith(marker):
+                return child, seen
+        child.wait(timeout=60)
+        if attempt == 1 and "nsys failed before it started the program" in "".join(seen):
+            shutil.rmtree(work / "out", ignore_errors=True)
+            continue
+        pytest.fail(f"the program never printed {marker!r}: " + "".join(seen[-20:]))
+    raise AssertionError("unreachable")
+
+
 def children_of(pid: int) -> list[int]:
     return [child for child, parent, _ in processes.live_processes() if parent == pid]
 
@@ -74,9 +92,8 @@ def agents_of(nsys_pid: int) -> list[int]:
 
 
 def test_sigterm_to_the_tool_stops_the_program_and_keeps_the_report(ready, tmp_path):
-    child = start_run(tmp_path)
+    child, seen = started(tmp_path, "step 10 ")
     try:
-        seen = wait_for(child, "step 10 ")
         os.kill(child.pid, signal.SIGTERM)  # the tool alone, as a job scheduler would
         out, err = child.communicate(timeout=240)
     finally:
@@ -98,10 +115,9 @@ def test_nsys_killed_mid_capture_is_one_line_naming_the_program_left_running(rea
     began = time.time()
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    child = start_run(tmp_path, env={"TMPDIR": str(tmp)})
+    child, seen = started(tmp_path, "step 5 ", env={"TMPDIR": str(tmp)})
     nsys_pid, groups = None, []
     try:
-        seen = wait_for(child, "step 5 ")
         nsys_pid = children_of(child.pid)[0]
         os.kill(nsys_pid, signal.SIGKILL)
         child.wait(timeout=120)  # the tool returns; the program, left running, still writes to the pipes
