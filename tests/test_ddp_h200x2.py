@@ -14,7 +14,7 @@ from rank_files import ddp_rank_groups, split_by_process
 
 from nvtx_trace.analyzer import analyze, predict
 from nvtx_trace.analyzer.measures import loader_waits
-from nvtx_trace.analyzer.questions import idle_kinds
+from nvtx_trace.analyzer.questions import prediction_rules
 
 BALANCED = SAMPLES / "ddp_balanced_h200x2.sqlite"
 STRAGGLER = SAMPLES / "ddp_straggler_h200x2.sqlite"
@@ -111,7 +111,7 @@ def test_why_the_straggler_is_slow_is_its_own_loader_by_sql():
     # on a machine with no cores to spare (8 cores, 2 ranks: 3 workers each, 4 already run) more workers cannot
     # be had: the step stays bound by the loader's present pace, not promised "as many as the cores allow"
     a.cpu_cores = 8
-    f.predicted = predict._generic(a, f, idle_kinds())
+    f.predicted = prediction_rules()["straggler"](a, f)  # the straggler question's own rule
     assert f.predicted["bound_by"] == "loader" and "as many as the CPU cores allow" not in f.predicted["basis"]
     assert f.predicted["step_ns"] == int(min(predict.steady_step(a)[0], loader.evidence["fetch_ns_per_batch"] / 4))
 

@@ -5,12 +5,12 @@ step times come from plain SQL over each export; the block means are recomputed 
 from __future__ import annotations
 
 import importlib.util
-import json
 import sqlite3
 import statistics
 
 import pytest
-from conftest import ROOT, SAMPLES, need
+from conftest import SAMPLES, need
+from question_snapshots import recorded_summary
 
 SAMPLES_WITH_STEPS = ["resnet50_2workers_h100", "resnet50_8workers_h100", "resnet_ddp_flawed", "resnet_fixed",
                       "resnet_fixed_user", "resnet_flawed", "resnet_flawed_user"]
@@ -49,7 +49,7 @@ def test_the_window_starts_once_the_pace_settles_and_matches_the_whole_run(name)
         assert abs(b - a) > 0.2 * a, n
     # the steps from the window on run at the steady pace the analyzer finds in the whole run (its summary,
     # tests/golden_questions): by the median, or the mean where the steps come in two kinds
-    steady = json.loads((ROOT / "tests" / "golden" / f"{name}.json").read_text())["steps"]["summary"]
+    steady = recorded_summary(name)["steps"]["summary"]
     stat = "mean" if steady["modes"] else "median"
     after = getattr(statistics, stat)(durations[opened:-1])  # the last step runs into the program's end
     assert after == pytest.approx(steady[f"step_ns_{stat}"], rel=0.15 if steady["modes"] else 0.08), (after, stat)
