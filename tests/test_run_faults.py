@@ -325,9 +325,16 @@ def test_a_full_disk_under_the_capture_says_so_and_keeps_the_raw_capture_to_fini
     full = tmpfs("600k")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--no-history", "--out", str(full / "out"),
-                           "--full", str(ROOT / "programs" / "cpu_train.py"), "--steps", "5"], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp)}, cwd=tmp_path)
+    for attempt in (1, 2):
+        proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--no-history", "--out",
+                               str(full / "out"), "--full", str(ROOT / "programs" / "cpu_train.py"), "--steps", "5"],
+                              capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp)},
+                              cwd=tmp_path)
+        if attempt == 2 or "nsys failed before it started the program" not in proc.stderr:
+            break  # else nsys 2022.4's start-up fault (seen under load): not the case under test
+        shutil.rmtree(full / "out", ignore_errors=True)
+        for left in tmp.iterdir():
+            shutil.rmtree(left, ignore_errors=True) if left.is_dir() else left.unlink()
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("nvtx-trace: ")]
     assert proc.returncode == 5 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "a disk was full" in lines[-1] and "the raw capture is kept in" in lines[-1], lines[-1]
