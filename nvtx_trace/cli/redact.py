@@ -25,7 +25,8 @@ def redact(
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite OUT if it exists."),
 ) -> None:
     """Write a copy of REPORT without environment variables, host/user names, paths,
-    command-line arguments or captured program output; analysis results stay identical.
+    command-line arguments or captured program output; analysis results stay identical but for the paths
+    in them, cut to basenames.
 
     Example: nvtx-trace redact run.sqlite -o run.shareable.sqlite
     """
