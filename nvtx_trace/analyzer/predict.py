@@ -244,12 +244,7 @@ def host_time_saved(a, per_step_ns: float, what: str) -> dict | None:
     step = max(now - per_step_ns, floor, 0.0)
     if step > now - per_step_ns:
         what += f"; no shorter than the GPU's own work, {ms(floor)} a step"
-    feed = loader_waits.pace(a)
-    if feed is not None and feed.interval_ns > step:
-        step = min(now, feed.interval_ns)
-        return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}",
-                         "loader")
-    return _expected(now, step, stat, what) if now - step > 0 else None
+    return _within_loader_pace(a, now, step, stat, what)
 
 
 def _expected(now: float, step: float, stat: str, basis: str, bound_by: str | None = None) -> dict:

@@ -83,11 +83,11 @@ class Interrupted(BaseException):
 def end(pids, kill_after: float = KILL_AFTER_S) -> None:
     """SIGTERM to each, then SIGKILL to those still running ``kill_after`` seconds later."""
     pids = [p for p in pids if p != os.getpid()]
-    _send(pids, signal.SIGTERM)
+    send(pids, signal.SIGTERM)
     deadline = time.monotonic() + kill_after
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    _send([p for p in pids if alive(p)], signal.SIGKILL)
+    send([p for p in pids if alive(p)], signal.SIGKILL)
 
 
 def end_now(watch: Watch) -> None:
@@ -98,10 +98,11 @@ def end_now(watch: Watch) -> None:
     except OSError:
         pass
     watch.look()
-    _send([watch.root, *watch.still_running()], signal.SIGKILL)
+    send([watch.root, *watch.still_running()], signal.SIGKILL)
 
 
-def _send(pids, signum: int) -> None:
+def send(pids, signum: int) -> None:
+    """``signum`` to each pid still there (one gone already is no error)."""
     for pid in pids:
         try:
             os.kill(pid, signum)
@@ -196,7 +197,7 @@ class Capture:
         targets = self.program()
         if targets and not self.escalated:
             self._say(f"The program did not stop within {grace:.0f} s of the signal; ending it")
-        _send(targets, signal.SIGKILL if self.escalated else signal.SIGTERM)
+        send(targets, signal.SIGKILL if self.escalated else signal.SIGTERM)
         self.escalated += 1
 
     def sweep(self) -> None:

@@ -132,11 +132,7 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                for pid in [*processes.descendants(proc.pid), proc.pid]:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
+                interrupts.send([*processes.descendants(proc.pid), proc.pid], signal.SIGKILL)
                 proc.wait()
                 return Round([], "median", None, [], -1, f"the run was stopped after {timeout:.0f} s (the default "
                                                          "window takes at most about two minutes after start-up)",
