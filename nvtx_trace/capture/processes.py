@@ -129,11 +129,13 @@ class Watch:
 
     def start(self) -> "Watch":
         def loop() -> None:
-            pause = self.every
+            pause = self.every if self.profilers else 0.01
             while not self._done.wait(pause):
                 began = time.perf_counter()
                 self.look()
-                pause = max(self.every, 20 * (time.perf_counter() - began))  # at most 5 % of a core on a busy host
+                # a launcher's rank whose nsys fails at once lives a fraction of a second: looked for often until
+                # one is seen (its start-up fault is nsys's, not the program's); at most 5 % of a core on a busy host
+                pause = max(self.every if self.profilers else 0.01, 20 * (time.perf_counter() - began))
 
         self.look()
         self._thread = threading.Thread(target=loop, daemon=True, name="nvtx-trace-watch")

@@ -268,10 +268,10 @@ def profile(
     result = ProfileResult(returncode, None, None, text, interrupted=capture.first is not None, pid=proc.pid,
                            signal=capture.first, aborted=capture.aborted is not None, left_running=left,
                            abandoned=capture.abandoned, stuck=finishing.stuck_for is not None,
-                           program_started=handover.started.is_set() if handover is not None and not launcher
-                           else None)
-    if raw and (result.stuck or result.aborted or result.interrupted or result.abandoned):
-        shutil.rmtree(raw[0].parent, ignore_errors=True)  # halfway: no capture to finish
+                           program_started=_program_started(handover, launcher, capture.watch))
+    if raw and (result.stuck or result.aborted or result.interrupted or result.abandoned
+                or result.program_started is False):
+        shutil.rmtree(raw[0].parent, ignore_errors=True)  # halfway, or before the program: no capture to finish
         raw = []
     if result.stuck:
         for partial in finishing.leftovers():
@@ -312,13 +312,21 @@ def profile(
         result.problem = (
             f"{'the launcher' if launcher else 'nsys'} exited with status {returncode} and wrote {wrote}"
             + full + (f": {said}" if said else "") + (f" ({log.where()})" if log is not None else "")
-            + _kept_raw(raw, stem)
+            + _kept_raw(raw, stem, full=bool(full))
         )
     elif raw and result.rep is None:
-        result.problem = (result.problem or "") + _kept_raw(raw, stem)
+        result.problem = (result.problem or "") + _kept_raw(raw, stem, full=bool(_no_space(log)))
     elif raw:  # a report came after all (a rank's): the raw capture left beside it is no longer needed
         shutil.rmtree(raw[0].parent, ignore_errors=True)
     return result
+
+
+def _program_started(handover, launcher, watch) -> bool | None:
+    """Did nsys start the program: each program asks the handover for our output as it starts. Behind a launcher,
+    known only once a rank's nsys was seen (a launcher can fail before it starts any)."""
+    if handover is None or (launcher and not watch.saw_rank):
+        return None
+    return handover.started.is_set()
 
 
 NO_SPACE = ("No space left on device", "ENOSPC", "Disk quota exceeded")
@@ -342,11 +350,11 @@ def _raw_captures(scratch: str) -> list[Path]:
         return []
 
 
-def _kept_raw(raw: list[Path], stem: Path) -> str:
+def _kept_raw(raw: list[Path], stem: Path, full: bool) -> str:
     if not raw:
         return ""
     size = sum(p.stat().st_size for p in raw if p.exists()) / 2**20
-    return (f"; the raw capture is kept in {raw[0]} ({size:.1f} MiB): free some space, then "
+    return (f"; the raw capture is kept in {raw[0]} ({size:.1f} MiB): {'free some space, then ' if full else ''}"
             f"nvtx-trace analyze {raw[0]} makes the report of it (or move it beside {stem.name}.nsys-rep first)")
 
 

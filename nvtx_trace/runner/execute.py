@@ -102,7 +102,9 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
             plan.window_file.unlink(missing_ok=True)
         result = RunResult(plan=plan, exit_code=0, profile=prof)
         said = log.tail()
-        _fail(result, NsysFailedError(f"nsys failed before it started the program (status {prof.returncode})"
+        status = f"the launcher's status {prof.returncode}" if plan.launcher else f"status {prof.returncode}"
+        _fail(result, NsysFailedError(f"nsys failed before it started the program"
+                                      f"{' in any rank' if plan.launcher else ''} ({status})"
                                       + (f": {said}" if said else "") + f"; the program did not run ({log.where()})"))
         return result
     window = (default_window.outcome(plan.window_file, prof.returncode) if plan.capture_window is None else
