@@ -174,10 +174,10 @@ if os.environ.get(names.FLOPS_ENV):  # nvtx-trace tune: one warm-up step's model
     _flops.install()
 
 if os.environ.get(names.CAPTURE_ENV):  # capture window (nvtx-trace run --warmup-steps/--steps)
-    from nvtx_autotrace import capture as _capture
+    from nvtx_autotrace import capture_window as _capture_window
 
     try:
-        _capture.install()
+        _capture_window.install()
     except ValueError as exc:
         _registry.warn_once("capture", f"no capture window: {exc}")
 

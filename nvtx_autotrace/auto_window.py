@@ -1,7 +1,7 @@
 """The default capture window of ``nvtx-trace run``: skip warm-up until the step pace settles, profile
 enough steps to be representative, then end the program, so that any script answers in minutes.
 
-``NVTX_AUTOTRACE_AUTO_WINDOW="mode[:exit]"`` arms it (``mode``: nvtx or cuda, as in ``capture``).
+``NVTX_AUTOTRACE_AUTO_WINDOW="mode[:exit]"`` arms it (``mode``: nvtx or cuda, as in ``capture_window``).
 Measured from the H100 samples in sample_reports/ (step ranges of ResNet-50/18, GPT-2, DDP):
 step 0 takes 1.6-12 s (cuDNN autotuning, allocator growth, compilation) and steps 1-3 run on batches
 the DataLoader prefetched, 2-3x faster than the pace that follows. So:
@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from nvtx_autotrace import _registry, capture, steps
+from nvtx_autotrace import _registry, capture_window, steps
 from nvtx_autotrace.window_file import note
 from nvtx_trace import names
 
@@ -98,15 +98,15 @@ def _on_boundary(n: int) -> None:
             if why:
                 _state["phase"] = "opening"
         if why:
-            capture.safely("start", capture.start, mode)
-            capture.safely("record", lambda _m: capture.repeat_instrumentation_record(n), mode)
+            capture_window.safely("start", capture_window.start, mode)
+            capture_window.safely("record", lambda _m: capture_window.repeat_instrumentation_record(n), mode)
             # counted from when the capture runs: starting it can take nsys a good part of a second
             _state.update(phase="window", first=n, opened=time.perf_counter())
             note("opened", step=n, why=why, at_s=round(now - _state["installed"], 3))
         return
     k, elapsed = n - _state["first"], now - _state["opened"]
     if _window_full(k, elapsed):
-        capture.safely("stop", capture.stop, mode)
+        capture_window.safely("stop", capture_window.stop, mode)
         _state["phase"] = "done"
         first, times = _state["first"], _state["times"]
         made = _state["graphs"]
@@ -138,11 +138,11 @@ def _no_steps() -> None:
             return
         _state["phase"] = "timed"
     mode, started = _state["mode"], time.perf_counter()
-    capture.safely("start", capture.start, mode)
+    capture_window.safely("start", capture_window.start, mode)
     note("opened", step=None, why=f"no training step was seen in the first {NO_STEP_S:.0f} s: a time window "
           f"of {MAX_SECONDS:.0f} s", at_s=round(started - _state["installed"], 3))
     time.sleep(MAX_SECONDS)
-    capture.safely("stop", capture.stop, mode)
+    capture_window.safely("stop", capture_window.stop, mode)
     note("closed", step=None, steps=None, seconds=round(time.perf_counter() - started, 3), stopping=_state["exit"])
     if _state["exit"]:
         print(f"nvtx-trace: the program was stopped after its {MAX_SECONDS:.0f} s capture window "
@@ -185,7 +185,7 @@ def install(spec: str | None = None) -> bool:
         return False
     parts = spec.strip().split(":")
     mode = parts[0] or "nvtx"
-    if mode not in capture.MODES or parts[1:] not in ([], ["exit"]):
+    if mode not in capture_window.MODES or parts[1:] not in ([], ["exit"]):
         raise ValueError(f"{ENV}={spec!r}: expected nvtx, cuda, time, or one of them with :exit")
     now = time.perf_counter()
     _state.update(pid=os.getpid(), mode=mode, exit=parts[1:] == ["exit"], phase="warmup", times=[now],

@@ -53,7 +53,7 @@ CALIBRATION = "nvtx_autotrace.calibration"
 SETTINGS_PREFIX = "nvtx_autotrace.settings "
 WINDOW_PREFIX = "nvtx_autotrace.window "  # the capture window opened at a step boundary, after warm-up
 
-# The capture window (nvtx-trace run --warmup-steps N --steps M): the variable nvtx_autotrace.capture
+# The capture window (nvtx-trace run --warmup-steps N --steps M): the variable nvtx_autotrace.capture_window
 # reads, and the NVTX range it opens for nsys --capture-range=nvtx (domain "nvtx-trace").
 CAPTURE_ENV = "NVTX_AUTOTRACE_CAPTURE"
 CAPTURE_DOMAIN = "nvtx-trace"

@@ -361,3 +361,38 @@ def test_run_out_on_a_full_disk_is_one_line_and_leaves_no_folder(ready, tmp_path
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert len(errors) == 1 and "disk is full" in errors[0] and str(full / "out") in errors[0], errors
     assert not (full / "out").exists()
+
+
+def test_nsys_failing_once_at_start_up_is_started_once_more_and_the_run_completes(ready, tmp_path):
+    """nsys 2022.4 now and then fails before it starts the program on a busy machine ("End of file", "Local
+    Endpoint is not available"): the program never ran, so the run starts it once more, says so, and completes.
+    The stand-in fails its first capture (`profile -o`; the tool's probes pass), then hands over to the real nsys."""
+    once = tmp_path / "bin" / "nsys"
+    once.parent.mkdir()
+    mark = tmp_path / "failed-once"
+    once.write_text(f'#!/bin/sh\ncase "$*" in\n  "profile -o "*) if [ ! -e {mark} ]; then : > {mark}; '
+                    f'echo "End of file" >&2; exit 1; fi ;;\nesac\nexec {ready.path} "$@"\n')
+    once.chmod(0o755)
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx", "--full",
+                           "--no-history", "--no-autotrace", str(ROOT / "programs" / "fault_program.py"), "--steps",
+                           "30"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NSYS": str(once)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [ln for ln in proc.stderr.splitlines() if "starting it once more" in ln]
+    assert said == ["nvtx-trace: nsys failed before it started the program (status 1: End of file); starting it "
+                    "once more"], proc.stderr[-3000:]
+    assert mark.exists() and (tmp_path / "out" / "summary.json").is_file()
+    assert proc.stderr.count("step 0\n") == 1  # the program ran once
+
+
+def test_nsys_refusing_its_options_is_not_started_again(ready, tmp_path):
+    """An option nsys refuses fails the same way every time: said at once, not retried."""
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", "--out", "out", "--trace", "nvtx", "--full",
+                           "--no-history", "--no-autotrace", "--nsys-args=--sample=bogus",
+                           str(ROOT / "programs" / "fault_program.py")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode not in (0, 1), proc.stderr[-3000:]
+    assert "starting it once more" not in proc.stderr
+    assert "nsys failed before it started the program (status" in " ".join(proc.stderr.split())
+    log = (tmp_path / "out" / LOG_NAME).read_text()
+    assert log.count("== nsys profile ==") == 1

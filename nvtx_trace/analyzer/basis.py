@@ -27,55 +27,56 @@ class Basis:
     found: list[Finding] = field(default_factory=list)  # the findings built so far, in question order
 
 
-def measure(a) -> Basis:
-    window_ns = max(1, a.window.get("end_ns", 0) - a.window.get("start_ns", 0)) if a.window else 1
-    causes = a.window_causes
+def measure(analysis) -> Basis:
+    window_ns = max(1, analysis.window.get("end_ns", 0) - analysis.window.get("start_ns", 0)) if analysis.window else 1
+    causes = analysis.window_causes
     cause_ns = causes.groupby("cause")["idle_ns"].sum().to_dict() if causes is not None and len(causes) else {}
-    gpu_ns = window_ns * max(1, len(a.idle.devices) if a.idle else 1)
-    short = {dev.device_id: short_idle(a, dev) for dev in a.idle.devices} if a.idle and a.window else {}
-    keep = _after_own_cost(a, cause_ns, sum(s[0] for s in short.values()))
+    gpu_ns = window_ns * max(1, len(analysis.idle.devices) if analysis.idle else 1)
+    short = ({dev.device_id: short_idle(analysis, dev) for dev in analysis.idle.devices}
+             if analysis.idle and analysis.window else {})
+    keep = _after_own_cost(analysis, cause_ns, sum(s[0] for s in short.values()))
     return Basis(window_ns=window_ns, gpu_ns=gpu_ns, cause_ns=cause_ns, short=short, keep=keep)
 
 
-def of_window(a, share: float) -> str:
+def of_window(analysis, share: float) -> str:
     """"37 % of the window", or of the GPUs' time in it when there are several."""
-    n = len(a.idle.devices) if a.idle else 1
+    n = len(analysis.idle.devices) if analysis.idle else 1
     return f"{pct(share)} of the window" + (f" across {n} GPUs" if n > 1 else "")
 
 
-def short_idle(a, dev):
+def short_idle(analysis, dev):
     """Idle stretches shorter than --min-gap-ms (by full length), clipped to the window: (ns, count, median)."""
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
     h0, h1 = iv.holes(dev.busy, min_len=1)
-    inside = (h1 - h0 < a.min_gap_ns) & (h1 > w0) & (h0 < w1)
+    inside = (h1 - h0 < analysis.min_gap_ns) & (h1 > w0) & (h0 < w1)
     short_idle = int((np.minimum(h1[inside], w1) - np.maximum(h0[inside], w0)).sum())
     n_short = int(inside.sum())
     return short_idle, n_short, float(np.median(h1[inside] - h0[inside])) if n_short else 0.0
 
 
-def own_cost_ns(a) -> int:
+def own_cost_ns(analysis) -> int:
     """CPU time the tool itself added in the analysis window: nvtx_autotrace's ranges (measured, see
     instrumentation.py) and, where the process timed steps just before the capture, the profiler's tracing."""
-    inst = a.instrumentation
-    if inst is None or not a.steps:
+    inst = analysis.instrumentation
+    if inst is None or not analysis.steps:
         return 0
     per_step = (inst.cost_ns_per_step or 0) + (inst.profiler_cost_ns_per_step or 0)
-    return int(per_step * len(a.steps.steady) * max(1, len(a.idle.devices) if a.idle else 1))
+    return int(per_step * len(analysis.steps.steady) * max(1, len(analysis.idle.devices) if analysis.idle else 1))
 
 
-def _after_own_cost(a, cause_ns: dict, short_idle_ns: int) -> float:
-    own = own_cost_ns(a)
-    if not own or not a.idle:
+def _after_own_cost(analysis, cause_ns: dict, short_idle_ns: int) -> float:
+    own = own_cost_ns(analysis)
+    if not own or not analysis.idle:
         return 1.0
     pool = sum(cause_ns.get(c, 0) for c in CPU_CAUSES)
     pool += short_idle_ns
     return max(0.0, 1.0 - own / pool) if pool else 1.0
 
 
-def profiler_unmeasured(a) -> str:
+def profiler_unmeasured(analysis) -> str:
     """Launch-bound figures measured under CUDA API tracing include the tracing's own cost per call, which
     only a run that timed its steps outside the capture can separate (nvtx_autotrace's capture window)."""
-    inst = a.instrumentation
+    inst = analysis.instrumentation
     if inst is not None and inst.outside_capture_step_ns is not None:
         return ""
     return ("; part of it may be the profiler's own CUDA tracing, which slows every launch and is not measured "
@@ -83,8 +84,8 @@ def profiler_unmeasured(a) -> str:
             "and leaves that cost out)")
 
 
-def own_cost_note(a, subtracted: int) -> str:
-    inst = a.instrumentation
+def own_cost_note(analysis, subtracted: int) -> str:
+    inst = analysis.instrumentation
     if inst is not None and inst.cost_ns_per_step is None and inst.module_ranges_per_step >= 1:
         return (f" (this report carries {inst.module_ranges_per_step:.0f} nvtx_autotrace module ranges per step "
                 "whose cost was not measured: it was captured before the instrumentation measured itself; "

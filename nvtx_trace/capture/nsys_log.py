@@ -70,6 +70,15 @@ class NsysLog:
         except OSError:
             return ""
 
+    def section_text(self) -> str:
+        """The latest step's output (since its ``== nsys`` header)."""
+        try:
+            text = self.path.read_text(errors="replace")
+        except OSError:
+            return ""
+        at = text.rfind("== nsys ")
+        return text[at:] if at >= 0 else text
+
     def where(self) -> str:
         """How failure messages point at the whole log."""
         return f"nsys's output is in {self.path}"

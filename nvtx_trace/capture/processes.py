@@ -87,6 +87,9 @@ def name_of(pid: int) -> str:
         return ""
 
 
+EAGER_S, EAGER_EVERY_S = 30.0, 0.01  # how long, and how often, a launcher's first nsys is looked for
+
+
 class Watch:
     """Everything ``root`` started, however deep and in whatever session, remembered while it runs.
 
@@ -128,14 +131,19 @@ class Watch:
         return bool(self.profilers)
 
     def start(self) -> "Watch":
+        eager_until = time.monotonic() + EAGER_S
+
+        def every() -> float:
+            # a launcher's rank whose nsys fails at once lives a fraction of a second: looked for often until one
+            # is seen (its start-up fault is nsys's, not the program's), for the first EAGER_S seconds only
+            return self.every if self.profilers or time.monotonic() > eager_until else EAGER_EVERY_S
+
         def loop() -> None:
-            pause = self.every if self.profilers else 0.01
+            pause = every()
             while not self._done.wait(pause):
                 began = time.perf_counter()
                 self.look()
-                # a launcher's rank whose nsys fails at once lives a fraction of a second: looked for often until
-                # one is seen (its start-up fault is nsys's, not the program's); at most 5 % of a core on a busy host
-                pause = max(self.every if self.profilers else 0.01, 20 * (time.perf_counter() - began))
+                pause = max(every(), 20 * (time.perf_counter() - began))  # at most 5 % of a core on a busy host
 
         self.look()
         self._thread = threading.Thread(target=loop, daemon=True, name="nvtx-trace-watch")

@@ -2,7 +2,7 @@
 
 Why it is built this way:
 
-* Headline numbers come from ``json.to_dict(a)``, the same dict the JSON
+* Headline numbers come from ``json.to_dict(analysis)``, the same dict the JSON
   output writes, so the page and ``--json`` can never disagree; each number
   carries its raw JSON value in ``data-key``/``data-value`` for tests.
 * plotly.js is inlined once from the installed plotly package; figures are
@@ -44,52 +44,52 @@ def script_json(obj) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def load_lanes(a) -> tuple[pd.DataFrame | None, dict[int, str]]:
+def load_lanes(analysis) -> tuple[pd.DataFrame | None, dict[int, str]]:
     """NVTX ranges and thread labels for the timeline, as the analysis kept them (the ``lanes`` unit)."""
-    return getattr(a, "nvtx_ranges", None), dict(getattr(a, "nvtx_threads", None) or {})
+    return getattr(analysis, "nvtx_ranges", None), dict(getattr(analysis, "nvtx_threads", None) or {})
 
 
-def render(a, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread_labels=None) -> str:
+def render(analysis, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None, thread_labels=None) -> str:
     """The whole page as a string."""
     if ranges is None:
-        ranges, thread_labels = load_lanes(a)
-    d = json_report.to_dict(a)
+        ranges, thread_labels = load_lanes(analysis)
+    d = json_report.to_dict(analysis)
     figures, notes = [], []
     if ranges is None and thread_labels and "error" in thread_labels:
         notes.append(thread_labels.pop("error"))
-    tl = timeline.build(a, ranges, thread_labels or {}, max_points=max_points)
+    tl = timeline.build(analysis, ranges, thread_labels or {}, max_points=max_points)
     if tl.figure["data"]:
         figures.append({"div": "timeline", "figure": tl.figure, "step_labels": tl.step_labels})
     notes += tl.notes
-    bd = a.step_breakdown
+    bd = analysis.step_breakdown
     step_note = None
     if bd is not None:
         fig, step_note = stepchart.figure(bd)
         figures.append({"div": "steps-chart", "figure": fig})
     js = _plotly_js()
-    report = Path(str(a.path)).name
-    named = f"{program} ({report})" if (program := (a.window or {}).get("program")) else report
+    report = Path(str(analysis.path)).name
+    named = f"{program} ({report})" if (program := (analysis.window or {}).get("program")) else report
     fields = {
         "title": esc(f"nvtx-trace: {named}"),
         # A run without GPU activity has no idle GPU to explain: its page is about where the steps' time goes.
         "heading": esc(f"{'Why the GPU idles' if d['devices'] else 'Where the time goes'}: {named}"),
-        "meta": esc(f"nsys {a.nsys_version or '?'}, export schema {a.schema_version or '?'}, "
-                    f"nvtx-trace {__version__}; gaps counted from {ms(a.min_gap_ns)}"),
+        "meta": esc(f"nsys {analysis.nsys_version or '?'}, export schema {analysis.schema_version or '?'}, "
+                    f"nvtx-trace {__version__}; gaps counted from {ms(analysis.min_gap_ns)}"),
         "headline": _headline(d),
         "findings": _findings(d),
         "timeline_section": _timeline_section(tl, notes, max_points, gpu=bool(d["devices"])) if tl.figure["data"] else
         "<p class='muted'>No GPU activity or NVTX ranges to draw.</p>",
         "steps_section": _steps_section(bd, step_note) if bd is not None else _no_step_chart(),
-        "tables": html_tables(a, d),
+        "tables": html_tables(analysis, d),
         "plotly_js": js,
         "data_json": script_json({"figures": figures}),
     }
     return Template(TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
 
 
-def write(a, path, max_points: int = timeline.DEFAULT_MAX_POINTS) -> Path:
+def write(analysis, path, max_points: int = timeline.DEFAULT_MAX_POINTS) -> Path:
     path = Path(path)
-    write_atomically(path, render(a, max_points=max_points))
+    write_atomically(path, render(analysis, max_points=max_points))
     return path
 
 

@@ -15,19 +15,20 @@ from nvtx_trace.analyzer.findings import _plain
 SCHEMA_VERSION = 1
 
 
-def to_dict(a) -> dict:
+def to_dict(analysis) -> dict:
     from nvtx_trace.analyzer.questions import REGISTRY, json_key_order
 
     out = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "nvtx-trace", "version": __version__},
-        "report": {"path": str(a.path), "nsys_version": a.nsys_version, "schema_version": a.schema_version},
+        "report": {"path": str(analysis.path), "nsys_version": analysis.nsys_version,
+                   "schema_version": analysis.schema_version},
     }
     for q in REGISTRY:  # each question writes its own keys (docs/json-schema.md)
         if q.to_json is not None:
-            out.update(q.to_json(a))
-    out["skipped"] = dict(a.skipped)
-    out["warnings"] = list(a.warnings)
+            out.update(q.to_json(analysis))
+    out["skipped"] = dict(analysis.skipped)
+    out["warnings"] = list(analysis.warnings)
     order = json_key_order()
     out = {k: out[k] for k in order if k in out}
     return _finite(_plain(out))
@@ -44,5 +45,5 @@ def _finite(obj):
     return obj
 
 
-def render(a) -> str:
-    return json.dumps(to_dict(a), indent=2, allow_nan=False) + "\n"
+def render(analysis) -> str:
+    return json.dumps(to_dict(analysis), indent=2, allow_nan=False) + "\n"

@@ -53,21 +53,21 @@ class HtmlView:
         return table(df, title, columns, explain, folder)
 
 
-def text_sections(a, console) -> None:
+def text_sections(analysis, console) -> None:
     from nvtx_trace.analyzer.questions import text_sections
 
     view = TextView(console)
     for q in text_sections():
-        q.text(a, view)
+        q.text(analysis, view)
 
 
-def html_tables(a, d: dict) -> str:
+def html_tables(analysis, d: dict) -> str:
     """The page's Details: every question's tables in reading order, then the notes on the report."""
     from nvtx_trace.analyzer.questions import html_sections
     from nvtx_trace.report import skipped_by_reason
     from nvtx_trace.report.html_table import esc
 
-    parts = [q.html(a, d, HtmlView) for q in html_sections()]
+    parts = [q.html(analysis, d, HtmlView) for q in html_sections()]
     notes = "".join(f"<li><b>skipped {esc(', '.join(names))}</b>: {esc(why)}</li>"
                     for why, names in skipped_by_reason(d["skipped"]).items())
     notes += "".join(f"<li><b>warning</b>: {esc(w)}</li>" for w in d["warnings"])

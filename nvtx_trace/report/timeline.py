@@ -126,12 +126,12 @@ def _bars(name: str, lanes, start_ns, end_ns, t0: int, text, color, legend: bool
     return trace
 
 
-def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
+def build(analysis, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
           max_points: int = DEFAULT_MAX_POINTS) -> Timeline:
     """The timeline figure: GPU busy/idle lanes, a step lane, NVTX lanes per thread and nesting depth."""
     max_points = max(int(max_points), 100)
-    t0 = int(a.trace_start_ns)
-    devices = a.idle.devices if a.idle else []
+    t0 = int(analysis.trace_start_ns)
+    devices = analysis.idle.devices if analysis.idle else []
     notes: list[str] = []
     data: list[dict] = []
     labels: list[str] = []
@@ -140,10 +140,10 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
     # ---- GPU lanes: busy as one path per device, gaps as bars coloured by cause ----
     busy_cap = max(50, max_points // 2 // max(len(devices), 1))
     gap_cap = max(50, max_points // 4 // max(len(devices), 1))
-    gaps_all = a.idle.gaps if a.idle is not None else pd.DataFrame()
+    gaps_all = analysis.idle.gaps if analysis.idle is not None else pd.DataFrame()
     gap_rows = []
     for dev in devices:
-        gpu = _gpu_lane_name(a, dev.device_id)
+        gpu = _gpu_lane_name(analysis, dev.device_id)
         lane = len(labels)
         labels.append(f"{gpu} utilization")
         data.append(_utilization_trace(dev, lane, t0, UTIL_BINS))
@@ -151,7 +151,7 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
         labels.append(f"{gpu} busy")
         labels.append(f"{gpu} idle gaps (cause)")  # own lane: zoomed out, 1-px gaps would hide busy
         span = int(dev.busy[1][-1] - dev.busy[0][0]) if dev.busy[0].size else 0
-        s, e, closed = cap_busy(dev.busy[0], dev.busy[1], busy_cap, min(span // (4 * busy_cap), a.min_gap_ns))
+        s, e, closed = cap_busy(dev.busy[0], dev.busy[1], busy_cap, min(span // (4 * busy_cap), analysis.min_gap_ns))
         if closed:
             notes.append(f"GPU {dev.device_id}: {dev.busy[0].size:,} busy intervals drawn as {s.size:,} blocks "
                          f"(idle holes up to {ms(closed)} closed); a block's shade is its busy share")
@@ -169,7 +169,7 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
         # colour a user sees should be the cause that dominates. The legend lists them as the headline does:
         # largest in the steady window first (the view the page opens on), then by the whole trace.
         totals = gaps.groupby("cause")["duration_ns"].sum().sort_values()
-        wc = getattr(a, "window_causes", None)
+        wc = getattr(analysis, "window_causes", None)
         in_window = wc.groupby("cause")["idle_ns"].sum() if wc is not None and len(wc) else pd.Series(dtype=float)
         listed = sorted(totals.index, key=lambda c: (-in_window.get(c, 0), -totals[c]))
         for cause in totals.index:
@@ -182,10 +182,10 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
 
     # ---- steps lane (warm-up and steady steps, their labels) and boundaries ----
     step_lane, step_labels = None, None
-    if a.steps is not None and len(a.steps.table):
+    if analysis.steps is not None and len(analysis.steps.table):
         step_lane = len(labels)
         labels.append(STEP_LANE)
-        st = a.steps.table
+        st = analysis.steps.table
         step_cap = max(20, min(max_points // 20, 1000))
         shown = _group_steps(st, step_cap)
         if len(shown) < len(st):
@@ -206,7 +206,7 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
     # ---- NVTX lanes: one per thread and nesting depth, longest ranges first; one trace per colour ----
     nvtx_first = len(labels)
     if ranges is not None and len(ranges):
-        steps_drawn = a.steps.table if step_lane is not None else None
+        steps_drawn = analysis.steps.table if step_lane is not None else None
         lanes, texts = nvtx_lanes.build(ranges, thread_labels, max(50, max_points // 4), labels, notes, t0,
                                         steps_drawn=steps_drawn)
         if lanes is not None and len(lanes):
@@ -225,7 +225,7 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
 
     # Step boundaries across every lane: one dashed path, not one shape per step.
     if step_lane is not None and len(labels):
-        st = a.steps.table
+        st = analysis.steps.table
         bounds = np.unique(np.concatenate([st["start_ns"].to_numpy(), st["end_ns"].to_numpy()]))
         if bounds.size <= max_points // 10:
             xs = np.empty(bounds.size * 3, dtype=object)
@@ -236,7 +236,7 @@ def build(a, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
                          "line": {"color": BOUNDARY_COLOR, "width": 1, "dash": "dot"}, "hoverinfo": "skip"})
         else:
             notes.append(f"step boundaries are drawn only on the steps lane ({bounds.size:,} of them)")
-    layout = _layout(a, labels, t0, nvtx_first)
+    layout = _layout(analysis, labels, t0, nvtx_first)
     if any(sh.get("fillcolor") == WINDOW_COLOR for sh in layout["shapes"]):
         data.append(_window_key())
     _legend(data)
@@ -317,9 +317,9 @@ def _step_labels(shown: pd.DataFrame, lane: int, trace_index: int, t0: int) -> d
             "unit": "step" if single else "bar"}
 
 
-def _gpu_lane_name(a, device_id: int) -> str:
+def _gpu_lane_name(analysis, device_id: int) -> str:
     """``GPU 1``; with one report per rank, ``rank 3 GPU 1``: each rank's lanes say whose they are."""
-    rank = next((r["rank"] for r in a.ranks or () if device_id in r["device_ids"]), None)
+    rank = next((r["rank"] for r in analysis.ranks or () if device_id in r["device_ids"]), None)
     return f"GPU {device_id}" if rank is None else f"rank {rank} GPU {device_id}"
 
 
@@ -398,9 +398,9 @@ def _group_steps(st: pd.DataFrame, cap: int) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _layout(a, labels: list[str], t0: int, nvtx_first: int) -> dict:
+def _layout(analysis, labels: list[str], t0: int, nvtx_first: int) -> dict:
     shapes = []
-    w = a.window or {}
+    w = analysis.window or {}
     xrange = None
     if w.get("start_ns") is not None and "steady" in str(w.get("source", "")):
         x0, x1 = (w["start_ns"] - t0) / 1e9, (w["end_ns"] - t0) / 1e9

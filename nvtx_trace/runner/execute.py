@@ -20,7 +20,7 @@ from typing import Callable
 
 from nvtx_trace.capture import interrupts
 from nvtx_trace.capture.export import export_sqlite
-from nvtx_trace.capture.nsys_log import NsysLog
+from nvtx_trace.capture.nsys_log import NsysLog, tail
 from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
 from nvtx_trace.errors import BadReportError, MissingDependencyError, NsysFailedError, NvtxTraceError, UsageError
 from nvtx_trace.files import FolderClaim, cannot_write, stem_of, with_suffix, write_atomically
@@ -84,8 +84,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     # count a rank twice (report.sqlite of the node beside rank0.sqlite, rank1.sqlite)
     for stale in [*rank_outputs(plan.out_dir), *REPORT_OUTPUTS]:
         (plan.out_dir / stale).unlink(missing_ok=True)
-    prof = profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
-                   progress=progress, log=log, launcher=plan.launcher, ranks=plan.ranks)
+    prof = _profile(plan, log, progress)
     if prof.stuck and prof.rep is None:  # nsys never finished after the program ended: ended by us, no report
         if plan.window_file is not None:
             plan.window_file.unlink(missing_ok=True)
@@ -169,6 +168,28 @@ def _export_all(plan: Plan, reports: list[Path], log: NsysLog, progress: Progres
     with ThreadPoolExecutor(max_workers=max(1, min(len(reports), MAX_PARALLEL_IMPORTS))) as pool:
         done = list(pool.map(one, reports))
     return [d for d in done if isinstance(d, Path)], [d for d in done if not isinstance(d, Path)]
+
+
+def _profile(plan: Plan, log: NsysLog, progress: Progress | None) -> ProfileResult:
+    """One capture; started once more after nsys failed before it started the program (nsys 2022.4 does so now and
+    then on a busy machine): the program did not run, so nothing of it runs twice. nsys refusing its options fails
+    the same way again, and is not retried."""
+    def once() -> ProfileResult:
+        return profile(plan.nsys, plan.argv, plan.stem, trace=plan.trace, extra=plan.extra, env=plan.env,
+                       progress=progress, log=log, launcher=plan.launcher, ranks=plan.ranks)
+
+    prof = once()
+    said = log.section_text().partition("\n")[2]  # nsys's words, after the section's command line
+    if (prof.program_started is False and prof.rep is None and not prof.interrupted and not prof.stuck
+            and not any(word in said for word in REFUSED)):
+        if progress:
+            progress(f"nsys failed before it started the program (status {prof.returncode}: "
+                     f"{tail(said) or 'nothing said'}); starting it once more")
+        prof = once()
+    return prof
+
+
+REFUSED = ("usage: nsys", "nsys profile --help", "unrecognised option", "unrecognized option")  # nsys's option errors
 
 
 def _exit_code(prof: ProfileResult) -> int | None:

@@ -35,7 +35,7 @@ OUTPUT_NAMES = ("report.nsys-rep", "report.sqlite", "summary.json", "summary.htm
 TRAINING_TRACES = ("cuda", "nvtx")
 # No CPU sampling and no context switches: they multiply the file size and the import time.
 QUIET_OPTIONS = ("-s", "none", "--cpuctxsw", "none")
-CAPTURE_ENV = names.CAPTURE_ENV  # read by nvtx_autotrace.capture
+CAPTURE_ENV = names.CAPTURE_ENV  # read by nvtx_autotrace.capture_window
 CAPTURE_MODES = ("auto", "cuda", "nvtx")
 
 

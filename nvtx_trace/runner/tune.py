@@ -12,6 +12,8 @@ untried finding predicts 3 % or more, or when the budget cannot pay for the next
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ from nvtx_trace.errors import NvtxTraceError, UsageError
 from nvtx_trace.runner import try_runs
 from nvtx_trace.runner.profile_child import ProfileFailed, profile
 
+TUNE_JSON, TUNE_HTML = "tune.json", "tune.html"
 MIN_SAVING = 0.03  # a finding must predict at least this share of the step, and a trial measure it
 DEFAULT_BUDGET_S = 1200
 MIN_BUDGET_S = 60  # less cannot pay for one profile and one trial of any program
@@ -401,3 +404,140 @@ def check_budget(budget_s: float) -> None:
         raise UsageError(f"--budget {budget_s:g} s cannot pay for one stage (a profile and a plain trial of "
                          f"runs): give --budget {MIN_BUDGET_S:g} or more (default {DEFAULT_BUDGET_S})")
 
+
+@dataclass
+class TuneRequest:
+    """What the user asked `tune` for (cli/tune.py parses it): the program and the options."""
+
+    program: list[str]
+    budget: float = DEFAULT_BUDGET_S
+    rounds: int = 2
+    out: Path | None = None
+    json_out: Path | None = None
+    force: bool = False
+    python: str | None = None
+    history_path: Path | None = None
+    no_history: bool = False
+
+
+def run_tune(req: TuneRequest) -> None:
+    """The whole of `nvtx-trace tune`: every output checked before anything runs, then the stages, tune.json after
+    each (and what was kept so far when interrupted), the table, tune.html and a history row per stage."""
+    from nvtx_trace.capture import interrupts
+    from nvtx_trace.files import check_outputs, file_digest, inside, make_folder, same_path
+    from nvtx_trace.runner import history
+    from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, classify, fresh_folder, given_folder, run_name
+
+    began = time.time()
+    program, script = _program(req.program)
+    if req.rounds < 1:
+        raise UsageError("--rounds must be at least 1")
+    check_budget(req.budget)
+    digest = file_digest(script) if script else None
+    out, json_out = req.out, req.json_out
+    if out is not None:
+        given_folder(out)
+        taken = [n for n in (TUNE_JSON, TUNE_HTML, "stage-1") if (out / n).exists()]
+        if taken and not req.force:
+            raise UsageError(f"{out} already holds {', '.join(taken)}; choose another --out or pass --force")
+        folder = out.resolve()
+    else:
+        module = program[0] == "-m"
+        mode = classify(program[1:] if module else program, module)
+        folder = fresh_folder(Path(DEFAULT_OUT_ROOT), f"{run_name(program[1:] if module else program, mode)}-tune",
+                              began)
+    inputs = [script] if script else []
+    if json_out:
+        if inside(json_out, folder):
+            raise UsageError(f"--json {json_out} is inside the tune folder {folder}, which gets {TUNE_JSON} "
+                             "itself; give --json a path outside it")
+        check_outputs([json_out], inputs, req.force)
+    history_db = history.resolve_path(req.history_path, disabled=req.no_history)
+    history.check(history_db, inputs=inputs,
+                  written=lambda p: inside(p, folder) or (json_out is not None and same_path(p, json_out)))
+    made = not folder.exists()
+    make_folder(folder)
+
+    def say(message: str) -> None:
+        print(f"nvtx-trace tune: {message}", file=sys.stderr, flush=True)
+
+    say(f"{' '.join(program)}: budget {req.budget:.0f} s; each stage profiles (nsys) and times one knob plain, "
+        f"{req.rounds} round(s) a side; outputs in {folder}")
+    tuner = Tuner(program, folder, req.python, req.budget, req.rounds, say)
+    try:
+        result = tuner.run(on_stage=lambda r: _write_json(folder, r))
+    except interrupts.Interrupted as exc:
+        tuner.stopped = "interrupted"
+        if tuner.stages:
+            _write(folder, tuner.result(), json_out)
+            exc.kept = (f"kept so far: {names.knobs_text(tuner.kept) or 'nothing'}; the stages so far are in "
+                        f"{folder / TUNE_JSON}")
+        elif made and not any(p.is_file() for p in folder.rglob("*")):
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            exc.kept = exc.kept or f"no stage ended; what the runs wrote is in {folder}"
+        raise
+    except Exception:
+        if made and not any(p.is_file() for p in folder.rglob("*")):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+    from nvtx_trace.report import tune_render
+    from nvtx_trace.report.console import console
+
+    tune_render.text(result, console(highlight=False))
+    written = _write(folder, result, json_out)
+    try_runs.said_after_writing(say, written, script or None, digest, "tuned", folder,
+                                lambda: history.after_tune(result, program, folder, history_db, began))
+    if not any(s["knobs"] for s in result["stages"]) and result["stopped"] != "nothing left":
+        raise UsageError(f"nothing was tried ({result['stopped']}): the profile alone took "
+                         f"{result['elapsed_s']:.0f} s of the {req.budget:.0f} s budget; give a larger --budget")
+
+
+def _program(target: list[str]) -> tuple[list[str], Path | None]:
+    """The program and the script file it runs (None for a module): a script, ``-m MODULE`` or a torchrun job."""
+    from nvtx_trace.capture import torchrun
+
+    launch = torchrun.parse(target)
+    if launch is not None:
+        if not launch.program or launch.kind == "command":
+            raise UsageError("torchrun: give the script (or -m module) its ranks run, not --no-python: nvtx-trace "
+                             "tune -- torchrun --nproc_per_node=N train.py [ARGS]")
+        if launch.kind == "module":
+            return target, None
+        script = Path(launch.program[0])
+        if not script.is_file():
+            raise UsageError(f"{script}: no such file")
+        return target, script
+    if target[:1] == ["-m"]:
+        if len(target) < 2:
+            raise UsageError("-m needs a module: nvtx-trace tune -m pkg.module [ARGS]")
+        return target, None
+    if not target or not target[0].endswith(".py"):
+        shown = target[0] if target else "nothing"
+        raise UsageError(f"expected SCRIPT.py, -m MODULE or -- torchrun ..., got {shown}: nvtx-trace tune "
+                         "SCRIPT.py [ARGS]")
+    if not Path(target[0]).is_file():
+        raise UsageError(f"{target[0]}: no such file")
+    return target, Path(target[0])
+
+
+def _write_json(folder: Path, result: dict) -> None:
+    from nvtx_trace.files import write_atomically
+
+    write_atomically(folder / TUNE_JSON, json.dumps(result, indent=2) + "\n")
+
+
+def _write(folder: Path, result: dict, json_out: Path | None) -> list[Path]:
+    """tune.json and tune.html in the folder (and --json): after the last stage, or when interrupted."""
+    from nvtx_trace.files import write_atomically
+    from nvtx_trace.report import tune_render
+
+    text = json.dumps(result, indent=2) + "\n"
+    write_atomically(folder / TUNE_JSON, text)
+    write_atomically(folder / TUNE_HTML, tune_render.html(result))
+    written = [folder / TUNE_JSON, folder / TUNE_HTML]
+    if json_out:
+        write_atomically(json_out, text)
+        written.append(json_out)
+    return written

@@ -152,49 +152,49 @@ class Pace:
                 f"per batch {deliver} one every {self.interval_ns / 1e6:.2f} ms")
 
 
-def pace(a) -> Pace | None:
+def pace(analysis) -> Pace | None:
     """The delivery pace of the loader the training loop waits on most; None without worker fetch ranges."""
-    if a.loader is None or not len(a.loader.loaders) or not len(a.loader.waits):
+    if analysis.loader is None or not len(analysis.loader.loaders) or not len(analysis.loader.waits):
         return None
-    top = a.loader.loaders.sort_values("wait_ns", ascending=False).iloc[0]
+    top = analysis.loader.loaders.sort_values("wait_ns", ascending=False).iloc[0]
     have = int(top["workers"])
     if not have or not int(top["fetches"]):
         return None
-    mine = a.loader.workers[a.loader.workers["loader"] == top["loader"]]
+    mine = analysis.loader.workers[analysis.loader.workers["loader"] == top["loader"]]
     share = top.get("fetch_cpu_share")
     share = None if share is None or share != share else float(share)
-    if training_processes(a) < 2 or not len(mine):
+    if training_processes(analysis) < 2 or not len(mine):
         return Pace(str(top["loader"]), have, float(top["fetch_ns_median"]), False, share)
     # each rank has its own `have` workers; the slowest set's typical time per batch
     slowest = np.sort(mine["fetch_ns_median"].to_numpy())[-have:]
     return Pace(str(top["loader"]), have, float(np.median(slowest)), True, share)
 
 
-def taken_and_delivered(a, loader: str, window: tuple[int, int]) -> tuple[int, int]:
+def taken_and_delivered(analysis, loader: str, window: tuple[int, int]) -> tuple[int, int]:
     """Batches the training loop took from ``loader`` in the window (all ranks), and batches its workers
     finished in it: more taken than delivered means the loop ate a queue filled before the window."""
     lo, hi = window
-    waits = a.loader.waits[a.loader.waits["loader"] == loader]
+    waits = analysis.loader.waits[analysis.loader.waits["loader"] == loader]
     taken = int(((waits["start_ns"] >= lo) & (waits["start_ns"] < hi)).sum())
-    f = a.loader.fetches
+    f = analysis.loader.fetches
     if f is None:
         return taken, 0
     f = f[f["loader"] == loader]
     return taken, int(((f["end_ns"] >= lo) & (f["end_ns"] < hi)).sum())
 
 
-def training_processes(a) -> int:
+def training_processes(analysis) -> int:
     """Training processes on this machine, each with its own loader workers (DDP ranks)."""
-    pids = set(a.loader.waits["pid"]) if a.loader is not None and len(a.loader.waits) else set()
+    pids = set(analysis.loader.waits["pid"]) if analysis.loader is not None and len(analysis.loader.waits) else set()
     return max(1, len(pids))
 
 
-def processes_per_host(a) -> tuple[int, int]:
+def processes_per_host(analysis) -> tuple[int, int]:
     """(the most training processes that share one host, how many hosts): reports that name different hosts
     (one per node) give each host's ranks its own cores; a process of an unnamed host is counted with every
     unnamed one, as if they shared a machine (advice then errs on the side of fewer workers)."""
-    pids = set(a.loader.waits["pid"]) if a.loader is not None and len(a.loader.waits) else set()
-    hosts = [a.pid_hosts.get(int(p)) for p in pids]
+    pids = set(analysis.loader.waits["pid"]) if analysis.loader is not None and len(analysis.loader.waits) else set()
+    hosts = [analysis.pid_hosts.get(int(p)) for p in pids]
     per_host = {h: hosts.count(h) for h in set(hosts)}
     return max(per_host.values(), default=1), max(1, len(per_host))
 
@@ -202,13 +202,13 @@ def processes_per_host(a) -> tuple[int, int]:
 MAX_WAITING_WORKERS = 64  # workers that mostly wait (storage, network) need no core each, but each is a process
 
 
-def usable_workers(a, cpu_share: float | None = None) -> int | None:
+def usable_workers(analysis, cpu_share: float | None = None) -> int | None:
     """Loader workers a training process can have without oversubscribing its host's CPU cores (one core
     per rank for the training loop itself); None when the report does not say how many cores there are.
     Workers busy on a CPU only ``cpu_share`` of a fetch (the rest waiting) take that share of a core each."""
-    if not a.cpu_cores:
+    if not analysis.cpu_cores:
         return None
-    cores = max(1, a.cpu_cores // processes_per_host(a)[0] - 1)
+    cores = max(1, analysis.cpu_cores // processes_per_host(analysis)[0] - 1)
     if not cpu_share or cpu_share >= 1:
         return cores
     return max(cores, min(MAX_WAITING_WORKERS, int(cores / cpu_share)))

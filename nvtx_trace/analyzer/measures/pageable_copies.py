@@ -110,11 +110,11 @@ def _by_source(page: pd.DataFrame) -> pd.DataFrame:
 _AT_LINE = r"^copy\.h2d .* at (.+:\d+)$"
 
 
-def per_step(a):
+def per_step(analysis):
     """Pageable copies inside the steady training steps (the window every finding is measured in), and the
     scope in words: copies outside the steps (loading the model) happen once, so they are worth neither a
     finding nor pinning advice."""
-    if a.pageable and a.steps and len(a.steps.steady):
-        steady = a.steps.steady
-        return within(a.pageable, list(zip(steady["start_ns"], steady["end_ns"]))), "inside the steady steps"
-    return a.pageable, "in the whole trace"
+    if analysis.pageable and analysis.steps and len(analysis.steps.steady):
+        steady = analysis.steps.steady
+        return within(analysis.pageable, list(zip(steady["start_ns"], steady["end_ns"]))), "inside the steady steps"
+    return analysis.pageable, "in the whole trace"

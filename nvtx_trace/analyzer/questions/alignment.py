@@ -39,8 +39,8 @@ def saved_per_step(k, tensor_core_ns: int) -> float:
     return k.per_step(tensor_core_ns) * (1 - 1 / ALIGNED_RATIO)
 
 
-def _findings(a, basis) -> list[Finding]:
-    k = a.kernels
+def _findings(analysis, basis) -> list[Finding]:
+    k = analysis.kernels
     if k is None or not k.compute_ns:
         return []
     bad, misaligned = misaligned_kernels(k)
@@ -54,18 +54,19 @@ def _findings(a, basis) -> list[Finding]:
         saved = saved_per_step(k, misaligned)
         what = (f"{ms(saved)} of misaligned tensor-core GEMM time per step goes (aligned kernels {ALIGNED_RATIO:.0f}x "
                 "faster on the same shapes, measured on an H100)")
-        predicted = predict.gpu_work_saved(a, saved, what)
+        predicted = predict.gpu_work_saved(analysis, saved, what)
     return [Finding(
         kind="alignment",
         title=(f"Misaligned GEMMs: {ms(misaligned)} of GPU time ({pct(misaligned / k.compute_ns)} of the GPU's compute "
                f"in the window) in tensor-core kernels that read one element at a time "
                f"({', '.join(bad['name'].head(3))})"),
         impact_ns=misaligned,
-        fix=predict.with_expected(fix, predicted) if predicted else fix + predict.not_gpu_bound(a),
+        fix=predict.with_expected(fix, predicted) if predicted else fix + predict.not_gpu_bound(analysis),
         recommend=None, predicted=predicted,
         threshold=(f">= {pct(THRESHOLDS['misaligned_share'])} of the GPU's compute in the window in tensor-core align1 "
                    "GEMM kernels"),
-        evidence={"facts": facts(a), "misaligned_ns": misaligned, "tensor_core_ns": misaligned, "compute_ns": k.compute_ns,
+        evidence={"facts": facts(analysis), "misaligned_ns": misaligned, "tensor_core_ns": misaligned,
+                  "compute_ns": k.compute_ns,
                   "aligned_ratio": ALIGNED_RATIO, "kernels": bad.head(10)},
     )]
 

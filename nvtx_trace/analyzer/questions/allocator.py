@@ -26,44 +26,44 @@ FREE_RE = re.compile(r"^(cudaFree|cuMemFree)(_v\d+)?$")
 
 
 def _run(ctx: Context) -> None:
-    a, trace = ctx.result, ctx.trace
-    if not a.steps or not len(a.steps.steady) or not ctx.reader.has_cuda_api():
+    analysis, trace = ctx.result, ctx.trace
+    if not analysis.steps or not len(analysis.steps.steady) or not ctx.reader.has_cuda_api():
         return
     # cudaFree is loaded as a sync; cudaMalloc only when slow (>= SLOW_API_NS), which churn makes it
     calls = trace.api_calls(SYNC_API_RE, SLOW_API_NS)
     if not len(calls):
         return
     base = calls["name"].astype(str).map(api_base_name)
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
     keep = (base.map(lambda n: bool(ALLOCATOR_API_RE.match(n))).to_numpy() & (calls["start_ns"].to_numpy() >= w0)
-            & (calls["start_ns"].to_numpy() < w1) & (calls["pid"].to_numpy() == a.steps.pid))
+            & (calls["start_ns"].to_numpy() < w1) & (calls["pid"].to_numpy() == analysis.steps.pid))
     if not keep.any():
         return
     sel, names_ = calls[keep], base[keep]
     free = names_.map(lambda n: bool(FREE_RE.match(n))).to_numpy()
     dur = (sel["end_ns"] - sel["start_ns"]).to_numpy()
-    a.allocator = {"calls": int(len(sel)), "frees": int(free.sum()), "mallocs": int((~free).sum()),
-                   "time_ns": iv.total(iv.union(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy())),
-                   "free_ns": int(np.sum(dur[free])), "malloc_ns": int(np.sum(dur[~free])),
-                   "steps": len(a.steps.steady)}
+    analysis.allocator = {"calls": int(len(sel)), "frees": int(free.sum()), "mallocs": int((~free).sum()),
+                          "time_ns": iv.total(iv.union(sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy())),
+                          "free_ns": int(np.sum(dur[free])), "malloc_ns": int(np.sum(dur[~free])),
+                          "steps": len(analysis.steps.steady)}
 
 
-def _findings(a, basis) -> list[Finding]:
-    al = a.allocator
+def _findings(analysis, basis) -> list[Finding]:
+    al = analysis.allocator
     if not al or al["calls"] < 0.5 * al["steps"]:
         return []
     t = al["time_ns"]
     if t < THRESHOLDS["min_impact_ns"] or t < THRESHOLDS["cause_fraction"] * basis.gpu_ns:
         return []
     per_step = t / al["steps"]
-    recorded = (a.settings or {}).get("empty_cache_per_step")
+    recorded = (analysis.settings or {}).get("empty_cache_per_step")
     cause = (f"torch.cuda.empty_cache() runs {recorded:g} times a step (recorded)" if recorded else
              "the settings record counts no torch.cuda.empty_cache() call: shapes that change from step to step "
              "fragment the cache" if recorded == 0 else
              "torch.cuda.empty_cache() in the loop, or shapes that change every step")
     fix = ("Keep memory cached: remove torch.cuda.empty_cache() (and gc.collect() before it) from the training loop; "
            "if shapes vary, pad them to a few fixed sizes or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
-    predicted = predict.host_time_saved(a, per_step, f"the {ms(per_step)} per step the training thread spends in "
+    predicted = predict.host_time_saved(analysis, per_step, f"the {ms(per_step)} per step the training thread spends in "
                                                      "cudaFree/cudaMalloc goes")
     return [Finding(
         kind="allocator",
@@ -75,14 +75,14 @@ def _findings(a, basis) -> list[Finding]:
         recommend={"no_empty_cache": True}, predicted=predicted,
         threshold=f"cudaFree/cudaMalloc calls in the steady window at least every other step, >= "
                   f"{pct(THRESHOLDS['cause_fraction'])} of the window",
-        evidence={**al, "empty_cache_per_step": recorded, "facts": facts(a)},
+        evidence={**al, "empty_cache_per_step": recorded, "facts": facts(analysis)},
     )]
 
 
-def freed_ns(a, basis) -> int:
+def freed_ns(analysis, basis) -> int:
     """The training thread's time in cudaFree that an allocator finding counts (0 when it raises none): the
     sync finding leaves it out, so the two impacts stay disjoint."""
-    return a.allocator["free_ns"] if _findings(a, basis) else 0
+    return analysis.allocator["free_ns"] if _findings(analysis, basis) else 0
 
 
 QUESTION = Question(

@@ -12,43 +12,44 @@ from nvtx_trace.analyzer.trace import intervals as iv
 
 
 def _run(ctx: Context) -> None:
-    a = ctx.result
-    if not ctx.trace.has_gpu_activity or not a.window:
+    analysis = ctx.result
+    if not ctx.trace.has_gpu_activity or not analysis.window:
         return
     ids = [int(i) for i in pd.unique(ctx.trace.gpu_ops["name_id"]) if i >= 0]
-    window = (a.window["start_ns"], a.window["end_ns"])
-    a.communication = analyze_collectives(ctx.trace.gpu_ops, ctx.reader.strings(ids), window)
+    window = (analysis.window["start_ns"], analysis.window["end_ns"])
+    analysis.communication = analyze_collectives(ctx.trace.gpu_ops, ctx.reader.strings(ids), window)
     reports = len(getattr(ctx.trace, "ranks", None) or [None])
     kernels = ctx.trace.gpu_ops[ctx.trace.gpu_ops["kind"] == 0]
-    others = a.communication is not None and bool((kernels["device_id"] != a.communication.devices[0].device_id).any())
-    warning = alone_warning(a.communication, window, reports=reports, other_kernels=others)
-    spinning = a.communication.wait_sets.get(a.steps.pid) if a.communication and a.steps else None
+    others = (analysis.communication is not None
+              and bool((kernels["device_id"] != analysis.communication.devices[0].device_id).any()))
+    warning = alone_warning(analysis.communication, window, reports=reports, other_kernels=others)
+    spinning = analysis.communication.wait_sets.get(analysis.steps.pid) if analysis.communication and analysis.steps else None
     every_step = False
     if spinning is not None:  # each step's GPU spinning in collectives for a peer: busy, but not work
-        t = a.steps.table
+        t = analysis.steps.table
         bounds = t["start_ns"].to_numpy(), t["end_ns"].to_numpy()
-        lone = a.communication.unpaired_sets.get(a.steps.pid, iv.empty())
+        lone = analysis.communication.unpaired_sets.get(analysis.steps.pid, iv.empty())
         unknown = iv.Coverage(lone).measure(*bounds) > 0  # a collective without a partner: its wait unknown
         t["collective_wait_ns"] = np.where(unknown, np.nan, iv.Coverage(spinning).measure(*bounds))
-        a.steps.measured += ("collective_wait",)
-        every_step = bool(len(a.steps.steady)) and a.steps.steady["collective_wait_ns"].isna().all()
-    unpaired = a.communication.pairing_warning(every_step) if a.communication is not None else None
+        analysis.steps.measured += ("collective_wait",)
+        every_step = bool(len(analysis.steps.steady)) and analysis.steps.steady["collective_wait_ns"].isna().all()
+    unpaired = analysis.communication.pairing_warning(every_step) if analysis.communication is not None else None
     ctx.trace.warnings.extend(w for w in (warning, unpaired) if w)
 
 
-def _json(a) -> dict:
-    c = a.communication
+def _json(analysis) -> dict:
+    c = analysis.communication
     if c is None:
         return {"communication": None}
     return {"communication": {"matched": c.matched, "devices": c.table()}}
 
 
-def _text(a, view) -> None:
-    if a.communication is None:
+def _text(analysis, view) -> None:
+    if analysis.communication is None:
         return
     rows = []
-    for d in a.communication.devices:
-        wait = (ms(d.wait_ns) if d.wait_ns is not None else "unknown: no peer's report" if a.communication.alone
+    for d in analysis.communication.devices:
+        wait = (ms(d.wait_ns) if d.wait_ns is not None else "unknown: no peer's report" if analysis.communication.alone
                 else "unknown: collectives did not pair")
         rows.append([str(d.device_id), ms(d.compute_ns), ms(d.communication_ns), wait, ms(d.overlap_ns)])
     cols = ("GPU", "compute", "communication", "of it waiting for a peer", "overlapped")
@@ -58,6 +59,6 @@ def _text(a, view) -> None:
 QUESTION = Question(
     name="communication", order=110, run=_run, needs=("window",),
     json_keys=("communication",), json_at=110, to_json=_json,
-    tables=lambda a: {"communication": a.communication.table()} if a.communication else {},
+    tables=lambda analysis: {"communication": analysis.communication.table()} if analysis.communication else {},
     text=_text, text_at=40,
 )

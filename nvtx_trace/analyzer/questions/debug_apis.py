@@ -19,18 +19,18 @@ MIN_OPERATOR_RANGES = 50  # `aten::` ranges per step from which emit_nvtx is tak
 
 
 def _run(ctx: Context) -> None:
-    a, ranges = ctx.result, ctx.trace.ranges
-    if not len(ranges) or not a.steps or not len(a.steps.steady):
+    analysis, ranges = ctx.result, ctx.trace.ranges
+    if not len(ranges) or not analysis.steps or not len(analysis.steps.steady):
         return
     hit = name_mask(ranges["name"], lambda n: n.startswith("aten::"))
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
     start = ranges["start_ns"].to_numpy()
-    per_step = int((hit & (start >= w0) & (start < w1)).sum()) / len(a.steps.steady)
-    a.debug_apis = {"operator_ranges_per_step": per_step}
+    per_step = int((hit & (start >= w0) & (start < w1)).sum()) / len(analysis.steps.steady)
+    analysis.debug_apis = {"operator_ranges_per_step": per_step}
 
 
-def _findings(a, basis) -> list[Finding]:
-    s = a.settings or {}
+def _findings(analysis, basis) -> list[Finding]:
+    s = analysis.settings or {}
     on = []
     if s.get("anomaly_detection"):
         on.append(("anomaly detection", "torch.autograd.set_detect_anomaly(False) (or remove "
@@ -38,16 +38,16 @@ def _findings(a, basis) -> list[Finding]:
     if s.get("autograd_profiler"):
         on.append((f"the autograd profiler ({s['autograd_profiler']})", "leave torch.autograd.profiler.emit_nvtx() / "
                    "torch.profiler.profile() out of the training loop, or bound them to a few steps", RECORDED))
-    elif (a.debug_apis or {}).get("operator_ranges_per_step", 0) >= MIN_OPERATOR_RANGES:
+    elif (analysis.debug_apis or {}).get("operator_ranges_per_step", 0) >= MIN_OPERATOR_RANGES:
         on.append(("torch.autograd.profiler.emit_nvtx (aten:: ranges, "
-                   f"{a.debug_apis['operator_ranges_per_step']:.0f} a step)",
+                   f"{analysis.debug_apis['operator_ranges_per_step']:.0f} a step)",
                    "remove torch.autograd.profiler.emit_nvtx(); nvtx_autotrace's module ranges cost far less",
                    "inferred from its ranges (nsys --pytorch=autograd-nvtx writes the same ranges)"))
     if not on:
         return []
-    now, stat = predict.steady_step(a)
-    own = predict.own_work_per_step(a, stat) if now else 0.0
-    predicted = predict.host_time_saved(a, now - own, "with debugging off the step is bound by the GPU's own work "
+    now, stat = predict.steady_step(analysis)
+    own = predict.own_work_per_step(analysis, stat) if now else 0.0
+    predicted = predict.host_time_saved(analysis, now - own, "with debugging off the step is bound by the GPU's own work "
                                                       f"({ms(own)} a step), an at-most saving") if own else None
     what = " and ".join(w for w, _, _ in on)
     fix = "Turn debugging off for training runs: " + "; ".join(f for _, f, _ in on)

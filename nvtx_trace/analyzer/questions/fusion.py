@@ -28,12 +28,12 @@ FUSION_REMOVED = 0.68
 MIN_BUSY = 0.5
 
 
-def _findings(a, basis) -> list[Finding]:
-    k = a.kernels
+def _findings(analysis, basis) -> list[Finding]:
+    k = analysis.kernels
     if k is None or not k.compute_ns:
         return []
     fusable, triton = k.time(*FUSABLE), k.time("triton")
-    if triton >= THRESHOLDS["compiled_triton_share"] * k.compute_ns or (a.settings or {}).get("compiled_modules"):
+    if triton >= THRESHOLDS["compiled_triton_share"] * k.compute_ns or (analysis.settings or {}).get("compiled_modules"):
         return []  # compiled already: what is left unfused is outside the compiled graph
     if fusable < THRESHOLDS["fusion_share"] * k.compute_ns or fusable < THRESHOLDS["min_impact_ns"]:
         return []
@@ -49,7 +49,7 @@ def _findings(a, basis) -> list[Finding]:
     if softmax_per_step > 2 and not k.time("attention"):  # more than the loss's log-softmax forward and backward
         fix += ("; and if attention is written by hand (softmax of Q @ K.T, then @ V), use "
                 "torch.nn.functional.scaled_dot_product_attention, which runs it as one fused kernel")
-    busy = (a.steps.summary() or {}).get("gpu_busy_fraction") if a.steps else None
+    busy = (analysis.steps.summary() or {}).get("gpu_busy_fraction") if analysis.steps else None
     predicted = None
     if per_step and busy is not None and busy >= MIN_BUSY:
         what = (f"{pct(FUSION_REMOVED)} of the {ms(per_step)} per step of elementwise, normalization, softmax and "
@@ -63,7 +63,7 @@ def _findings(a, basis) -> list[Finding]:
         if padded:  # Inductor pads GEMM shapes that are not multiples of the vector width (HF-style bf16, measured)
             what += (f"; and {ms(padded)} of misaligned (align1) tensor-core GEMM time, as Inductor's pad_mm pass pads "
                      "their shapes (torch._inductor.config.shape_padding, on by default)")
-        predicted = predict.gpu_work_saved(a, per_step * FUSION_REMOVED + padded, what, gpu_bound=False)
+        predicted = predict.gpu_work_saved(analysis, per_step * FUSION_REMOVED + padded, what, gpu_bound=False)
     compiled = f"Triton kernels {pct(triton / k.compute_ns)} of it" if triton else "no Triton kernels"
     return [Finding(
         kind="fusion",
@@ -71,11 +71,11 @@ def _findings(a, basis) -> list[Finding]:
                f"compute in the window: {parts}; {compiled}) in {int(names['count'].sum()):,} launches"
                + (f", {ms(per_step)} a step" if per_step else "")),
         impact_ns=int(fusable),
-        fix=predict.with_expected(fix, predicted) if predicted else fix + predict.not_gpu_bound(a),
+        fix=predict.with_expected(fix, predicted) if predicted else fix + predict.not_gpu_bound(analysis),
         recommend={"compile": True}, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['fusion_share'])} of the GPU's compute in the window in elementwise, "
                   f"normalization, softmax and reduction kernels, Triton < {pct(THRESHOLDS['compiled_triton_share'])}",
-        evidence={"facts": facts(a), "fusable_ns": fusable, "triton_ns": triton, "compute_ns": k.compute_ns,
+        evidence={"facts": facts(analysis), "fusable_ns": fusable, "triton_ns": triton, "compute_ns": k.compute_ns,
                   "fusion_removed": FUSION_REMOVED, "kernels": names.head(10)},
     )]
 

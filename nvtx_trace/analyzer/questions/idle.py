@@ -22,33 +22,33 @@ def _run(ctx: Context) -> None:
         ctx.result.skipped["gpu_idle"] = gpu_missing(ctx)
 
 
-def _json(a) -> dict:
-    if not a.idle:
+def _json(analysis) -> dict:
+    if not analysis.idle:
         return {"devices": [], "idle_causes": None}
     return {"devices": [{
         "device_id": d.device_id, "name": d.name, "pids": d.pids, "span_start_ns": d.span_start_ns,
         "span_end_ns": d.span_end_ns, "span_ns": d.span_ns, "busy_ns": d.busy_ns, "utilization": d.utilization,
         "gap_count": d.gap_count, "gap_idle_ns": d.gap_idle_ns,
-        "window_utilization": a.window_utilization.get(d.device_id),
-    } for d in a.idle.devices], "idle_causes": {"window": a.window_causes, "whole_trace": a.idle.causes}}
+        "window_utilization": analysis.window_utilization.get(d.device_id),
+    } for d in analysis.idle.devices], "idle_causes": {"window": analysis.window_causes, "whole_trace": analysis.idle.causes}}
 
 
-def _tables(a) -> dict:
-    if not a.idle:
+def _tables(analysis) -> dict:
+    if not analysis.idle:
         return {}
     return {"devices": pd.DataFrame([{
         "device_id": d.device_id, "name": d.name, "span_ns": d.span_ns, "busy_ns": d.busy_ns,
         "utilization": d.utilization, "gap_count": d.gap_count, "gap_idle_ns": d.gap_idle_ns,
-    } for d in a.idle.devices]), "gaps": a.idle.gaps, "causes": a.idle.causes}
+    } for d in analysis.idle.devices]), "gaps": analysis.idle.gaps, "causes": analysis.idle.causes}
 
 
-def _text(a, view) -> None:
-    if not (a.idle and a.idle.devices):
+def _text(analysis, view) -> None:
+    if not (analysis.idle and analysis.idle.devices):
         return
-    cols = ("GPU", "util.", "util. (trace)", "busy (trace)", f"gaps>={ms(a.min_gap_ns)} (trace)", "idle in them")
+    cols = ("GPU", "util.", "util. (trace)", "busy (trace)", f"gaps>={ms(analysis.min_gap_ns)} (trace)", "idle in them")
     rows = []
-    for d in a.idle.devices:
-        steady = a.window_utilization.get(d.device_id)
+    for d in analysis.idle.devices:
+        steady = analysis.window_utilization.get(d.device_id)
         rows.append([f"{d.device_id} {d.name}", pct(steady) if steady is not None else "-", pct(d.utilization),
                      ms(d.busy_ns), str(d.gap_count), ms(d.gap_idle_ns)])
     view.table("GPU activity", [(c, "left" if c == "GPU" else "right") for c in cols], rows)

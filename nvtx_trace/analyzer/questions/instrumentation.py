@@ -11,42 +11,42 @@ from nvtx_trace.analyzer.question import Context, Question
 
 
 def _run(ctx: Context) -> None:
-    a, ranges = ctx.result, ctx.trace.ranges
+    analysis, ranges = ctx.result, ctx.trace.ranges
     if not len(ranges):
         return
-    steady = len(a.steps.steady) if a.steps else 0
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
-    a.instrumentation = analyze_instrumentation(ranges, (w0, w1), a.steps.pid if a.steps else None, steady)
-    if not a.instrumentation:
+    steady = len(analysis.steps.steady) if analysis.steps else 0
+    w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
+    analysis.instrumentation = analyze_instrumentation(ranges, (w0, w1), analysis.steps.pid if analysis.steps else None, steady)
+    if not analysis.instrumentation:
         return
-    a.module_ranges_per_step = a.instrumentation.module_ranges_per_step
+    analysis.module_ranges_per_step = analysis.instrumentation.module_ranges_per_step
     if steady:
         ops = ctx.trace.gpu_ops if ctx.trace.has_gpu_activity else None
         n_ops = int(((ops["start_ns"] >= w0) & (ops["start_ns"] < w1)).sum()) if ops is not None else 0
-        table = a.steps.steady
+        table = analysis.steps.steady
         idle = None
-        if "gpu_busy" in a.steps.measured and ops is not None:  # a GPU spinning in a collective waits for a
+        if "gpu_busy" in analysis.steps.measured and ops is not None:  # a GPU spinning in a collective waits for a
             # peer's host, which tracing slows too (communication runs first and measured it)
-            waiting = np.nan_to_num(collective_wait_by_step(a))
+            waiting = np.nan_to_num(collective_wait_by_step(analysis))
             idle = float(np.mean(table["duration_ns"].to_numpy() - table["gpu_busy_ns"].to_numpy() + waiting))
         steps = table["duration_ns"].to_numpy(dtype=float)
-        if "loader_wait" in a.steps.measured:  # the loader's waits are no tracing's (compare_with_capture)
+        if "loader_wait" in analysis.steps.measured:  # the loader's waits are no tracing's (compare_with_capture)
             steps = steps - table["loader_wait_ns"].to_numpy(dtype=float)
-        a.instrumentation.compare_with_capture(float(np.median(steps)),
-                                               n_ops / steady + a.instrumentation.ranges_per_step, idle)
+        analysis.instrumentation.compare_with_capture(float(np.median(steps)),
+                                                      n_ops / steady + analysis.instrumentation.ranges_per_step, idle)
 
 
-def _json(a) -> dict:
-    inst = a.instrumentation
+def _json(analysis) -> dict:
+    inst = analysis.instrumentation
     return {"instrumentation": inst.to_dict() if inst else None, "profiler": inst.profiler_dict() if inst else None}
 
 
-def _text(a, view) -> None:
-    inst = a.instrumentation
+def _text(analysis, view) -> None:
+    inst = analysis.instrumentation
     if not inst:
         return
     cost = "not measured" if inst.cost_ns_per_step is None else f"{ms(inst.cost_ns_per_step)} of CPU time per step"
-    median = (a.steps.summary() or {}).get("step_ns_median") if a.steps else None
+    median = (analysis.steps.summary() or {}).get("step_ns_median") if analysis.steps else None
     share = f" ({pct(inst.cost_ns_per_step / median)} of the median step)" \
         if inst.cost_ns_per_step is not None and median else ""
     depth = depth_text(inst.settings)

@@ -152,12 +152,12 @@ PERSISTENT = ("gemm", "conv", "attention", "triton")  # categories whose kernels
 
 
 def _run(ctx: Context) -> None:
-    a = ctx.result
+    analysis = ctx.result
     if not ctx.trace.has_gpu_activity:
-        a.skipped["kernels"] = gpu_missing(ctx)
+        analysis.skipped["kernels"] = gpu_missing(ctx)
         return
     ops = ctx.trace.gpu_ops
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
     ops = ops[(ops["start_ns"] >= w0) & (ops["start_ns"] < w1)]
     duration = (ops["end_ns"] - ops["start_ns"]).to_numpy()
     kind = ops["kind"].to_numpy()
@@ -177,9 +177,9 @@ def _run(ctx: Context) -> None:
             continue
         short = names.get(i, "(unnamed kernel)")
         rows.append({"name": short, "category": category(short), "count": int(r["count"]), "time_ns": int(r["sum"])})
-    steps = len(a.steps.steady) if a.steps and a.window.get("source", "").startswith("steady") else 0
-    a.kernels = KernelMix(pd.DataFrame(rows, columns=["name", "category", "count", "time_ns"]), steps,
-                          max(1, len(a.idle.devices) if a.idle else 1))
+    steps = len(analysis.steps.steady) if analysis.steps and analysis.window.get("source", "").startswith("steady") else 0
+    analysis.kernels = KernelMix(pd.DataFrame(rows, columns=["name", "category", "count", "time_ns"]), steps,
+                                 max(1, len(analysis.idle.devices) if analysis.idle else 1))
     small = ctx.trace.rows("under_one_wave")
     if small is not None:
         collective = [i for i, n in names.items() if category(n) in NOT_COMPUTE]  # NCCL runs few blocks by design
@@ -189,8 +189,8 @@ def _run(ctx: Context) -> None:
         matrix = [i for i, n in names.items() if category(n).startswith(PERSISTENT)]
         plain = inside & ~np.isin(small["name_id"], matrix)
         span = small["end_ns"] - small["start_ns"]
-        a.kernels.under_one_wave = {"count": int(inside.sum()), "time_ns": int(span[inside].sum()),
-                                    "non_matrix_count": int(plain.sum()), "non_matrix_time_ns": int(span[plain].sum())}
+        analysis.kernels.under_one_wave = {"count": int(inside.sum()), "time_ns": int(span[inside].sum()),
+                                           "non_matrix_count": int(plain.sum()), "non_matrix_time_ns": int(span[plain].sum())}
 
 
 def _announce(trace) -> None:
@@ -264,8 +264,8 @@ class KernelMix:
         return ns / self.steps / self.gpus if self.steps else None
 
 
-def _json(a) -> dict:
-    k = a.kernels
+def _json(analysis) -> dict:
+    k = analysis.kernels
     if k is None:
         return {"kernels": None}
     cats = k.by_category.astype(object)
@@ -274,8 +274,8 @@ def _json(a) -> dict:
                         "categories": cats, "top": k.by_name.head(TOP), "under_one_wave": k.under_one_wave}}
 
 
-def _text(a, view) -> None:
-    k = a.kernels
+def _text(analysis, view) -> None:
+    k = analysis.kernels
     if k is None or not k.time_ns:
         return
     rows = [[r.label, f"{int(r.count):,}", ms(r.time_ns_per_step) if k.steps else "-", pct(r.share)]
@@ -289,11 +289,11 @@ def _text(a, view) -> None:
                    "fewer thread blocks than the GPU has SMs", highlight=False)
 
 
-def _html(a, d: dict, view) -> str:
+def _html(analysis, d: dict, view) -> str:
     k = d.get("kernels")
     if not k or not k["time_ns"]:
         return ""
-    t = a.tables
+    t = analysis.tables
     return (view.table(t.get("kernel_categories"), "What the GPU does in the window (kernel mix)",
                        {"label": "kind of work", "count": "launches", "time_ns": "GPU time",
                         "time_ns_per_step": "per step", "share": "share of GPU work"},
@@ -307,7 +307,7 @@ def _html(a, d: dict, view) -> str:
 QUESTION = Question(
     name="kernels", order=105, run=_run, needs=("window", "steps"), announce=_announce,
     json_keys=("kernels",), json_at=115, to_json=_json,
-    tables=lambda a: {"kernel_categories": a.kernels.by_category, "kernels_by_name": a.kernels.by_name}
-    if a.kernels is not None else {},
+    tables=lambda analysis: {"kernel_categories": analysis.kernels.by_category, "kernels_by_name": analysis.kernels.by_name}
+    if analysis.kernels is not None else {},
     text=_text, text_at=85, html=_html, html_at=15,
 )

@@ -174,21 +174,23 @@ def _run(ctx: Context) -> None:
         ctx.result.skipped["layout_transpose"] = gpu_missing(ctx)
 
 
-def _json(a) -> dict:
-    if not a.layout:
+def _json(analysis) -> dict:
+    if not analysis.layout:
         return {"transposes": None}
-    lay = a.layout
+    lay = analysis.layout
     return {"transposes": {"count": lay.count, "time_ns": lay.time_ns, "kernel_time_ns": lay.kernel_time_ns,
                            "kernel_time_fraction": lay.kernel_time_fraction, "kernels": lay.by_kernel,
                            "modules": lay.by_module}}
 
 
-def _tables(a) -> dict:
-    return {"transpose_kernels": a.layout.by_kernel, "transpose_modules": a.layout.by_module} if a.layout else {}
+def _tables(analysis) -> dict:
+    if not analysis.layout:
+        return {}
+    return {"transpose_kernels": analysis.layout.by_kernel, "transpose_modules": analysis.layout.by_module}
 
 
-def _findings(a, basis) -> list[Finding]:
-    lay = a.layout
+def _findings(analysis, basis) -> list[Finding]:
+    lay = analysis.layout
     if not lay or not lay.count or lay.kernel_time_fraction < THRESHOLDS["transpose_kernel_fraction"]:
         return []
     mods = lay.by_module.head(5)
@@ -208,11 +210,11 @@ def _findings(a, basis) -> list[Finding]:
     )]
 
 
-def _html(a, d: dict, view) -> str:
+def _html(analysis, d: dict, view) -> str:
     tr = d.get("transposes")
     if not tr or not tr["count"]:
         return ""
-    t = a.tables
+    t = analysis.tables
     return (view.table(t.get("transpose_kernels"), "Layout-transpose kernels (NCHW ↔ NHWC)",
                        {"name": "kernel", "count": "launches", "time_ns": "GPU time"},
                        f"{tr['count']:,} transposes took {ms(tr['time_ns'])}, {pct(tr['kernel_time_fraction'])} of "
@@ -220,27 +222,27 @@ def _html(a, d: dict, view) -> str:
             + view.table(t.get("transpose_modules"), "…and the modules that caused them",
                          {"module": "module (NVTX range open at launch)", "phase": "phase", "count": "launches",
                           "time_ns": "GPU time", "via_fallback": "attributed via process-wide fallback",
-                          **({"where": "called at"} if a.layout.by_module["where"].notna().any() else {})},
-                         folder=(a.settings or {}).get("cwd")))
+                          **({"where": "called at"} if analysis.layout.by_module["where"].notna().any() else {})},
+                         folder=(analysis.settings or {}).get("cwd")))
 
 
-def _predicted(a, f: Finding) -> dict | None:
+def _predicted(analysis, f: Finding) -> dict | None:
     """The transposes' time per step goes, and batch norm's channels_last kernels are faster than its NCHW ones;
     only where the GPU is busy enough for its work to set the step's pace."""
-    if not predict.steady_step(a)[0]:
+    if not predict.steady_step(analysis)[0]:
         return None
-    busy_share = a.steps.summary().get("gpu_busy_fraction")
+    busy_share = analysis.steps.summary().get("gpu_busy_fraction")
     if busy_share is None or busy_share < predict.GPU_BOUND:
         return None  # the GPU mostly waits: less GPU work would not shorten the step
-    per_step = predict.work_per_step(a, f.impact_ns)
+    per_step = predict.work_per_step(analysis, f.impact_ns)
     what = f"{ms(per_step)} of transpose kernels per step go"
     bn, saved = f.evidence.get("nchw_batchnorm_ns") or 0, f.evidence.get("batchnorm_saved_ns") or 0
     if saved:
-        faster = predict.work_per_step(a, saved)
+        faster = predict.work_per_step(analysis, saved)
         per_step += faster
-        what += (f", and NCHW batch norm ({ms(predict.work_per_step(a, bn))} a step) takes {ms(faster)} less in "
+        what += (f", and NCHW batch norm ({ms(predict.work_per_step(analysis, bn))} a step) takes {ms(faster)} less in "
                  "channels_last (its kernels there measured 1.5-2.2x faster: ResNet-50, H100)")
-    return predict.work_removed(a, per_step, what)
+    return predict.work_removed(analysis, per_step, what)
 
 
 QUESTION = Question(

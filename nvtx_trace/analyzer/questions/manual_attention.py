@@ -43,8 +43,8 @@ def _fused_attention_elsewhere(k) -> bool:
     return bool(k.by_name["name"].str.contains(r"attn|_fwd_kernel|flex_attention|triton_tem", case=False).any())
 
 
-def _findings(a, basis) -> list[Finding]:
-    k = a.kernels
+def _findings(analysis, basis) -> list[Finding]:
+    k = analysis.kernels
     if k is None or not k.compute_ns or not k.steps or k.time("attention") or _fused_attention_elsewhere(k):
         return []
     soft = _softmax_kernels(k)
@@ -66,7 +66,7 @@ def _findings(a, basis) -> list[Finding]:
     if k.steps and low:
         saved = k.per_step(soft_ns) * SDPA_SAVED_PER_SOFTMAX
         predicted = predict.gpu_work_saved(
-            a, saved, f"{ms(saved)} per step: {SDPA_SAVED_PER_SOFTMAX}x the softmax kernels' "
+            analysis, saved, f"{ms(saved)} per step: {SDPA_SAVED_PER_SOFTMAX}x the softmax kernels' "
                       f"{ms(k.per_step(soft_ns))}, the factor measured between a hand-written and an SDPA "
                       "GPT-2 (bf16, H100)", gpu_bound=False)
     elif k.steps:
@@ -74,12 +74,12 @@ def _findings(a, basis) -> list[Finding]:
                "falls back to slower kernels); change the precision first.")
     return [Finding(
         kind="manual_attention", title=title, impact_ns=soft_ns,
-        fix=predict.with_expected(FIX, predicted) if predicted else FIX + (why or predict.not_gpu_bound(a) or "."),
+        fix=predict.with_expected(FIX, predicted) if predicted else FIX + (why or predict.not_gpu_bound(analysis) or "."),
         recommend={"sdpa": True}, predicted=predicted,
         threshold=f"softmax kernels at least twice a step, >= {pct(THRESHOLDS['manual_attention_share'])} of the "
                   "GPU's compute in the window, and no fused attention kernel",
         evidence={"softmax_ns": soft_ns, "compute_ns": k.compute_ns, "sdpa_saved_per_softmax": SDPA_SAVED_PER_SOFTMAX,
-                  "facts": facts(a), "kernels": soft.head(10)},
+                  "facts": facts(analysis), "kernels": soft.head(10)},
     )]
 
 

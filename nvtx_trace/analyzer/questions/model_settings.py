@@ -16,8 +16,8 @@ from nvtx_trace.analyzer.questions.settings import RECORDED
 CONV = ("conv_fp32", "conv_tf32", "conv_bf16", "conv_fp16", "conv_fp8", "conv")
 
 
-def _findings(a, basis) -> list[Finding]:
-    s = a.settings
+def _findings(analysis, basis) -> list[Finding]:
+    s = analysis.settings
     if not s:
         return []
     out = []
@@ -33,7 +33,7 @@ def _findings(a, basis) -> list[Finding]:
                 "without an edit). No prediction: its cost grows with the GPUs it drives.",
             recommend={"no_data_parallel": True}, threshold="a DataParallel instance alive (settings record)",
             evidence={"wrappers": s.get("wrappers"), "facts": RECORDED}))
-    k = a.kernels
+    k = analysis.kernels
     conv = k.time(*CONV) if k is not None else 0
     if s.get("cudnn_benchmark") is False and k is not None and k.compute_ns \
             and conv >= THRESHOLDS["cudnn_benchmark_share"] * k.compute_ns:

@@ -20,8 +20,8 @@ def _run(ctx: Context) -> None:
                                               "table, or its copyKind/srcKind column, is missing)")
 
 
-def _json(a) -> dict:
-    p = a.pageable
+def _json(analysis) -> dict:
+    p = analysis.pageable
     if not p:
         return {"pageable_h2d": None}
     return {"pageable_h2d": {"count": p.count, "bytes": p.bytes, "time_ns": p.time_ns, "api_ns": p.api_ns,
@@ -30,8 +30,8 @@ def _json(a) -> dict:
                              "pinned_bandwidth_gbps": p.pinned_bandwidth_gbps, "sources": p.by_source}}
 
 
-def _findings(a, basis) -> list[Finding]:
-    p, scope = per_step_pageable(a)
+def _findings(analysis, basis) -> list[Finding]:
+    p, scope = per_step_pageable(analysis)
     if not p or not p.count or p.bytes < THRESHOLDS["pageable_min_bytes"]:
         return []
     bw = f"{p.bandwidth_gbps:.1f} GB/s"
@@ -54,20 +54,20 @@ def _findings(a, basis) -> list[Finding]:
     )]
 
 
-def _html(a, d: dict, view) -> str:
+def _html(analysis, d: dict, view) -> str:
     pg = d.get("pageable_h2d")
     if not pg or not pg["count"]:
         return ""
-    return view.table(a.tables.get("pageable_sources"), "Host-to-device copies from pageable memory",
+    return view.table(analysis.tables.get("pageable_sources"), "Host-to-device copies from pageable memory",
                       {"range": "NVTX range that issued them", "api": "CUDA call", "count": "copies", "bytes": "bytes",
                        "time_ns": "GPU time", "api_ns": "CPU blocked"},
                       f"{pg['count']:,} copies, {size(pg['bytes'])}, at {pg['bandwidth_gbps'] or 0:.1f} GB/s (pinned "
                       f"copies in this report: {pg['pinned_bandwidth_gbps'] or 0:.1f} GB/s).")
 
 
-def _predicted(a, f: Finding) -> dict | None:
-    per_step = predict.work_per_step(a, f.impact_ns)  # measured over the steady steps, as every finding is
-    return predict.work_removed(a, per_step, f"{ms(per_step)} of pageable copying per step goes")
+def _predicted(analysis, f: Finding) -> dict | None:
+    per_step = predict.work_per_step(analysis, f.impact_ns)  # measured over the steady steps, as every finding is
+    return predict.work_removed(analysis, per_step, f"{ms(per_step)} of pageable copying per step goes")
 
 
 QUESTION = Question(
@@ -76,6 +76,6 @@ QUESTION = Question(
     findings=_findings, predicts={"pageable_h2d": _predicted},
     knobs={"pageable_h2d": lambda finding, named: named or {"pin_memory": True}},
     json_keys=("pageable_h2d",), json_at=90, to_json=_json,
-    tables=lambda a: {"pageable_sources": a.pageable.by_source} if a.pageable else {},
+    tables=lambda analysis: {"pageable_sources": analysis.pageable.by_source} if analysis.pageable else {},
     html=_html, html_at=40,
 )

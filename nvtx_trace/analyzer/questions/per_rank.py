@@ -30,20 +30,20 @@ def _steady_steps(ranges, pids: list[int], window: tuple[int, int], step_range: 
     return (end - start)[inside]
 
 
-def rank_rows(a, sources, step_range: str | None) -> list[dict]:
+def rank_rows(analysis, sources, step_range: str | None) -> list[dict]:
     """Per input report, its figures in the common steady window (docs/json-schema.md, ``ranks[]``)."""
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
-    devices = {d.device_id: d for d in a.idle.devices} if a.idle else {}
-    comm = {d.device_id: d for d in a.communication.devices} if a.communication else {}
-    slow = next((f.evidence.get("slow_device_id") for f in a.findings if f.kind == "straggler"), None)
-    ranges = a.nvtx_ranges
+    w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
+    devices = {d.device_id: d for d in analysis.idle.devices} if analysis.idle else {}
+    comm = {d.device_id: d for d in analysis.communication.devices} if analysis.communication else {}
+    slow = next((f.evidence.get("slow_device_id") for f in analysis.findings if f.kind == "straggler"), None)
+    ranges = analysis.nvtx_ranges
     rows = []
     for src in sources:
         mine = [devices[d] for d in src.devices if d in devices]
         busy = sum(int(iv.Coverage(d.busy).measure(w0, w1)) for d in mine)
         loader = None
-        if a.loader is not None:
-            loader = sum(int(iv.Coverage(union_of_process(a.loader.waits, p)).measure(w0, w1)) for p in src.pids)
+        if analysis.loader is not None:
+            loader = sum(int(iv.Coverage(union_of_process(analysis.loader.waits, p)).measure(w0, w1)) for p in src.pids)
         steady = _steady_steps(ranges, src.pids, (w0, w1), step_range)
         in_comm = [comm[d] for d in src.devices if d in comm]
         rows.append({
@@ -70,8 +70,8 @@ def _run(ctx: Context) -> None:
     ctx.result.clock = ctx.trace.clock.to_json()
 
 
-def _json(a) -> dict:
-    return {} if a.ranks is None else {"clock": a.clock, "ranks": a.ranks}
+def _json(analysis) -> dict:
+    return {} if analysis.ranks is None else {"clock": analysis.clock, "ranks": analysis.ranks}
 
 
 def _ms(ns: int | None) -> str:
@@ -82,33 +82,33 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else pct(x)
 
 
-def _text(a, view) -> None:
+def _text(analysis, view) -> None:
     """How the clocks were joined, then one row per rank (the slow one starred)."""
-    if not a.ranks:
+    if not analysis.ranks:
         return
-    view.print(f"Clocks: {view.escape(a.clock['how'])}", highlight=False)
+    view.print(f"Clocks: {view.escape(analysis.clock['how'])}", highlight=False)
     cols = ("rank", "report", "GPU", "step median", "GPU busy", "waiting in collectives", "loader wait")
     rows = [[f"{r['rank']}{' *' if r['straggler'] else ''}", view.escape(r["report"].rsplit("/", 1)[-1]),
              ",".join(map(str, r["device_ids"])) or "-", _ms(r["step_ns_median"]),
-             _pct(r["window_utilization"]), _ms(r["wait_ns"]), _ms(r["loader_wait_ns"])] for r in a.ranks]
+             _pct(r["window_utilization"]), _ms(r["wait_ns"]), _ms(r["loader_wait_ns"])] for r in analysis.ranks]
     view.table("Ranks, one report each (* the rank the others wait for)",
                [(c, "left" if c in ("report", "GPU") else "right") for c in cols], rows)
 
 
-def _html(a, d: dict, view) -> str:
-    if not a.ranks:
+def _html(analysis, d: dict, view) -> str:
+    if not analysis.ranks:
         return ""
-    return view.table(a.tables.get("ranks"), "Ranks, one report each",
+    return view.table(analysis.tables.get("ranks"), "Ranks, one report each",
                       {"rank": "rank", "report": "report", "device_ids": "GPU", "clock_offset_ns": "clock moved by",
                        "step_ns_median": "step median", "window_utilization": "GPU busy", "compute_ns": "compute",
                        "wait_ns": "waiting in collectives", "loader_wait_ns": "loader wait",
-                       "straggler": "the others wait for it"}, a.clock["how"])
+                       "straggler": "the others wait for it"}, analysis.clock["how"])
 
 
 QUESTION = Question(
     name="ranks", order=150, run=_run, needs=("findings", "lanes"),
     results={"clock": None},  # how several reports were put on one clock (clocks.ClockPlan.to_json)
     json_keys=("clock", "ranks"), json_at=10, to_json=_json,
-    tables=lambda a: {"ranks": pd.DataFrame(a.ranks)} if a.ranks else {},
+    tables=lambda analysis: {"ranks": pd.DataFrame(analysis.ranks)} if analysis.ranks else {},
     text=_text, text_at=20, html=_html, html_at=10,
 )

@@ -67,15 +67,15 @@ BF16_FIX = ("run the forward and the loss under torch.autocast(device_type='cuda
             "(Hugging Face Trainer: bf16=True; Lightning: precision='bf16-mixed'); no GradScaler is needed for bf16")
 
 
-def _findings(a, basis) -> list[Finding]:
-    k = a.kernels
+def _findings(analysis, basis) -> list[Finding]:
+    k = analysis.kernels
     if k is None or not k.compute_ns:
         return []
     fp32, tf32, low = k.time(*FP32), k.time(*TF32), k.time(*LOW)
     matrix = fp32 + tf32 + low + k.time(*UNSTATED)
     if not matrix or low >= THRESHOLDS["precision_low_share"] * matrix:
         return []  # already in reduced precision: nothing to gain here
-    ratios, measured = ratios_for([d.name for d in a.idle.devices] if a.idle else [])
+    ratios, measured = ratios_for([d.name for d in analysis.idle.devices] if analysis.idle else [])
     on = "" if measured else f", not measured on this GPU: {ratios.measured_on}'s"
     step = k.per_step
     share = THRESHOLDS["precision_share"] * k.compute_ns
@@ -109,14 +109,15 @@ def _findings(a, basis) -> list[Finding]:
         impact, recommend = tf32, {"amp": "bf16"}
     else:
         return []
-    predicted = predict.gpu_work_saved(a, step(saved), what) if k.steps else None
+    predicted = predict.gpu_work_saved(analysis, step(saved), what) if k.steps else None
     return [Finding(
         kind="precision", title=title, impact_ns=int(impact),
-        fix=predict.with_expected(fix, predicted) if predicted else fix + predict.not_gpu_bound(a),
+        fix=predict.with_expected(fix, predicted) if predicted else fix + predict.not_gpu_bound(analysis),
         recommend=recommend, predicted=predicted,
         threshold=f">= {pct(THRESHOLDS['precision_share'])} of the GPU's compute in the window in fp32 or TF32 matrix "
                   f"math, and bf16/fp16 < {pct(THRESHOLDS['precision_low_share'])} of the matrix math",
-        evidence={"facts": facts(a), "fp32_ns": fp32, "tf32_ns": tf32, "bf16_fp16_fp8_ns": low, "compute_ns": k.compute_ns,
+        evidence={"facts": facts(analysis), "fp32_ns": fp32, "tf32_ns": tf32, "bf16_fp16_fp8_ns": low,
+                  "compute_ns": k.compute_ns,
                   "ratios": ratios.__dict__ | {"measured_on_this_gpu": measured},
                   "kernels": k.by_name[k.by_name["category"].isin(FP32 + TF32)].head(10)},
     )]

@@ -15,21 +15,21 @@ from nvtx_trace.analyzer.measures.collectives import ALONE_PREFIX
 from nvtx_trace.analyzer.question import Context, Question
 
 
-def build_findings(a) -> list[Finding]:
+def build_findings(analysis) -> list[Finding]:
     """Each question's findings in registry order (a later question sees the earlier ones in ``basis.found``)."""
     from nvtx_trace.analyzer.questions import REGISTRY, idle_kinds, prediction_rules, work_kinds
 
-    basis = basis_.measure(a)
+    basis = basis_.measure(analysis)
     for q in REGISTRY:
         if q.findings is not None:
-            raised = q.findings(a, basis)
+            raised = q.findings(analysis, basis)
             basis.found += raised
-            a.raised_by.update((f.kind, q.name) for f in raised)
+            analysis.raised_by.update((f.kind, q.name) for f in raised)
     out = basis.found
-    predict.add_predictions(a, out, idle_kinds(), prediction_rules())
-    _in_the_framework_s_words(a, out)
-    steps = len(a.steps.steady) if a.steps else 0
-    gpus = max(1, len(a.idle.devices) if a.idle else 1)
+    predict.add_predictions(analysis, out, idle_kinds(), prediction_rules())
+    _in_the_framework_s_words(analysis, out)
+    steps = len(analysis.steps.steady) if analysis.steps else 0
+    gpus = max(1, len(analysis.idle.devices) if analysis.idle else 1)
 
     gpu_work = work_kinds()
 
@@ -44,17 +44,17 @@ def build_findings(a) -> list[Finding]:
     return sorted(out, key=rank)
 
 
-def _in_the_framework_s_words(a, findings: list[Finding]) -> None:
+def _in_the_framework_s_words(analysis, findings: list[Finding]) -> None:
     """A loop a framework drives (the settings record says which) gets each fix's settings in its own options."""
     from nvtx_trace import framework_options
 
     for f in findings:
-        f.fix += framework_options.sentence(a.settings, dict(f.recommend or {}))
+        f.fix += framework_options.sentence(analysis.settings, dict(f.recommend or {}))
 
 
-def first_change(a) -> dict | None:
+def first_change(analysis) -> dict | None:
     """The one change to make first: the top finding, when its fix is predicted to shorten the step."""
-    top = a.findings[0] if a.findings else None
+    top = analysis.findings[0] if analysis.findings else None
     if top is None or not top.predicted or top.predicted["saving_ns"] <= 0:
         return None
     p = top.predicted
@@ -76,17 +76,17 @@ def no_findings_line(warnings: list[str]) -> str:
     return "No findings above the thresholds: nothing obvious to fix."
 
 
-def _text(a, view) -> None:
-    if not a.findings:
-        view.print(f"[green]{no_findings_line(a.warnings)}[/green]")
+def _text(analysis, view) -> None:
+    if not analysis.findings:
+        view.print(f"[green]{no_findings_line(analysis.warnings)}[/green]")
         return
-    first = first_change(a)
+    first = first_change(analysis)
     if first:
         mean = "mean " if first["statistic"] == "mean" else ""
         view.print(f"[bold]First change[/bold] ({first['kind']}, finding 1): {view.escape(first['fix'])} Expected: "
                    f"{mean}step {ms(first['step_ns'])} -> about {ms(first['predicted_step_ns'])}.", highlight=False)
     view.print("[bold]Findings[/bold] (largest expected saving first; the figure is each one's measured cost)")
-    for i, f in enumerate(a.findings, 1):
+    for i, f in enumerate(analysis.findings, 1):
         view.print(f"{i}. [bold]{f.kind}[/bold] [red]{ms(f.impact_ns)}[/red]  {view.escape(f.title)}", highlight=False)
         view.print(f"   [green]fix:[/green] {view.escape(f.fix)}", highlight=False)
 
@@ -94,6 +94,6 @@ def _text(a, view) -> None:
 QUESTION = Question(
     name="findings", order=140, run=_run, after_findings=True,
     json_keys=("first_change", "findings"), json_at=130,
-    to_json=lambda a: {"first_change": first_change(a), "findings": [f.to_dict() for f in a.findings]},
+    to_json=lambda analysis: {"first_change": first_change(analysis), "findings": [f.to_dict() for f in analysis.findings]},
     text=_text, text_at=90,
 )

@@ -23,18 +23,18 @@ def _run(ctx: Context) -> None:
         _cpus_allowed(ctx.result)
 
 
-def _cpus_allowed(a) -> None:
+def _cpus_allowed(analysis) -> None:
     """Worker counts and contention models use the CPUs the program may use (its affinity mask, a cgroup quota:
     a scheduler's or container's 16 of a 32-core host), not the host's."""
-    allowed = (a.settings or {}).get("cpus_allowed")
-    if isinstance(allowed, int) and allowed > 0 and (a.cpu_cores is None or allowed < a.cpu_cores):
-        a.cpus_host = a.cpu_cores or (a.settings or {}).get("cpus_host")
-        a.cpu_cores = allowed
+    allowed = (analysis.settings or {}).get("cpus_allowed")
+    if isinstance(allowed, int) and allowed > 0 and (analysis.cpu_cores is None or allowed < analysis.cpu_cores):
+        analysis.cpus_host = analysis.cpu_cores or (analysis.settings or {}).get("cpus_host")
+        analysis.cpu_cores = allowed
 
 
-def facts(a) -> str:
+def facts(analysis) -> str:
     """Where a finding's facts about the program come from, for its evidence."""
-    return RECORDED if a.settings else INFERRED
+    return RECORDED if analysis.settings else INFERRED
 
 
 def lines(s: dict) -> list[str]:
@@ -68,30 +68,30 @@ def lines(s: dict) -> list[str]:
     return out
 
 
-def _text(a, view) -> None:
-    if a.settings:
-        view.print("Settings (recorded): " + "; ".join(lines(a.settings)), highlight=False)
-        flops = flops_line(a)
+def _text(analysis, view) -> None:
+    if analysis.settings:
+        view.print("Settings (recorded): " + "; ".join(lines(analysis.settings)), highlight=False)
+        flops = flops_line(analysis)
         if flops:
             view.print(flops, highlight=False)
 
 
-def flops_line(a) -> str:
+def flops_line(analysis) -> str:
     """Model FLOPs (counted once in warm-up, where nvtx-trace tune asked for it) as FLOP/s at the profiled step,
     and the share of the device's dense peak for the math the step runs in."""
     from nvtx_trace import device_peaks
 
-    flops = a.settings.get("model_flops_per_step")
-    summary = a.steps.summary() if a.steps else {}
+    flops = analysis.settings.get("model_flops_per_step")
+    summary = analysis.steps.summary() if analysis.steps else {}
     step_ns = summary.get(f"step_ns_{summary.get('statistic') or 'median'}") if summary else None
     if not flops or not step_ns:
         return ""
-    device = (a.settings.get("device") or {}).get("name")
-    r = device_peaks.achieved(flops, step_ns / 1e6, device, device_peaks.precision_of(a.settings))
+    device = (analysis.settings.get("device") or {}).get("name")
+    r = device_peaks.achieved(flops, step_ns / 1e6, device, device_peaks.precision_of(analysis.settings))
     peak = (f", {r['peak_fraction']:.0%} of the {device}'s dense {r['precision']} peak ({r['peak_tflops']:g})"
             if r["peak_fraction"] is not None else "")
     return (f"Model FLOPs: {flops / 1e12:.3g} TFLOP a step (counted in warm-up step "
-            f"{a.settings.get('flops_step')}): {r['tflops']:g} TFLOP/s at the profiled step{peak}")
+            f"{analysis.settings.get('flops_step')}): {r['tflops']:g} TFLOP/s at the profiled step{peak}")
 
 
 def _readable(value) -> str:
@@ -104,12 +104,12 @@ def _readable(value) -> str:
     return "-" if value is None else str(value)
 
 
-def _html(a, d, view) -> str:
-    if not a.settings:
+def _html(analysis, d, view) -> str:
+    if not analysis.settings:
         return ""
     import pandas as pd
 
-    rows = pd.DataFrame({"setting": list(a.settings), "value": [_readable(v) for v in a.settings.values()]})
+    rows = pd.DataFrame({"setting": list(analysis.settings), "value": [_readable(v) for v in analysis.settings.values()]})
     return view.table(rows.sort_values("setting"), "Settings, recorded by nvtx_autotrace",
                       {"setting": "setting", "value": "value"},
                       "read once in the training process after its first step; counters and peak memory as of the "
@@ -118,6 +118,6 @@ def _html(a, d, view) -> str:
 
 QUESTION = Question(
     name="settings", order=95, run=_run, needs=("steps",),
-    json_keys=("settings",), json_at=118, to_json=lambda a: {"settings": a.settings},
+    json_keys=("settings",), json_at=118, to_json=lambda analysis: {"settings": analysis.settings},
     text=_text, text_at=72, html=_html, html_at=70,
 )

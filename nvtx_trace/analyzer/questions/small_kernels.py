@@ -13,14 +13,14 @@ from nvtx_trace.analyzer.question import Question
 from nvtx_trace.analyzer.questions.settings import facts
 
 
-def _findings(a, basis) -> list[Finding]:
-    k = a.kernels
+def _findings(analysis, basis) -> list[Finding]:
+    k = analysis.kernels
     if k is None or not k.compute_ns or not k.under_one_wave:
         return []
     small = k.under_one_wave["non_matrix_time_ns"]
     if small < THRESHOLDS["small_kernels_share"] * k.compute_ns or small < THRESHOLDS["min_impact_ns"]:
         return []
-    s = a.settings or {}
+    s = analysis.settings or {}
     total, peak = (s.get("device") or {}).get("memory_total_bytes"), s.get("device_peak_allocated_bytes")
     if total and peak is not None and peak > THRESHOLDS["small_kernels_memory_share"] * total:
         return []  # no room for a larger batch
@@ -39,7 +39,7 @@ def _findings(a, basis) -> list[Finding]:
         threshold=f">= {pct(THRESHOLDS['small_kernels_share'])} of the GPU's compute in kernels under one wave, and "
                   f"peak memory <= {pct(THRESHOLDS['small_kernels_memory_share'])} of the GPU's where recorded",
         evidence={**k.under_one_wave, "compute_ns": k.compute_ns, "peak_allocated_bytes": peak,
-                  "memory_total_bytes": total, "facts": facts(a)},
+                  "memory_total_bytes": total, "facts": facts(analysis)},
     )]
 
 

@@ -13,19 +13,20 @@ from nvtx_trace.analyzer.trace import intervals as iv
 
 
 def _run(ctx: Context) -> None:
-    a = ctx.result
-    if not a.steps or not len(a.steps.table):
+    analysis = ctx.result
+    if not analysis.steps or not len(analysis.steps.table):
         return
     busy = None
-    if a.idle:
-        sets = [d.busy for d in a.idle.devices if a.steps.pid in d.pids] or [d.busy for d in a.idle.devices]
+    if analysis.idle:
+        devices = analysis.idle.devices
+        sets = [d.busy for d in devices if analysis.steps.pid in d.pids] or [d.busy for d in devices]
         busy = functools.reduce(iv.merge, sets)
-    a.startup = analyze_startup(ctx.trace, int(a.steps.table["start_ns"].min()), busy,
-                                float(np.median(a.steps.table["duration_ns"])))
+    analysis.startup = analyze_startup(ctx.trace, int(analysis.steps.table["start_ns"].min()), busy,
+                                       float(np.median(analysis.steps.table["duration_ns"])))
 
 
-def _text(a, view) -> None:
-    st = a.startup
+def _text(analysis, view) -> None:
+    st = analysis.startup
     if st is None or st.duration_ns <= 0:
         return
     parts = ", ".join(f"{k} {ms(v)}" for k, v in list(st.parts.items())[:3])
@@ -35,6 +36,7 @@ def _text(a, view) -> None:
 
 QUESTION = Question(
     name="startup", order=120, run=_run, needs=("steps", "idle"),
-    json_keys=("startup",), json_at=40, to_json=lambda a: {"startup": a.startup.to_dict() if a.startup else None},
+    json_keys=("startup",), json_at=40,
+    to_json=lambda analysis: {"startup": analysis.startup.to_dict() if analysis.startup else None},
     text=_text, text_at=60,
 )

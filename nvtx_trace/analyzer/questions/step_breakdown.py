@@ -25,14 +25,14 @@ GPU_PARTS = ("compute_ns", "loader_ns", "copy_ns", "sync_ns", "other_ns")
 HOST_PARTS = ("loader_ns", "sync_ns", "cpu_ns")
 
 
-def breakdown(a) -> pd.DataFrame | None:
+def breakdown(analysis) -> pd.DataFrame | None:
     """step, warmup, duration_ns and its parts: GPU_PARTS with GPU activity, else HOST_PARTS (the others
     NaN: not measured); None without steps."""
-    if a.steps is None or not len(a.steps.table):
+    if analysis.steps is None or not len(analysis.steps.table):
         return None
-    if "gpu_busy" not in a.steps.measured:
-        return host_breakdown(a.steps)
-    st = a.steps.table.sort_values("start_ns", ignore_index=True)
+    if "gpu_busy" not in analysis.steps.measured:
+        return host_breakdown(analysis.steps)
+    st = analysis.steps.table.sort_values("start_ns", ignore_index=True)
     s, e = st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64)
     out = pd.DataFrame({"step": st["step"].to_numpy(), "warmup": st["warmup"].to_numpy(),
                         "duration_ns": st["duration_ns"].to_numpy(np.int64),
@@ -40,7 +40,7 @@ def breakdown(a) -> pd.DataFrame | None:
     shares = {"loader_ns": "dataloader_ns", "copy_ns": "copy_ns", "sync_ns": "sync_ns"}
     for col in shares:
         out[col] = 0.0
-    gaps = _gaps_of_step_device(a)
+    gaps = _gaps_of_step_device(analysis)
     if gaps is not None and len(gaps):
         gs, ge = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
         # Steps overlapping each gap: [first, last) by binary search (steps do not overlap).
@@ -82,21 +82,21 @@ def host_breakdown(steps) -> pd.DataFrame:
     return out
 
 
-def _gaps_of_step_device(a):
+def _gaps_of_step_device(analysis):
     """Gaps of the GPU the training thread drives (the device whose processes include the steps' pid)."""
-    if a.idle is None or not len(a.idle.gaps) or not a.idle.devices:
+    if analysis.idle is None or not len(analysis.idle.gaps) or not analysis.idle.devices:
         return None
-    for d in a.idle.devices:
-        if a.steps.pid in d.pids:
+    for d in analysis.idle.devices:
+        if analysis.steps.pid in d.pids:
             dev = d
             break
     else:
-        dev = max(a.idle.devices, key=lambda d: d.busy_ns)
-    return a.idle.gaps[a.idle.gaps["device_id"] == dev.device_id]
+        dev = max(analysis.idle.devices, key=lambda d: d.busy_ns)
+    return analysis.idle.gaps[analysis.idle.gaps["device_id"] == dev.device_id]
 
 
-def _json(a) -> dict:
-    bd = a.step_breakdown
+def _json(analysis) -> dict:
+    bd = analysis.step_breakdown
     if bd is None:
         return {"step_breakdown": None}
     out = bd.astype(object)
@@ -108,5 +108,5 @@ def _json(a) -> dict:
 QUESTION = Question(
     name="step_breakdown", order=107, run=_run, needs=("steps", "idle", "communication"),
     json_keys=("step_breakdown",), json_at=65, to_json=_json,
-    tables=lambda a: {"step_breakdown": a.step_breakdown} if a.step_breakdown is not None else {},
+    tables=lambda analysis: {"step_breakdown": analysis.step_breakdown} if analysis.step_breakdown is not None else {},
 )

@@ -194,9 +194,9 @@ def _from_rows(rows: pd.DataFrame, name: str, confidence: float | None = None, a
 
 
 def _run(ctx: Context) -> None:
-    a = ctx.result
+    analysis = ctx.result
     busy_by_pid: dict[int, iv.Set] = {}
-    for dev in a.idle.devices if a.idle else []:
+    for dev in analysis.idle.devices if analysis.idle else []:
         for pid in dev.pids:
             busy_by_pid[pid] = iv.merge(busy_by_pid.get(pid, iv.empty()), dev.busy)
     infer = None if ctx.step_range else (lambda: _infer(ctx.trace))
@@ -206,26 +206,28 @@ def _run(ctx: Context) -> None:
     first = opened.get("first_step") if opened else None
     first = first if isinstance(first, int) and not isinstance(first, bool) else None
     warmup = 0 if ctx.warmup_steps is None and first is not None else ctx.warmup_steps
-    a.steps = analyze_steps(ctx.trace.ranges, busy_by_pid if a.idle else None, a.loader.waits if a.loader else None,
-                            a.sync.calls if a.sync else None, warmup, infer=infer,
-                            step_range=ctx.step_range)
-    if a.steps is not None:
-        a.steps.capture_first_step = first
+    analysis.steps = analyze_steps(ctx.trace.ranges, busy_by_pid if analysis.idle else None,
+                                   analysis.loader.waits if analysis.loader else None,
+                                   analysis.sync.calls if analysis.sync else None, warmup, infer=infer,
+                                   step_range=ctx.step_range)
+    if analysis.steps is not None:
+        analysis.steps.capture_first_step = first
         program = (opened or {}).get("program")
-        a.steps.program = program if isinstance(program, str) and program else None
-    if a.steps is not None and warmup is None:
-        t = a.steps.table
-        a.steps.extend_warmup(first_time_code_ns(ctx.trace, t["start_ns"].to_numpy(), t["end_ns"].to_numpy()),
-                              FIRST_TIME_NS)
-    if a.steps is None and ctx.step_range is not None:
+        analysis.steps.program = program if isinstance(program, str) and program else None
+    if analysis.steps is not None and warmup is None:
+        t = analysis.steps.table
+        analysis.steps.extend_warmup(first_time_code_ns(ctx.trace, t["start_ns"].to_numpy(), t["end_ns"].to_numpy()),
+                                     FIRST_TIME_NS)
+    if analysis.steps is None and ctx.step_range is not None:
         raise UsageError(f"--step-range {ctx.step_range!r} matches no NVTX range in {ctx.trace.info.path} ("
                          f"{_range_names(ctx.trace.ranges)}); give a regex of your step ranges' name")
-    if a.steps is not None and ctx.warmup_steps is not None and ctx.warmup_steps >= len(a.steps.table):
+    if analysis.steps is not None and ctx.warmup_steps is not None and ctx.warmup_steps >= len(analysis.steps.table):
         raise UsageError(f"--warmup-steps {ctx.warmup_steps} leaves no steady step: {ctx.trace.info.path} holds "
-                         f"{len(a.steps.table)} step(s) ({a.steps.how}); give fewer, or leave it out to detect them")
-    if a.steps is None:
-        a.skipped["steps"] = ("no step ranges (`step N` from nvtx_autotrace, or user ranges like `step 3`), and the "
-                              "kernel sequence shows no repeating iteration")
+                         f"{len(analysis.steps.table)} step(s) ({analysis.steps.how}); give fewer, or leave it out to "
+                         "detect them")
+    if analysis.steps is None:
+        analysis.skipped["steps"] = ("no step ranges (`step N` from nvtx_autotrace, or user ranges like `step 3`), and the "
+                                     "kernel sequence shows no repeating iteration")
 
 
 def _range_names(ranges: pd.DataFrame, shown: int = 6) -> str:
@@ -247,25 +249,25 @@ def _infer(trace):
     return by_kernels or by_ranges
 
 
-def _json(a) -> dict:
-    if not a.steps:
+def _json(analysis) -> dict:
+    if not analysis.steps:
         return {"steps": None}
-    table = a.steps.table.astype(object)
+    table = analysis.steps.table.astype(object)
     for what in STEP_PARTS:
-        if what not in a.steps.measured:  # not captured: unknown, not zero
+        if what not in analysis.steps.measured:  # not captured: unknown, not zero
             table[f"{what}_ns"] = None
         else:  # nanoseconds are whole; NaN (unknown in that step) is null
             table[f"{what}_ns"] = [None if pd.isna(v) else int(v) for v in table[f"{what}_ns"]]
-    return {"steps": {"source": a.steps.source, "how": a.steps.how, "confidence": a.steps.confidence,
-                      "summary": a.steps.summary(), "table": table}}
+    return {"steps": {"source": analysis.steps.source, "how": analysis.steps.how, "confidence": analysis.steps.confidence,
+                      "summary": analysis.steps.summary(), "table": table}}
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else pct(x)
 
 
-def _text(a, view) -> None:
-    s = a.steps.summary() if a.steps else {}
+def _text(analysis, view) -> None:
+    s = analysis.steps.summary() if analysis.steps else {}
     if not s:
         return
     unknown = any(s.get(f"{k}_fraction") is None for k in ("gpu_busy", "loader_wait", "sync_wait"))
@@ -277,7 +279,7 @@ def _text(a, view) -> None:
             f"p90 {ms(s['step_ns_p90'])}" if s.get("statistic") == "mean" else
             f"median {ms(s['step_ns_median'])}, p90 {ms(s['step_ns_p90'])}")
     view.print(
-        f"Steps ({a.steps.how}): {s['steps']}, {s['warmup_steps']} of them warm-up; steady state {pace}. "
+        f"Steps ({analysis.steps.how}): {s['steps']}, {s['warmup_steps']} of them warm-up; steady state {pace}. "
         f"Of step time: GPU busy {_pct(s['gpu_busy_fraction'])}" + _spinning(s) + ", waiting for data "
         f"{_pct(s['loader_wait_fraction'])}, in host syncs {_pct(s['sync_wait_fraction'])}"
         + (" (-: not captured)" if unknown else ""), highlight=False)
@@ -292,6 +294,6 @@ def _spinning(s: dict) -> str:
 QUESTION = Question(
     name="steps", order=70, run=_run, needs=("idle", "loader", "sync"),
     json_keys=("steps",), json_at=60, to_json=_json,
-    tables=lambda a: {"steps": a.steps.table} if a.steps else {},
+    tables=lambda analysis: {"steps": analysis.steps.table} if analysis.steps else {},
     text=_text, text_at=50,
 )

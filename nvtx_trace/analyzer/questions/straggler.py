@@ -32,8 +32,8 @@ UNEXPLAINED = ("its own loader, kernel and idle figures do not explain it (large
                "at what that rank does alone (logging, evaluation, checkpoints, a busier CPU or PCIe link)")
 
 
-def _findings(a, basis) -> list[Finding]:
-    c, gpu_ns, short_idle = a.communication, basis.gpu_ns, basis.short
+def _findings(analysis, basis) -> list[Finding]:
+    c, gpu_ns, short_idle = analysis.communication, basis.gpu_ns, basis.short
     if c is None or len(c.devices) < 2 or any(d.wait_ns is None for d in c.devices):
         return []  # one GPU, or collectives that do not pair: no one can be named
     slow = min(c.devices, key=lambda d: d.wait_ns)
@@ -46,7 +46,7 @@ def _findings(a, basis) -> list[Finding]:
     if last_share < THRESHOLDS["straggler_last_share"]:  # ranks take turns arriving last: jitter, no straggler
         return []
     waiter = max(others, key=lambda d: d.wait_ns)
-    reasons = _reasons(a, slow, waiter, short_idle)
+    reasons = _reasons(analysis, slow, waiter, short_idle)
     key, what, extra, fix = max(reasons, key=lambda r: r[2])
     if extra >= MATERIAL_SHARE * (waiter.wait_ns - slow.wait_ns):
         because = f"; {what} {ms(extra)} more than GPU {waiter.device_id}'s rank in the window"
@@ -67,20 +67,20 @@ def _findings(a, basis) -> list[Finding]:
     )]
 
 
-def _reasons(a, slow, waiter, short_idle: dict[int, tuple]) -> list[tuple[str, str, int, str]]:
+def _reasons(analysis, slow, waiter, short_idle: dict[int, tuple]) -> list[tuple[str, str, int, str]]:
     """(key, what in words, how much more the slow rank has of it than the waiting one, the fix it calls for)."""
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
+    w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
 
     def loader_wait(pid: int) -> int:
-        waits = a.loader.waits if a.loader is not None else None
+        waits = analysis.loader.waits if analysis.loader is not None else None
         return int(iv.Coverage(union_of_process(waits, pid)).measure(w0, w1))
 
     out = [("loader_wait", "its data loader waits", loader_wait(slow.pid) - loader_wait(waiter.pid), FIXES["loader"]),
            ("compute", "its GPU computes", slow.compute_ns - waiter.compute_ns, FIXES["compute"])]
     if slow.device_id in short_idle and waiter.device_id in short_idle:
-        out.append(("short_gaps", f"its GPU idles in gaps shorter than {ms(a.min_gap_ns)} between kernels (its CPU issues them "
-                    "late)", short_idle[slow.device_id][0] - short_idle[waiter.device_id][0], FIXES["launch"]))
-    causes = a.window_causes
+        out.append(("short_gaps", f"its GPU idles in gaps shorter than {ms(analysis.min_gap_ns)} between kernels (its "
+                    "CPU issues them late)", short_idle[slow.device_id][0] - short_idle[waiter.device_id][0], FIXES["launch"]))
+    causes = analysis.window_causes
     if causes is not None and len(causes):
         for cause, rows in causes.groupby("cause"):
             if cause == "dataloader":
@@ -93,10 +93,10 @@ def _reasons(a, slow, waiter, short_idle: dict[int, tuple]) -> list[tuple[str, s
     return out
 
 
-def _predicted(a, f: Finding) -> dict | None:
+def _predicted(analysis, f: Finding) -> dict | None:
     """The other GPUs' waiting per step goes (the straggler's impact is theirs); slowed by its loader, the fix is
     more workers, as many as the cores allow."""
-    return predict.idle_removed(a, f, of_others=True, lost="waiting inside collectives",
+    return predict.idle_removed(analysis, f, of_others=True, lost="waiting inside collectives",
                                 more_workers=f.evidence.get("why") == "loader_wait")
 
 

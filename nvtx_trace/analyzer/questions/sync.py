@@ -115,41 +115,41 @@ READ_FIX = "keep the tensor on the GPU and read it every N steps"
 
 
 def _run(ctx: Context) -> None:
-    a = ctx.result
-    a.sync = analyze_sync(ctx.trace) if ctx.reader.has_cuda_api() else None
-    if a.sync is None:
-        a.skipped.setdefault("sync", ctx.trace.info.why_missing("Cuda", "CUDA", "CUDA API calls", "-t cuda"))
-        if a.idle:
+    analysis = ctx.result
+    analysis.sync = analyze_sync(ctx.trace) if ctx.reader.has_cuda_api() else None
+    if analysis.sync is None:
+        analysis.skipped.setdefault("sync", ctx.trace.info.why_missing("Cuda", "CUDA", "CUDA API calls", "-t cuda"))
+        if analysis.idle:
             ctx.trace.warnings.append("the report has GPU activity but no CUDA API calls: host syncs, blocking "
                                       "copies and which module launched a kernel cannot be measured")
 
 
-def _per_step(a, how):
+def _per_step(analysis, how):
     """``how`` (locations or implicit) of the training process's steady steps, made once per analysis."""
-    steps = len(a.steps.steady) if a.steps else 0
-    window = (a.window["start_ns"], a.window["end_ns"]) if a.window else None
-    pid = a.steps.pid if a.steps else None
+    steps = len(analysis.steps.steady) if analysis.steps else 0
+    window = (analysis.window["start_ns"], analysis.window["end_ns"]) if analysis.window else None
+    pid = analysis.steps.pid if analysis.steps else None
     key = (how.__name__, window, steps, pid)
-    if key not in a.sync.per_step:
-        a.sync.per_step[key] = how(a.sync, window, steps, pid)
-    return a.sync.per_step[key]
+    if key not in analysis.sync.per_step:
+        analysis.sync.per_step[key] = how(analysis.sync, window, steps, pid)
+    return analysis.sync.per_step[key]
 
 
-def _lines(a):
+def _lines(analysis):
     """The sync ranges' lines (nvtx_autotrace names them), per steady step of the training process."""
-    return _per_step(a, locations)
+    return _per_step(analysis, locations)
 
 
-def _implicit(a):
+def _implicit(analysis):
     """The blocking calls no wrapper named, per steady step of the training process, by innermost range."""
-    return _per_step(a, implicit)
+    return _per_step(analysis, implicit)
 
 
-def _json(a) -> dict:
-    if not a.sync:
+def _json(analysis) -> dict:
+    if not analysis.sync:
         return {"sync": None}
-    return {"sync": {"count": a.sync.count, "blocked_ns": a.sync.blocked_ns, "sources": a.sync.by_source,
-                     "locations": _lines(a), "implicit": _implicit(a)}}
+    return {"sync": {"count": analysis.sync.count, "blocked_ns": analysis.sync.blocked_ns, "sources": analysis.sync.by_source,
+                     "locations": _lines(analysis), "implicit": _implicit(analysis)}}
 
 
 def _implicit_words(rows) -> str:
@@ -170,24 +170,24 @@ def _line_words(row) -> str:
             f"{row['count_per_step']:.3g} a step: {LINE_FIXES.get(row['what'], READ_FIX)}")
 
 
-def short_idle_after_syncs(a) -> dict[int, int]:
+def short_idle_after_syncs(analysis) -> dict[int, int]:
     """Per GPU of the training process: its idle in gaps shorter than --min-gap-ms that opened while the training
     thread waited in a sync call (the queue drained as the host waited; the gap lasts until the host's next launch
     reaches the GPU). A sync every step costs that much a step, and no long gap shows it (an .item() a step on a
     3.5-ms step: 0.7 ms). Gaps of --min-gap-ms or more are the idle analysis's, by cause."""
-    if not a.sync or not a.idle or not a.window or not a.steps or not len(a.sync.calls):
+    if not analysis.sync or not analysis.idle or not analysis.window or not analysis.steps or not len(analysis.sync.calls):
         return {}
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
-    calls = a.sync.calls
-    calls = calls[(calls["pid"] == a.steps.pid) & (calls["end_ns"] > w0) & (calls["start_ns"] < w1)]
+    w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
+    calls = analysis.sync.calls
+    calls = calls[(calls["pid"] == analysis.steps.pid) & (calls["end_ns"] > w0) & (calls["start_ns"] < w1)]
     calls = calls.sort_values("start_ns")
     c0, c1 = calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64)
     out = {}
-    for dev in a.idle.devices:
-        if a.steps.pid not in (dev.pids or ()) or not len(c0):
+    for dev in analysis.idle.devices:
+        if analysis.steps.pid not in (dev.pids or ()) or not len(c0):
             continue
         h0, h1 = iv.holes(dev.busy, min_len=1)
-        keep = (h1 - h0 < a.min_gap_ns) & (h1 > w0) & (h0 < w1)
+        keep = (h1 - h0 < analysis.min_gap_ns) & (h1 > w0) & (h0 < w1)
         h0, h1 = h0[keep], h1[keep]
         at = np.searchsorted(c0, h0, side="right") - 1  # the last sync call begun before the gap opened
         opened = (at >= 0) & (h0 <= c1[np.maximum(at, 0)])
@@ -195,57 +195,58 @@ def short_idle_after_syncs(a) -> dict[int, int]:
     return out
 
 
-def _findings(a, basis) -> list[Finding]:
+def _findings(analysis, basis) -> list[Finding]:
     from nvtx_trace.analyzer.questions.allocator import FREE_RE, freed_ns
 
-    if not a.sync or not a.sync.count:
+    if not analysis.sync or not analysis.sync.count:
         return []
-    freed = freed_ns(a, basis)  # cudaFree belongs to the allocator finding when it raises one
-    short = short_idle_after_syncs(a) if len(_lines(a)) else {}  # the per-step syncs of lines we can name
+    freed = freed_ns(analysis, basis)  # cudaFree belongs to the allocator finding when it raises one
+    short = short_idle_after_syncs(analysis) if len(_lines(analysis)) else {}  # the per-step syncs of lines we can name
     idle_ns = max(0, basis.cause_ns.get("sync", 0) - freed) + sum(short.values())
     if idle_ns < THRESHOLDS["min_impact_ns"] or idle_ns < THRESHOLDS["cause_fraction"] * basis.gpu_ns:
         return []
-    src = a.sync.by_source
+    src = analysis.sync.by_source
     if freed:
         src = src[~src["api"].map(lambda n: bool(FREE_RE.match(n)))]
     src = src.head(3)
     where = "; ".join(f"{api} in {r} (x{c})" for api, r, c in zip(src["api"], src["range"], src["count"]))
-    lines = _lines(a)
+    lines = _lines(analysis)
     if len(lines):  # the user's lines, each with its time and its fix
-        where = "; ".join(_line_words(r) for _, r in lines.head(3).iterrows()) + _implicit_words(_implicit(a))
+        where = "; ".join(_line_words(r) for _, r in lines.head(3).iterrows()) + _implicit_words(_implicit(analysis))
     return [Finding(
         kind="sync", title=f"Host syncs let the GPU run dry: {ms(idle_ns)} idle after syncs"
-                           + (f" ({ms(sum(short.values()))} of it in gaps under {ms(a.min_gap_ns)})"
+                           + (f" ({ms(sum(short.values()))} of it in gaps under {ms(analysis.min_gap_ns)})"
                               if sum(short.values()) else "")
                            + (" (cudaFree's left to the allocator finding)" if freed else "") + f"; top: {where}",
         impact_ns=int(idle_ns), fix=CAUSE_FIXES["sync"],
         threshold=f">= {pct(THRESHOLDS['cause_fraction'])} of the window",
-        evidence={"sources": a.sync.by_source.head(20), "count": a.sync.count, "blocked_ns": a.sync.blocked_ns,
+        evidence={"sources": analysis.sync.by_source.head(20), "count": analysis.sync.count,
+                  "blocked_ns": analysis.sync.blocked_ns,
                   "locations": lines.head(20), "short_idle_ns": short},
     )]
 
 
-def _text(a, view) -> None:
+def _text(analysis, view) -> None:
     """The lines that asked for a sync, each with its time and count a step (found or not: a user hunting an
     .item() wants the line even where the GPU lost little to it)."""
-    if not a.sync:
+    if not analysis.sync:
         return
-    lines = _lines(a)
+    lines = _lines(analysis)
     if len(lines):
         view.print("Host syncs by line (a steady step's time blocked in them, and calls a step): "
                    + "; ".join(f"{r['what']} at {r['where']} {ms(r['blocked_ns_per_step'])}, {r['count_per_step']:.3g}"
                                for _, r in lines.head(5).iterrows()), highlight=False, markup=False)
 
 
-def _html(a, d: dict, view) -> str:
-    lines = _lines(a) if a.sync else None
+def _html(analysis, d: dict, view) -> str:
+    lines = _lines(analysis) if analysis.sync else None
     by_line = ""
     if lines is not None and len(lines):
         by_line = view.table(lines.head(20), "Host syncs by line (a steady step's time blocked in them)",
                                    {"what": "call", "where": "line", "count_per_step": "calls a step",
                                     "blocked_ns_per_step": "CPU blocked a step"},
-                                   folder=(a.settings or {}).get("cwd"))
-    return by_line + view.table(a.tables.get("sync_sources"), "Host syncs (CPU blocked until the GPU caught up)",
+                                   folder=(analysis.settings or {}).get("cwd"))
+    return by_line + view.table(analysis.tables.get("sync_sources"), "Host syncs (CPU blocked until the GPU caught up)",
                                 {"api": "CUDA call", "range": "NVTX range", "count": "calls",
                                  "blocked_ns": "CPU blocked"})
 
@@ -254,6 +255,6 @@ QUESTION = Question(
     name="sync", order=60, run=_run, needs=("idle",),
     findings=_findings, idle_kinds=("sync",),
     json_keys=("sync",), json_at=100, to_json=_json,
-    tables=lambda a: {"sync_sources": a.sync.by_source} if a.sync else {},
+    tables=lambda analysis: {"sync_sources": analysis.sync.by_source} if analysis.sync else {},
     text=_text, text_at=55, html=_html, html_at=50,
 )

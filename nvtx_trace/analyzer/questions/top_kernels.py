@@ -14,8 +14,8 @@ def _run(ctx: Context) -> None:
                                             kernel_time_share=top["time_ns"] / total)
 
 
-def _html(a, d: dict, view) -> str:
-    top = a.tables.get("top_kernels")
+def _html(analysis, d: dict, view) -> str:
+    top = analysis.tables.get("top_kernels")
     if top is None or not len(top):
         return ""
     return view.table(top, "Top kernels by GPU time", {"name": "kernel", "count": "launches", "time_ns": "total",
@@ -24,6 +24,6 @@ def _html(a, d: dict, view) -> str:
 
 QUESTION = Question(
     name="top_kernels", order=50, run=_run,
-    tables=lambda a: {"top_kernels": a.top_kernels} if a.top_kernels is not None else {},
+    tables=lambda analysis: {"top_kernels": analysis.top_kernels} if analysis.top_kernels is not None else {},
     html=_html, html_at=20,
 )

@@ -12,28 +12,28 @@ COUNTED_BY = {"dataloader_stall": ("dataloader",), "sync": ("sync",), "pageable_
               "allocator": ("sync", "cuda_api"), "optimizer": ("optimizer",)}
 
 
-def _findings(a, basis) -> list[Finding]:
+def _findings(analysis, basis) -> list[Finding]:
     """Impacts add up: idle time a cause finding already counts is not counted again (nor the tool's own share
     of CPU-bound idle). What is left, idle in gaps whose cause has no finding of its own, is one finding."""
-    if not a.idle:
+    if not analysis.idle:
         return []
     covered = {f.evidence.get("cause") for f in basis.found if isinstance(f.evidence, dict)}
     covered |= {c for f in basis.found for c in COUNTED_BY.get(f.kind, ())}
     cause_ns = {c: int(ns * basis.keep) if c in CPU_CAUSES else ns for c, ns in basis.cause_ns.items()
                 if c not in covered}
     window_ns = basis.gpu_ns
-    in_window = gaps_in(a.idle.gaps, (a.window["start_ns"], a.window["end_ns"]))
+    in_window = gaps_in(analysis.idle.gaps, (analysis.window["start_ns"], analysis.window["end_ns"]))
     in_window = in_window[in_window["cause"].isin(list(cause_ns))] if "cause" in in_window else in_window
     idle = int(sum(cause_ns.values()))
     if idle < THRESHOLDS["min_impact_ns"] or idle < THRESHOLDS["gpu_idle_fraction"] * window_ns:
         return []
     ranked = sorted(cause_ns.items(), key=lambda kv: kv[1], reverse=True)
-    labels = dict(zip(a.window_causes["cause"], a.window_causes["label"]))
+    labels = dict(zip(analysis.window_causes["cause"], analysis.window_causes["label"]))
     top, top_ns = ranked[0]
     parts = ", ".join(f"{labels[c]}: {pct(ns / idle)}" for c, ns in ranked[:3] if ns)
-    devs = ", ".join(f"GPU {d} {pct(u)} busy" for d, u in a.window_utilization.items())
+    devs = ", ".join(f"GPU {d} {pct(u)} busy" for d, u in analysis.window_utilization.items())
     fix = CAUSE_FIXES.get(top, "")
-    per_step = per_step_pageable(a)[0]
+    per_step = per_step_pageable(analysis)[0]
     if top == "copy" and per_step is not None and not per_step.count:
         # the label came from the copy range the thread was in; its copies are pinned already
         fix = ("The copies inside the steps already come from pinned memory: overlap them with compute "
@@ -42,15 +42,15 @@ def _findings(a, basis) -> list[Finding]:
     return [Finding(
         kind="gpu_idle",
         title=f"GPU idle {ms(idle)} ({pct(idle / window_ns)} of the window"
-              + (f", summed over {len(a.idle.devices)} GPUs" if len(a.idle.devices) > 1 else "")
-              + f") in gaps >= {ms(a.min_gap_ns)} that no other finding counts; {parts}",
+              + (f", summed over {len(analysis.idle.devices)} GPUs" if len(analysis.idle.devices) > 1 else "")
+              + f") in gaps >= {ms(analysis.min_gap_ns)} that no other finding counts; {parts}",
         impact_ns=idle,
         fix=fix,
-        threshold=f"gaps >= {ms(a.min_gap_ns)} covering >= {pct(THRESHOLDS['gpu_idle_fraction'])} of the window",
-        evidence={"window": a.window, "devices": devs,
-                  "causes": a.window_causes[["device_id", "cause", "label", "idle_ns", "share", "gaps"]],
+        threshold=f"gaps >= {ms(analysis.min_gap_ns)} covering >= {pct(THRESHOLDS['gpu_idle_fraction'])} of the window",
+        evidence={"window": analysis.window, "devices": devs,
+                  "causes": analysis.window_causes[["device_id", "cause", "label", "idle_ns", "share", "gaps"]],
                   "largest_gaps": in_window.nlargest(5, "duration_ns")[["device_id", "start_ns", "duration_ns", "cause"]],
-                  "cpu_during_largest_gaps": a.gap_activity.head(20) if a.gap_activity is not None else []},
+                  "cpu_during_largest_gaps": analysis.gap_activity.head(20) if analysis.gap_activity is not None else []},
     )]
 
 

@@ -9,42 +9,44 @@ from nvtx_trace.analyzer.trace import intervals as iv
 
 
 def _run(ctx: Context) -> None:
-    a = ctx.result
-    if not a.idle:
+    analysis = ctx.result
+    if not analysis.idle:
         return
-    w0, w1 = a.window["start_ns"], a.window["end_ns"]
-    for dev in a.idle.devices:
+    w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
+    for dev in analysis.idle.devices:
         busy = int(iv.Coverage(dev.busy).measure(w0, w1))
-        a.window_utilization[dev.device_id] = busy / (w1 - w0) if w1 > w0 else 0.0
-    a.window_causes = summarize_causes(a.idle.gaps, (w0, w1))
-    a.gap_activity = describe_gaps(ctx.trace, a.idle, (w0, w1))
+        analysis.window_utilization[dev.device_id] = busy / (w1 - w0) if w1 > w0 else 0.0
+    analysis.window_causes = summarize_causes(analysis.idle.gaps, (w0, w1))
+    analysis.gap_activity = describe_gaps(ctx.trace, analysis.idle, (w0, w1))
 
 
-def _tables(a) -> dict:
-    return {"window_causes": a.window_causes, "gap_activity": a.gap_activity} if a.window_causes is not None else {}
+def _tables(analysis) -> dict:
+    if analysis.window_causes is None:
+        return {}
+    return {"window_causes": analysis.window_causes, "gap_activity": analysis.gap_activity}
 
 
-def _text(a, view) -> None:
-    if a.window_causes is not None and len(a.window_causes):
-        several = a.window_causes["device_id"].nunique() > 1
+def _text(analysis, view) -> None:
+    if analysis.window_causes is not None and len(analysis.window_causes):
+        several = analysis.window_causes["device_id"].nunique() > 1
         cols = (["GPU"] if several else []) + ["cause", "idle", "of idle"]
         rows = [[*([str(r.device_id)] if several else []), r.label, ms(r.idle_ns), pct(r.share)]
-                for r in a.window_causes.itertuples()]
+                for r in analysis.window_causes.itertuples()]
         view.table("Why the GPU idles in the window", [(c, "left" if c == "cause" else "right") for c in cols], rows)
-    if a.gap_activity is None or not len(a.gap_activity):
+    if analysis.gap_activity is None or not len(analysis.gap_activity):
         return
-    several = a.gap_activity["device_id"].nunique() > 1
+    several = analysis.gap_activity["device_id"].nunique() > 1
     cols = (["GPU"] if several else []) + ["at", "gap", "cause", "thread", "inside"]
     rows = []
     keys = ["device_id", "gap_start_ns", "gap_ns", "cause"]
-    for shown, ((device, start, gap_ns, cause), gap_rows) in enumerate(a.gap_activity.groupby(keys, sort=False)):
+    for shown, ((device, start, gap_ns, cause), gap_rows) in enumerate(analysis.gap_activity.groupby(keys, sort=False)):
         if shown == 3:
             break
         for i, r in enumerate(gap_rows.head(4).itertuples()):
             label = r.name if r.what == "nvtx" else f"CUDA {r.name}"
             first = i == 0
             rows.append([*([str(device) if first else ""] if several else []),
-                         ms(start - a.trace_start_ns) if first else "", ms(gap_ns) if first else "",
+                         ms(start - analysis.trace_start_ns) if first else "", ms(gap_ns) if first else "",
                          cause if first else "", view.escape(r.thread), view.escape(label)])
     view.table("Largest gaps: what the CPU was doing ('at': time since the trace began)",
                [(c, "right" if c in ("GPU", "at", "gap") else "left") for c in cols], rows)
