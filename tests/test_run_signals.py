@@ -479,6 +479,41 @@ def test_try_told_to_stop_ends_the_timed_program_and_says_what_it_kept(ready, to
     assert_clean(tool)
 
 
+FORKS_AS_IT_ENDS = """
+import os, signal, sys, time
+from pathlib import Path
+
+def on_term(signum, frame):
+    if os.fork() == 0:  # a worker started while the program is being ended: in no list read before
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(120)
+        os._exit(0)
+    os._exit(143)
+
+signal.signal(signal.SIGTERM, on_term)
+Path(sys.argv[1]).write_text("ready")
+time.sleep(300)
+"""
+
+
+def test_try_told_to_stop_ends_a_child_the_program_forks_as_it_is_ended(tools, tmp_path):
+    """Seen under load (pass 3 of a run beside a burner): a DataLoader worker forked just as try ended its timed
+    program outlived the tool by seconds. The timed program runs in a process group of its own, and what is ended
+    is ended by group too: the child forked in the program's SIGTERM handler (ignoring SIGTERM) is killed, and
+    nothing is left when the tool exits."""
+    (tmp_path / "forks.py").write_text(FORKS_AS_IT_ENDS)
+    ready = tmp_path / "ready"
+    tool = start(tools, tmp_path, "try", "--out", "out", "--no-history", "num_workers=1", "forks.py", str(ready))
+    tool.wait_for(r"round 1/2: baseline")
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ready.exists(), tool.stderr[-3000:]
+    tool.send(signal.SIGTERM)
+    assert tool.finish() == 143, tool.stderr[-3000:]
+    assert tool.left(settle=0.5) == [], tool.stderr[-3000:]
+
+
 def test_try_advice_told_to_stop_lets_its_profile_run_stop_on_its_own_terms(ready, tools, tmp_path):
     """try --advice profiles first with nvtx-trace run (a guard of its own): the signal is passed to it, and try
     waits for it to stop its program and nsys and keep its capture, then says so."""

@@ -30,12 +30,13 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from nvtx_trace.capture.processes import Watch, alive, descendants, name_of, of_nsys
+from nvtx_trace.capture.processes import Watch, alive, descendants, live_processes, name_of, of_nsys
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_ENV = "NVTX_TRACE_STOP_GRACE_S"
 DEFAULT_GRACE_S = 20.0  # the program's time to stop after nsys passed it the signal (a scheduler's KillWait is 30 s)
 KILL_AFTER_S = 3.0  # between SIGTERM and SIGKILL when we end processes ourselves
+GONE_WITHIN_S = 3.0  # after SIGKILL: how long a command waits for what it ended to be gone
 
 Notice = Callable[[str], None]
 
@@ -80,14 +81,46 @@ class Interrupted(BaseException):
         return f"interrupted ({signal_name(self.signum)}){when}: {self.kept or 'nothing was captured'}"
 
 
-def end(pids, kill_after: float = KILL_AFTER_S) -> None:
-    """SIGTERM to each, then SIGKILL to those still running ``kill_after`` seconds later."""
+def end(pids, kill_after: float = KILL_AFTER_S, gone_within: float = GONE_WITHIN_S, with_groups: bool = False) -> None:
+    """SIGTERM to each, then SIGKILL to those still running ``kill_after`` seconds later; then wait (at most
+    ``gone_within`` seconds) until they are gone, so that nothing of ours outlives us. With ``with_groups``, the
+    process groups they belong to, other than ours, get the same signals: a DataLoader worker forked after
+    ``pids`` was read is in its program's group, and would otherwise run on, orphaned, until it noticed (5 s)."""
     pids = [p for p in pids if p != os.getpid()]
+    groups = _groups_of(pids) if with_groups else set()
     send(pids, signal.SIGTERM)
+    _send_groups(groups, signal.SIGTERM)
     deadline = time.monotonic() + kill_after
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+    while _running(pids, groups) and time.monotonic() < deadline:
         time.sleep(0.05)
     send([p for p in pids if alive(p)], signal.SIGKILL)
+    _send_groups(groups, signal.SIGKILL)
+    deadline = time.monotonic() + gone_within
+    while _running(pids, groups) and time.monotonic() < deadline:  # a large program takes a moment to unmap
+        time.sleep(0.05)
+
+
+
+def _groups_of(pids) -> set[int]:
+    groups = set()
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except OSError:  # gone already
+            continue
+    return groups - {0, 1, os.getpgrp()}
+
+
+def _send_groups(groups: set[int], signum: int) -> None:
+    for group in groups:
+        try:
+            os.killpg(group, signum)
+        except OSError:  # gone already
+            pass
+
+
+def _running(pids, groups: set[int]) -> bool:
+    return any(alive(p) for p in pids) or bool(groups and any(g in groups for _, _, g in live_processes()))
 
 
 def end_now(watch: Watch) -> None:
@@ -275,7 +308,7 @@ class Guard:
             return
         self.stopping = True
         left = {p for watch in self.watches for p in watch.still_running()}  # what nsys started, nsys gone
-        end([p for p in {*descendants(os.getpid()), *left} if p not in spared])
+        end([p for p in {*descendants(os.getpid()), *left} if p not in spared], with_groups=True)
         raise Interrupted(signum, self.stage)
 
     @contextmanager
