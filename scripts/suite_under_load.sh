@@ -21,7 +21,8 @@ for i in $(seq "$N"); do
   CI=true python3 -m pytest -q -p no:cacheprovider >"$WORK/pass$i.log" 2>&1
   rc=$?
   echo "pass $i: exit $rc in $((SECONDS - began)) s: $(grep -E '^[0-9]+ (passed|failed)|passed|failed' "$WORK/pass$i.log" | tail -1)"
-  [ $rc -ne 0 ] && { FAILED=1; grep -E "^(FAILED|ERROR)|left behind|  left in|still running" "$WORK/pass$i.log" | head -30; }
+  [ $rc -ne 0 ] && { FAILED=1; grep -E "^(FAILED|ERROR)|left behind|  left in|still running" "$WORK/pass$i.log" | head -30
+                      sed -n '/^=* \(FAILURES\|ERRORS\) =*$/,/^=* warnings summary/p' "$WORK/pass$i.log" | head -200; }
 done
 python3 -m pip install -q -e "$HERE" --no-deps >/dev/null 2>&1  # the editable install back where it was
 exit $FAILED
