@@ -100,7 +100,6 @@ def end(pids, kill_after: float = KILL_AFTER_S, gone_within: float = GONE_WITHIN
         time.sleep(0.05)
 
 
-
 def _groups_of(pids) -> set[int]:
     groups = set()
     for pid in pids:

@@ -70,14 +70,14 @@ class NsysLog:
         except OSError:
             return ""
 
-    def section_text(self) -> str:
-        """The latest step's output (since its ``== nsys`` header)."""
+    def last_words(self) -> str:
+        """What the latest step said (its output after its ``== nsys`` header and command line)."""
         try:
             text = self.path.read_text(errors="replace")
         except OSError:
             return ""
         at = text.rfind("== nsys ")
-        return text[at:] if at >= 0 else text
+        return text[at:].partition("\n")[2] if at >= 0 else text
 
     def where(self) -> str:
         """How failure messages point at the whole log."""

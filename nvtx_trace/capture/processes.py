@@ -4,6 +4,7 @@ started, remembered while it runs (``Watch``)."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -86,6 +87,10 @@ def name_of(pid: int) -> str:
     except OSError:
         return ""
 
+
+# Popen's keywords for a child in a process group of its own: a terminal's Ctrl-C reaches it only through us, and
+# what it forks is ended with it by group
+OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 EAGER_S, EAGER_EVERY_S = 30.0, 0.01  # how long, and how often, a launcher's first nsys is looked for
 

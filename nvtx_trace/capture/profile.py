@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence
 from nvtx_trace.capture import interrupts, lifeline, nsys_files, own_output, stuck
 from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
-from nvtx_trace.capture.processes import alive, started_at
+from nvtx_trace.capture.processes import OWN_GROUP, alive, started_at
 from nvtx_trace.capture.qdstrm import import_qdstrm
 from nvtx_trace.capture.torchrun import RANK_FIELD, rank_of
 from nvtx_trace.errors import NsysFailedError
@@ -62,6 +62,11 @@ class ProfileResult:
     pid: int | None = None  # nsys's pid, also the process group of the program it started
     reports: list[Path] = field(default_factory=list)  # every report written: ``rep``, or one per rank
     program_started: bool | None = None  # did nsys start the program (None: not known, e.g. behind a launcher)
+
+    @property
+    def never_started(self) -> bool:
+        """nsys failed before it started the program (its fault: the program did not run)."""
+        return self.program_started is False and self.rep is None and not self.interrupted
 
     def require_report(self) -> Path:
         """The ``.nsys-rep``, or NsysFailedError saying why there is none."""
@@ -195,7 +200,6 @@ def profile(
     pipe = subprocess.PIPE if (capture_output or log is not None) else None
     # nsys in a group of its own: a terminal's Ctrl-C reaches it once, through us (a second makes it drop the
     # report). The guard's handlers are in place before it starts: a signal while it starts waits for it.
-    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     proc = capture = None
     began = time.time()
     try:
@@ -210,7 +214,7 @@ def profile(
                 try:
                     proc = subprocess.Popen(
                         cmd, env=env, cwd=cwd, stdout=pipe, stderr=subprocess.STDOUT if capture_output else pipe,
-                        text=pipe is not None, errors="replace" if pipe else None, **group,
+                        text=pipe is not None, errors="replace" if pipe else None, **OWN_GROUP,
                     )
                 except OSError as exc:
                     if handover is not None:

@@ -96,7 +96,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
                                      "while nsys was starting the program" if prof.aborted else
                                      "before the capture window opened" if plan.window_file else
                                      f"as the {'ranks' if plan.launcher else 'program'} started under nsys")
-    if prof.program_started is False and prof.rep is None and not prof.interrupted:  # nsys failed at start-up
+    if prof.never_started:
         if plan.window_file is not None:
             plan.window_file.unlink(missing_ok=True)
         result = RunResult(plan=plan, exit_code=0, profile=prof)
@@ -170,6 +170,9 @@ def _export_all(plan: Plan, reports: list[Path], log: NsysLog, progress: Progres
     return [d for d in done if isinstance(d, Path)], [d for d in done if not isinstance(d, Path)]
 
 
+REFUSED = ("usage: nsys", "nsys profile --help", "unrecognised option", "unrecognized option")  # nsys's option errors
+
+
 def _profile(plan: Plan, log: NsysLog, progress: Progress | None) -> ProfileResult:
     """One capture; started once more after nsys failed before it started the program (nsys 2022.4 does so now and
     then on a busy machine): the program did not run, so nothing of it runs twice. nsys refusing its options fails
@@ -179,17 +182,13 @@ def _profile(plan: Plan, log: NsysLog, progress: Progress | None) -> ProfileResu
                        progress=progress, log=log, launcher=plan.launcher, ranks=plan.ranks)
 
     prof = once()
-    said = log.section_text().partition("\n")[2]  # nsys's words, after the section's command line
-    if (prof.program_started is False and prof.rep is None and not prof.interrupted and not prof.stuck
-            and not any(word in said for word in REFUSED)):
+    said = log.last_words()
+    if prof.never_started and not prof.stuck and not any(word in said for word in REFUSED):
         if progress:
             progress(f"nsys failed before it started the program (status {prof.returncode}: "
                      f"{tail(said) or 'nothing said'}); starting it once more")
         prof = once()
     return prof
-
-
-REFUSED = ("usage: nsys", "nsys profile --help", "unrecognised option", "unrecognized option")  # nsys's option errors
 
 
 def _exit_code(prof: ProfileResult) -> int | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nvtx_trace import names
 from nvtx_trace.capture import interrupts, lifeline
+from nvtx_trace.capture.processes import OWN_GROUP
 from nvtx_trace.errors import NvtxTraceError
 
 
@@ -31,13 +32,12 @@ def profile(program: list[str], python: str | None, out: Path, knobs: dict | Non
            *(["--try", names.knobs_text(knobs)] if knobs else []),
            *(program if program[:1] == ["-m"] else ["--", *program])]  # a torchrun job's options stay its own
     interrupts.stage(stage)
-    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     if log:
         log.parent.mkdir(parents=True, exist_ok=True)
     err = open(log, "w", encoding="utf-8", errors="replace") if log else None
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                env={**os.environ, **(env or {})}, **group)
+                                env={**os.environ, **(env or {})}, **OWN_GROUP)
         line = lifeline.tie(proc)  # killed with SIGKILL, we take the run (and its nsys, its program) with us
         try:
             with interrupts.forwarding(proc):

@@ -126,10 +126,8 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         log = log or Path(tmp) / "stderr.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w", encoding="utf-8", errors="replace") as err:
-            # in a group of its own: a worker it forks while it is being ended is ended with it (interrupts.end)
-            group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
             proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=err, **group)
+                                    stderr=err, **processes.OWN_GROUP)  # a worker forked as it is ended dies with it
             line = lifeline.tie(proc, [tmp])  # a SIGKILL of ours takes the program, its workers, this folder
             try:
                 proc.wait(timeout=timeout)
