@@ -1,10 +1,12 @@
 """What-if knobs: apply a finding's fix at import time, without editing the script (``nvtx-trace try``).
 
-``NVTX_AUTOTRACE_TRY="amp=bf16,num_workers=8"`` arms them. Settings the script makes before it builds
-anything (DataLoader and optimizer arguments, backend flags) are overridden where they are made; what needs
-the model (autocast, compile, channels_last) is applied when step 1 begins, to the top-level modules the
-optimizer trains (one scan of the garbage collector's objects, as the module-range budget does). Each knob
-prints one line saying what it changed and where, or why it could not apply, prefixed ``nvtx-trace try:``.
+``NVTX_AUTOTRACE_TRY`` arms them (a JSON object from the runner, or ``amp=bf16,num_workers=8`` typed by hand); each
+knob's declaration (nvtx_trace/knobs/) says where it is applied. Settings the script makes before it builds anything
+(DataLoader and optimizer arguments, backend flags) are overridden where they are made; what needs the model
+(autocast, compile, channels_last) is applied when step 1 begins, to the top-level modules the optimizer trains
+(one scan of the garbage collector's objects, as the module-range budget does). Each knob reports what it changed
+and where, or why it could not apply: one record in the window file for the runner (``{"event": "knob", "knobs":
+{...}, "applied": ..., "line": ...}``) and the same line on stderr, prefixed ``nvtx-trace try:``, for the user.
 """
 
 from __future__ import annotations
@@ -12,15 +14,15 @@ from __future__ import annotations
 import functools
 import sys
 
-from nvtx_autotrace import _registry, steps
-from nvtx_trace.names import LOADER_KNOBS  # noqa: E402  (the knob contract lives beside the range names)
-
-FLAG_KNOBS = ("tf32", "cudnn_benchmark")
-MODEL_KNOBS = ("amp", "compile", "channels_last")
+from nvtx_autotrace import _registry, steps, window_file
+from nvtx_trace import knobs as declared
 
 
-def say(text: str) -> None:
-    print(f"nvtx-trace try: {text}", file=sys.stderr, flush=True)
+def report(knobs: dict, said: str, applied: bool = True) -> None:
+    """What ``knobs`` changed (or, ``applied=False``, why they could not): the runner's record and the user's line."""
+    line = f"{declared.text(knobs)}: {said}"
+    print(f"nvtx-trace try: {line}", file=sys.stderr, flush=True)
+    window_file.note("knob", knobs=knobs, applied=applied, line=line)
 
 
 def _wrap(owner, attr: str, make) -> None:
@@ -30,44 +32,64 @@ def _wrap(owner, attr: str, make) -> None:
 
 
 def install(knobs: dict) -> None:
-    import torch
-
-    loader = {k: v for k, v in knobs.items() if k in LOADER_KNOBS}
-    if loader:
-        _loaders(loader)
-    flags = {k: v for k, v in knobs.items() if k in FLAG_KNOBS}
-    if flags:
+    """Each knob where its declaration says it applies (``Knob.applied``)."""
+    by: dict[str, dict] = {}
+    for name, value in knobs.items():
+        by.setdefault(declared.get(name).applied, {})[name] = value
+    if by.get("dataloader"):
+        _loaders(by["dataloader"])
+    if by.get("backend"):
+        flags = by["backend"]
         _flags(flags, "at start-up")
         _registry.on_undo(steps.on_step_boundary_once(1, lambda: _flags(flags, "again when step 1 began", quiet=True)))
-    if knobs.get("fused_optimizer") or knobs.get("foreach_optimizer"):
-        _optimizers("fused" if knobs.get("fused_optimizer") else "foreach")
-    if knobs.get("set_to_none"):
-        def make_zero_grad(original):
-            def zero_grad(self, *args, **kwargs):
-                kwargs.pop("set_to_none", None)
-                return original(self, *args[1:], set_to_none=True, **kwargs)
-
-            return zero_grad
-
-        _wrap(torch.optim.Optimizer, "zero_grad", make_zero_grad)
-        say("set_to_none=1: every optimizer.zero_grad() frees the gradients (set_to_none=True)")
-    if knobs.get("no_empty_cache"):
-        calls = [0]
-
-        def make_empty_cache(original):
-            def empty_cache():
-                calls[0] += 1
-                if calls[0] == 1:
-                    say("no_empty_cache=1: torch.cuda.empty_cache() called; skipped (and every later call)")
-
-            return empty_cache
-
-        _wrap(torch.cuda, "empty_cache", make_empty_cache)
-    if knobs.get("no_data_parallel"):
-        _single_device_data_parallel()
-    model = {k: v for k, v in knobs.items() if k in MODEL_KNOBS}
-    if model:
+    if by.get("optimizer"):
+        _optimizers(by["optimizer"])
+    for name, value in (by.get("call") or {}).items():
+        knob = declared.get(name)
+        apply = knob.install or CALLS[name]
+        apply(value, functools.partial(_report_one, name, value))
+    if by.get("model"):
+        model = by["model"]
         _registry.on_undo(steps.on_step_boundary_once(1, lambda: _models(model)))
+
+
+def _report_one(name: str, value, said: str, applied: bool = True) -> None:
+    report({name: value}, said, applied)
+
+
+def _set_to_none(value, say) -> None:
+    import torch
+
+    if not value:
+        return
+
+    def make_zero_grad(original):
+        def zero_grad(self, *args, **kwargs):
+            kwargs.pop("set_to_none", None)
+            return original(self, *args[1:], set_to_none=True, **kwargs)
+
+        return zero_grad
+
+    _wrap(torch.optim.Optimizer, "zero_grad", make_zero_grad)
+    say("every optimizer.zero_grad() frees the gradients (set_to_none=True)")
+
+
+def _no_empty_cache(value, say) -> None:
+    import torch
+
+    if not value:
+        return
+    calls = [0]
+
+    def make_empty_cache(original):
+        def empty_cache():
+            calls[0] += 1
+            if calls[0] == 1:
+                say("torch.cuda.empty_cache() called; skipped (and every later call)")
+
+        return empty_cache
+
+    _wrap(torch.cuda, "empty_cache", make_empty_cache)
 
 
 def _loaders(loader: dict) -> None:
@@ -92,10 +114,9 @@ def _loaders(loader: dict) -> None:
             if refused:
                 applied.pop("num_workers")
             if applied.get("num_workers", call.get("num_workers", 0)) == 0:
-                for k in ("persistent_workers", "prefetch_factor"):  # need workers: DataLoader refuses them
+                for k in WORKERS_ONLY:  # DataLoader refuses them without workers: ours, and the script's own
                     applied.pop(k, None)
-                call.pop("prefetch_factor", None)  # the script's own too, now that there are no workers
-                call.pop("persistent_workers", None)
+                    call.pop(k, None)
             call.update(applied)
             original(self, **call)
             try:
@@ -107,21 +128,27 @@ def _loaders(loader: dict) -> None:
             if site not in seen:
                 seen.add(site)
                 if applied:
-                    say(f"{', '.join(f'{k}={v}' for k, v in applied.items())}: DataLoader created at {site}")
+                    report(applied, f"DataLoader created at {site}")
                 if refused:
-                    say(f"num_workers={loader['num_workers']}: not applied to the DataLoader created at {site}: "
-                        f"{refused}")
+                    report({"num_workers": loader["num_workers"]}, f"not applied to the DataLoader created at {site}: "
+                           f"{refused}", applied=False)
 
         return __init__
 
     _wrap(dl.DataLoader, "__init__", make_init)
 
 
-def _single_device_data_parallel() -> None:
+# DataLoader arguments that need worker processes (persistent_workers, prefetch_factor): DataLoader refuses them
+WORKERS_ONLY = tuple(k.name for k in declared.registry().values() if k.needs_workers)
+
+
+def _single_device_data_parallel(value, say) -> None:
     """DataParallel over one GPU scatters each batch, gathers each output and runs its module in a thread; with
     the inputs already on that GPU, calling the module is the same computation without that host work."""
     import torch
 
+    if not value:
+        return
     seen: set[int] = set()
 
     def make_forward(original):
@@ -130,14 +157,14 @@ def _single_device_data_parallel() -> None:
             if len(ids) == 1 and _all_on(args, kwargs, ids[0]):
                 if id(self) not in seen:
                     seen.add(id(self))
-                    say(f"no_data_parallel=1: DataParallel over one GPU ({type(self.module).__name__}) calls its "
-                        "module directly (no scatter, gather or thread)")
+                    say(f"DataParallel over one GPU ({type(self.module).__name__}) calls its module directly (no "
+                        "scatter, gather or thread)")
                 return self.module(*args, **kwargs)
             if id(self) not in seen:
                 seen.add(id(self))
                 why = ("it spans several GPUs" if len(ids) > 1 else "it drives no GPU" if not ids else
                        "its inputs are not on its GPU yet (it moves them)")
-                say(f"no_data_parallel=1: not applied to DataParallel ({type(self.module).__name__}): {why}")
+                say(f"not applied to DataParallel ({type(self.module).__name__}): {why}", applied=False)
             return original(self, *args, **kwargs)
 
         return forward
@@ -169,33 +196,41 @@ def _workers_refused(dataset, have: int, want) -> str:
 
 
 def _flags(flags: dict, when: str, quiet: bool = False) -> None:
+    """Each knob's ``torch.backends`` attributes (its declaration's ``backend``) set to its value."""
     import torch
 
-    if "tf32" in flags:
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(flags["tf32"])
-    if "cudnn_benchmark" in flags:
-        torch.backends.cudnn.benchmark = bool(flags["cudnn_benchmark"])
+    attributes = []
+    for name, value in flags.items():
+        for dotted in declared.get(name).backend:
+            owner_path, attr = dotted.rsplit(".", 1)
+            setattr(functools.reduce(getattr, owner_path.split("."), torch), attr, bool(value))
+            attributes.append(f"torch.{dotted}")
     if not quiet:
-        say(", ".join(f"{k}={int(v)}" for k, v in flags.items()) + f": set {when} (matmul and cuDNN allow_tf32, "
-            "cudnn.benchmark as asked), and again when step 1 begins")
+        report(flags, f"set {when} ({', '.join(attributes)}), and again when step 1 begins")
 
 
-def _optimizers(mode: str) -> None:
-    """``fused=True`` (or ``foreach=True``) for every optimizer class that takes it, as it is built."""
+def _optimizers(knobs: dict) -> None:
+    """``fused=True`` (or ``foreach=True``: the knob's ``optimizer_arg``) for every optimizer class that takes it, as
+    it is built; the other such arguments set to None (PyTorch refuses fused and foreach together)."""
     import inspect
 
     import torch
 
+    asked = {declared.get(k).optimizer_arg: k for k, v in knobs.items() if v}
+    if not asked:
+        return
+    mode, name = next(iter(asked.items()))
+    others = [k.optimizer_arg for k in declared.registry().values() if k.optimizer_arg and k.optimizer_arg != mode]
     for cls in (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad, torch.optim.RMSprop):
         if mode not in inspect.signature(cls.__init__).parameters:
             continue
 
         def make_init(original, cls=cls):
             def __init__(self, *args, **kwargs):
-                other = "foreach" if mode == "fused" else "fused"
-                kwargs[mode], kwargs[other] = True, None
+                kwargs[mode] = True
+                kwargs.update({other: None for other in others})
                 if type(self) is cls:
-                    say(f"{mode}_optimizer=1: {cls.__name__} built with {mode}=True")
+                    report({name: knobs[name]}, f"{cls.__name__} built with {mode}=True")
                 return original(self, *args, **kwargs)
 
             return __init__
@@ -211,11 +246,12 @@ def _models(model: dict) -> None:
     found = budget.find_roots(lead)
     compiled = [r for r in found if budget.compiled(r) and model.get("compile")]
     for r in compiled:
-        say(f"compile=1: not applied to {type(r).__name__}: it is compiled already")
+        report({"compile": model["compile"]}, f"not applied to {type(r).__name__}: it is compiled already",
+               applied=False)
     roots = [r for r in found if r not in compiled]
     if not roots:
         if not compiled:
-            say(f"{', '.join(model)}: not applied: no model found (no module holds parameters that require grad)")
+            report(model, "not applied: no model found (no module holds parameters that require grad)", applied=False)
         return
     for root in roots:
         where = type(root).__name__
@@ -229,8 +265,8 @@ def _models(model: dict) -> None:
             inner.compile(**({"mode": mode} if mode else {}))
             held = f"{where}.module ({type(inner).__name__}, inside the wrapper)" if inner is not root else where
             said = f'compile(mode="{mode}")' if mode else "compile()"
-            say(f"compile={mode or 1}: {held}.{said} (in place): its forward is compiled at its next call; the first "
-                "steps after are slow while it compiles")
+            report({"compile": model["compile"]}, f"{held}.{said} (in place): its forward is compiled at its next "
+                   "call; the first steps after are slow while it compiles")
 
 
 def _inside_wrapper(root):
@@ -248,7 +284,8 @@ def _autocast(root, where: str, dtype: str) -> None:
     import torch
 
     if dtype == "fp16":
-        say("amp=fp16: not applied: fp16 needs a GradScaler around backward and the optimizer step; use amp=bf16")
+        report({"amp": dtype}, "not applied: fp16 needs a GradScaler around backward and the optimizer step; use "
+               "amp=bf16", applied=False)
         return
     # Lightning's training_step computes the loss, often calling a submodule rather than self.forward: autocast
     # goes around it too, as Lightning's own precision plugin does
@@ -262,16 +299,16 @@ def _autocast(root, where: str, dtype: str) -> None:
 
         setattr(root, name, functools.wraps(original)(autocast_call))
     runs = "runs" if len(methods) == 1 else "run"
-    say(f"amp=bf16: {where}.{' and .'.join(methods)} {runs} under torch.autocast(dtype=torch.bfloat16) from step 1 "
-        "on (a loss computed outside it gets bf16 outputs)")
+    report({"amp": dtype}, f"{where}.{' and .'.join(methods)} {runs} under torch.autocast(dtype=torch.bfloat16) "
+           "from step 1 on (a loss computed outside it gets bf16 outputs)")
 
 
 def _channels_last(root, where: str, optimizer=None) -> None:
     import torch
 
     if not any(p.dim() == 4 for p in root.parameters()):  # a layout of 4-D tensors: nothing here to change
-        say(f"channels_last=1: not applied: {where} has no 4-D weights (convolutions); the layout changes only 4-D "
-            "tensors")
+        report({"channels_last": True}, f"not applied: {where} has no 4-D weights (convolutions); the layout changes "
+               "only 4-D tensors", applied=False)
         return
     root.to(memory_format=torch.channels_last)
     moved = 0
@@ -290,8 +327,8 @@ def _channels_last(root, where: str, optimizer=None) -> None:
         return forward(*args, **kwargs)
 
     root.forward = channels_last_forward
-    say(f"channels_last=1: {where} and its 4-D inputs in channels_last from step 1 on"
-        + (f", and {moved} optimizer state tensors with them" if moved else ""))
+    report({"channels_last": True}, f"{where} and its 4-D inputs in channels_last from step 1 on"
+           + (f", and {moved} optimizer state tensors with them" if moved else ""))
 
 
 def _device_type(root) -> str:
@@ -299,3 +336,7 @@ def _device_type(root) -> str:
         return p.device.type
     return "cuda"
 
+
+
+# the knobs applied by a call at start-up whose code lives here (a declaration of yours brings its own install)
+CALLS = {"set_to_none": _set_to_none, "no_empty_cache": _no_empty_cache, "no_data_parallel": _single_device_data_parallel}

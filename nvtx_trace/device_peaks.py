@@ -7,6 +7,9 @@ the device name the settings record carries (``torch.cuda.get_device_properties(
 
 from __future__ import annotations
 
+from nvtx_trace.knobs import PRECISIONS
+
+FP32, TF32, BF16 = PRECISIONS  # the math a step runs in
 TFLOPS = (  # (name contains, {precision: dense TFLOP/s})
     ("H100 PCIe", {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0}),
     ("H100 NVL", {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5}),
@@ -32,15 +35,18 @@ def peak_tflops(device_name: str | None, precision: str) -> float | None:
 
 
 def precision_of(settings: dict, knobs: dict | None = None) -> str:
-    """The math a step's matrix work runs in: bf16 under autocast, TF32 where allowed, else fp32."""
-    knobs = knobs or {}
-    if knobs.get("amp") == "bf16" or any("bfloat16" in str(c.get("dtype")) or "float16" in str(c.get("dtype"))
-                                        for c in settings.get("autocast") or []):
-        return "bf16"
-    if knobs.get("tf32") or settings.get("matmul_allow_tf32") or settings.get("float32_matmul_precision") in (
+    """The math a step's matrix work runs in: bf16 under autocast, TF32 where allowed, else fp32; ``knobs`` (tune's
+    configuration) make it what their declarations say (``Knob.precision``)."""
+    from nvtx_trace import knobs as declared
+
+    made = declared.precision(knobs or {})
+    if made == BF16 or any("bfloat16" in str(c.get("dtype")) or "float16" in str(c.get("dtype"))
+                           for c in settings.get("autocast") or []):
+        return BF16
+    if made == TF32 or settings.get("matmul_allow_tf32") or settings.get("float32_matmul_precision") in (
             "high", "medium"):
-        return "tf32"
-    return "fp32"
+        return TF32
+    return FP32
 
 
 def achieved(flops_per_step: float, step_ms: float, device_name: str | None, precision: str) -> dict:

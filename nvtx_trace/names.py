@@ -66,7 +66,7 @@ WINDOW_FILE_ENV = "NVTX_AUTOTRACE_WINDOW_FILE"
 # nvtx_autotrace's options as variables (nvtx_autotrace/options.py): NVTX_AUTOTRACE itself, then one
 # NVTX_AUTOTRACE_<OPTION> each; run sets MODULE_DEPTH and BUDGET_PCT from its --autotrace-* flags.
 AUTOTRACE_ENV = "NVTX_AUTOTRACE"
-# nvtx-trace try: the knobs nvtx_autotrace applies (nvtx_autotrace/knobs.py), e.g. "amp=bf16,num_workers=8"
+# nvtx-trace try: the knobs nvtx_autotrace applies (nvtx_autotrace/knobs.py), as a JSON object (nvtx_trace/knobs/)
 TRY_ENV = "NVTX_AUTOTRACE_TRY"
 FLOPS_ENV = "NVTX_AUTOTRACE_FLOPS"  # tune's first profile: count one warm-up step's model FLOPs (flops.py)
 LOSSES_ENV = "NVTX_AUTOTRACE_LOSSES"  # try: the first N steps' losses, written to the window file
@@ -75,61 +75,6 @@ LOSSES_ENV = "NVTX_AUTOTRACE_LOSSES"  # try: the first N steps' losses, written 
 def autotrace_option_env(option: str) -> str:
     """``module_depth`` -> ``NVTX_AUTOTRACE_MODULE_DEPTH`` (``enabled`` is NVTX_AUTOTRACE itself)."""
     return AUTOTRACE_ENV if option == "enabled" else f"{AUTOTRACE_ENV}_{option.upper()}"
-
-
-# nvtx-trace try's knobs (applied by nvtx_autotrace/knobs.py), each with the type of its value
-LOADER_KNOBS = {"num_workers": int, "pin_memory": bool, "persistent_workers": bool, "prefetch_factor": int}
-KNOBS = {**LOADER_KNOBS, "tf32": bool, "cudnn_benchmark": bool, "fused_optimizer": bool, "foreach_optimizer": bool,
-         "amp": str, "compile": bool, "channels_last": bool, "set_to_none": bool, "no_empty_cache": bool,
-         "no_data_parallel": bool}
-# compile=1 compiles with torch.compile's default mode; a mode by name picks it (reduce-overhead: CUDA graphs)
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-NUMERICS_KNOBS = ("tf32", "amp", "channels_last", "compile")  # knobs that change the program's arithmetic
-_YES, _NO = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
-
-
-def parse_knobs(text: str) -> dict:
-    """``"amp=bf16,num_workers=8"`` -> ``{"amp": "bf16", "num_workers": 8}``; ValueError says what is wrong."""
-    out: dict = {}
-    for part in filter(None, (p.strip() for p in str(text).split(","))):
-        key, sep, value = (x.strip() for x in part.partition("="))
-        if not sep or not value:
-            raise ValueError(f"{part!r}: expected KNOB=VALUE")
-        if key not in KNOBS:
-            raise ValueError(f"unknown knob {key!r} (known: {', '.join(KNOBS)})")
-        value = _knob_value(key, value)
-        if key in out and out[key] != value:
-            raise ValueError(f"{key} given twice ({key}={out[key]} and {key}={value}); give it once")
-        out[key] = value
-    return out
-
-
-def _knob_value(key: str, value: str):
-    if key == "compile" and value.lower() in COMPILE_MODES:
-        return value.lower()
-    if key == "amp":
-        if value.lower() not in ("bf16", "bfloat16", "fp16", "float16"):
-            raise ValueError(f"amp={value!r}: expected bf16 or fp16")
-        return "bf16" if value.lower().startswith("b") else "fp16"
-    if KNOBS[key] is int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise ValueError(f"{key}={value!r}: expected a whole number") from None
-        if number < (0 if key == "num_workers" else 1):
-            raise ValueError(f"{key}={value!r}: too small")
-        return number
-    if value.lower() in _YES:
-        return True
-    if value.lower() in _NO:
-        return False
-    raise ValueError(f"{key}={value!r}: expected 1 or 0" + (f" or a mode ({', '.join(COMPILE_MODES)})"
-                                                            if key == "compile" else ""))
-
-
-def knobs_text(knobs: dict) -> str:
-    """The knobs as ``parse_knobs`` reads them (and as the user typed them)."""
-    return ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in knobs.items())
 
 
 def parse_module_depth(value) -> int | None:

@@ -21,6 +21,19 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 os.environ.setdefault("NVTX_TRACE_NSYS_STALL_S", "60")
 
 
+def knob_records(*lines: str) -> list[dict]:
+    """A run's knob records as nvtx_autotrace writes them to the window file, from their lines
+    ("tf32=1: set at start-up"; "compile=1: not applied to GPT: ..." is a knob that did not apply)."""
+    from nvtx_trace import knobs
+
+    out = []
+    for line in lines:
+        head, _, said = line.partition(": ")
+        out.append({"event": "knob", "knobs": knobs.parse(head), "applied": not said.startswith("not applied"),
+                    "line": line})
+    return out
+
+
 def again_after_nsys_fault(make, clear: Path | None = None):
     """``make()`` (a capture: a ProfileResult or a finished ``nvtx-trace run``), made once more after one of nsys
     2022.4's own faults, which the tool names as nsys's: a hang after the program (nvtx_trace/capture/stuck.py:

@@ -2,7 +2,7 @@
 and no module name appears twice in the analyzer.
 
 Layers, highest first: cli > runner > report > capture > analyzer and nvtx_autotrace > the ground floor (errors,
-names, files: output-file safety, and the fact tables device_peaks and framework_options). Imports inside
+names, files: output-file safety, the fact table device_peaks and the knob declarations). Imports inside
 functions count (a lazy import is still a dependency); those under ``if TYPE_CHECKING`` do not (never run)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import ROOT
 
 LAYERS = {"cli": 5, "runner": 4, "report": 3, "capture": 2, "analyzer": 1}
-GROUND = {"errors", "names", "files", "device_peaks", "framework_options"}
+GROUND = {"errors", "names", "files", "device_peaks", "knobs"}
 
 
 def modules() -> dict[str, Path]:

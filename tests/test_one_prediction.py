@@ -56,7 +56,7 @@ def test_each_command_shows_the_finding_s_one_saving(report, tmp_path):
         knobs = try_runs.knobs_of(f)
         if not knobs:
             continue
-        said = [f"{k}={v}: applied" for k, v in knobs.items()]
+        said = [{"event": "knob", "knobs": {k: v}, "applied": True, "line": f"{k}={v}: applied"} for k, v in knobs.items()]
         v = try_runs.Variant(knobs, [try_runs.Round([plain * 0.8], stat, plain * 0.8, said, 0)])
         r = try_runs.row(v, base, {**summary, "findings": [f]})
         assert r["predicted_saving_ms"] * 1e6 == pytest.approx(pred["saving_ns"])

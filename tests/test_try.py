@@ -14,9 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, SAMPLES
-
-from nvtx_trace import names
+from conftest import ROOT, SAMPLES, knob_records
 
 
 def cli(*args: str, cwd=ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -42,11 +40,14 @@ def test_bad_knobs_get_one_line_and_a_nonzero_exit(args, says):
 
 
 def test_knob_text_round_trips():
-    knobs = names.parse_knobs("num_workers=8, amp=bfloat16,tf32=on,compile=0")
+    from nvtx_trace import knobs as declared
+
+    knobs = declared.parse("num_workers=8, amp=bfloat16,tf32=on,compile=0")
     assert knobs == {"num_workers": 8, "amp": "bf16", "tf32": True, "compile": False}
-    assert names.parse_knobs(names.knobs_text(knobs)) == knobs
+    assert declared.parse(declared.text(knobs)) == knobs
+    assert declared.from_json(declared.to_json(knobs)) == knobs  # what the program is told, read back
     with pytest.raises(ValueError, match="unknown knob 'workers'"):
-        names.parse_knobs("workers=2")
+        declared.parse("workers=2")
 
 
 @pytest.mark.torch
@@ -148,7 +149,7 @@ def test_a_verdict_needs_the_finding_s_own_knobs_and_is_judged_on_closeness_firs
     base = Variant({}, [Round([100.0], "median", 100.0, [], 0)])
     small = {"kind": "optimizer", "recommend": {"fused_optimizer": True},
              "predicted": {"step_ns": 99_000_000, "saving_ns": 1_000_000}}  # predicts 1 %
-    said = ["fused_optimizer=1: AdamW built with fused=True"]
+    said = knob_records("fused_optimizer=1: AdamW built with fused=True")
     exact = _row(Variant({"fused_optimizer": True}, [Round([99.2], "median", 99.2, said, 0)]), base,
                  {"findings": [small]})
     assert exact["finding"] == "optimizer" and exact["verdict"] == "confirmed"  # as predicted, though < 3 %
@@ -167,9 +168,11 @@ def test_a_knob_that_changed_nothing_gets_no_verdict_and_no_second_round():
     finding = {"kind": "fusion", "recommend": {"compile": True},
                "predicted": {"step_ns": 50_000_000, "saving_ns": 50_000_000}}
     refused = Variant({"compile": True}, [Round([100.0], "median", 100.0,
-                                                ["compile=1: not applied to GPT: it is compiled already"], 0)])
+                                                knob_records("compile=1: not applied to GPT: it is compiled already"),
+                                                0)])
     silent = Variant({"no_empty_cache": True}, [Round([100.0], "median", 100.0, [], 0)])
-    applied = Variant({"compile": True}, [Round([70.0], "median", 70.0, ["compile=1: GPT.compile() (in place)"], 0)])
+    applied = Variant({"compile": True}, [Round([70.0], "median", 70.0,
+                                                knob_records("compile=1: GPT.compile() (in place)"), 0)])
     assert refused.unapplied == ["compile"] and silent.unapplied == ["no_empty_cache"] and applied.unapplied == []
     r = _row(refused, base, {"findings": [finding]})
     assert r["finding"] == "fusion" and r["verdict"] is None and r["predicted_step_ms"] is None
@@ -182,7 +185,7 @@ def test_uneven_steps_compare_both_sides_by_their_mean():
 
     bursty = [10.0] * 8 + [60.0] * 2  # median 10, mean 20: uneven
     base = Variant({}, [Round(bursty, "mean", 20.0, [], 0)])
-    even = Variant({"num_workers": 4}, [Round([12.0] * 10, "median", 12.0, ["num_workers=4: DataLoader created"],
+    even = Variant({"num_workers": 4}, [Round([12.0] * 10, "median", 12.0, knob_records("num_workers=4: DataLoader created"),
                                               0)])
     r = _row(even, base, {})
     assert r["statistic"] == "mean" and r["baseline_step_ms"] == 20.0 and r["measured_step_ms"] == 12.0
@@ -282,15 +285,15 @@ def test_one_refused_knob_leaves_the_others_judged_and_a_slower_variant_is_never
     from nvtx_trace.runner.try_runs import row as _row
 
     base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
-    both = Variant({"amp": "fp16", "tf32": True}, [Round([5.0], "median", 5.0, [
-        "amp=fp16: not applied: fp16 needs a GradScaler", "tf32=1: set at start-up"], 0)])
+    both = Variant({"amp": "fp16", "tf32": True}, [Round([5.0], "median", 5.0, knob_records(
+        "amp=fp16: not applied: fp16 needs a GradScaler", "tf32=1: set at start-up"), 0)])
     assert both.unapplied == ["amp"] and not both.inert
     finding = {"kind": "precision", "recommend": {"tf32": True}, "predicted": {"step_ns": 9_500_000,
                                                                                 "saving_ns": 500_000}}
-    slower = Variant({"tf32": True}, [Round([10.4], "median", 10.4, ["tf32=1: set at start-up"], 0)])
+    slower = Variant({"tf32": True}, [Round([10.4], "median", 10.4, knob_records("tf32=1: set at start-up"), 0)])
     r = _row(slower, base, {"findings": [finding]})
     assert r["predicted_step_ms"] == 9.5 and r["verdict"] == "not confirmed"
-    faster = Variant({"tf32": True}, [Round([9.3], "median", 9.3, ["tf32=1: set at start-up"], 0)])
+    faster = Variant({"tf32": True}, [Round([9.3], "median", 9.3, knob_records("tf32=1: set at start-up"), 0)])
     assert _row(faster, base, {"findings": [finding]})["verdict"] == "confirmed"
 
 
@@ -310,7 +313,7 @@ def test_try_json_keys_are_the_documented_contract():
     from nvtx_trace.runner.try_runs import Round, Variant, result, summary_of
 
     base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
-    variant = Variant({"tf32": True}, [Round([5.0], "median", 5.0, ["tf32=1: set at start-up"], 0)])
+    variant = Variant({"tf32": True}, [Round([5.0], "median", 5.0, knob_records("tf32=1: set at start-up"), 0)])
     d = result(["train.py"], 1, [base, variant], {}, None)
     doc = (ROOT / "docs" / "json-schema.md").read_text().split("## `nvtx-trace try`", 1)[1]
     top, rest = ("try.json: " + doc.split("\ntry.json: ", 1)[1]).split("`variants[]`", 1)
@@ -343,7 +346,7 @@ def test_a_loader_paced_prediction_keeps_the_pace_when_the_tool_s_cost_is_taken_
     assert pred["step_ns"] == pred["loader_pace_ns"] > ev["compute_ns_per_step"]  # the pace bounds the step
     base = Variant({}, [Round([10.0] * 8 + [350.0] * 4, "mean", 123.3, [], 0)])
     fixed = Variant({"num_workers": workers}, [Round([25.5] * 12, "median", 25.5,
-                                                     [f"num_workers={workers}: DataLoader created"], 0)])
+                                                     knob_records(f"num_workers={workers}: DataLoader created"), 0)])
     big_own_cost = pred["step_ns"] // 2  # a profiler cost as large as that one's must not lower the pace
     r = _row(fixed, base, {"findings": [stall], "profiler": {"cost_ns_per_step": big_own_cost}})
     assert r["predicted_step_ms"] == pytest.approx(pred["loader_pace_ns"] / 1e6)
@@ -381,12 +384,15 @@ def test_channels_last_on_a_model_without_convolutions_says_it_changed_nothing(c
     said = []
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
     forward = model.forward
-    original, knobs.say = knobs.say, said.append
+    original = knobs.report
+    knobs.report = lambda knobs, said_text, applied=True: said.append(
+        {"knobs": knobs, "applied": applied, "line": said_text})
     try:
         knobs._channels_last(model, "Sequential")
     finally:
-        knobs.say = original
-    assert model.forward == forward and len(said) == 1 and "not applied" in said[0]
+        knobs.report = original
+    assert model.forward == forward and len(said) == 1 and said[0]["applied"] is False
+    assert "not applied" in said[0]["line"]
     assert Round([1.0], "median", 1.0, said, 0).unapplied({"channels_last": True}) == ["channels_last"]
 
 
@@ -397,7 +403,7 @@ def test_try_and_diff_pages_say_what_they_compare_not_dashes():
     from nvtx_trace.runner.try_runs import Round, Variant, result
 
     base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
-    variant = Variant({"tf32": True}, [Round([5.0], "median", 5.0, ["tf32=1: set at start-up"], 0)])
+    variant = Variant({"tf32": True}, [Round([5.0], "median", 5.0, knob_records("tf32=1: set at start-up"), 0)])
     finding = {"kind": "precision", "recommend": {"tf32": True}, "predicted": {"step_ns": 6_000_000,
                                                                                 "saving_ns": 4_000_000}}
     d = result(["train.py"], 1, [base, variant], {"findings": [finding]}, "run/summary.json")

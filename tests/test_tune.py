@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, knob_records
 
 from nvtx_trace.runner import tune
 from nvtx_trace.runner.try_runs import Round, Variant
@@ -63,7 +63,7 @@ def test_the_largest_predicted_saving_goes_first_and_small_or_rejected_ones_neve
 
 
 def rounds(*steps, losses=(1.0, 0.9, 0.8), knobs=("tf32", "compile", "amp", "pin_memory")):
-    said = [f"{k}=1: applied" for k in knobs]  # each knob's line: it reached the program
+    said = knob_records(*(f"{k}=1: applied" for k in knobs if k != "amp"), "amp=bf16: applied")  # each reached it
     return [Round([s], "median", s, said, 0, losses=list(losses)) for s in steps]
 
 
@@ -90,10 +90,10 @@ def test_losses_must_agree_within_the_knob_s_bound_beyond_the_baseline_s_own_noi
 
 def test_a_knob_that_changed_nothing_or_crashed_is_rejected_with_its_reason():
     b = Variant({}, rounds(100, 100), added={})
-    inert = Variant({"compile": True}, [Round([50.0], "median", 50.0, ["compile=1: not applied: compiled"], 0)],
+    inert = Variant({"compile": True}, [Round([50.0], "median", 50.0, knob_records("compile=1: not applied: compiled"), 0)],
                     added={"compile": True})
     assert "changed nothing" in tune.judge(b, inert)["why"]
-    crashed = Variant({"tf32": True}, [Round([], "median", None, ["tf32=1: set"], 1, "the program exited with "
+    crashed = Variant({"tf32": True}, [Round([], "median", None, knob_records("tf32=1: set"), 1, "the program exited with "
                                              "status 1: boom (its output: x/round-1.log)")], added={"tf32": True})
     got = tune.judge(b, crashed)
     assert not got["kept"] and "a run failed" in got["why"] and "round-1.log" in got["why"]
@@ -326,13 +326,13 @@ def test_compile_takes_a_mode_and_the_launch_bound_finding_recommends_cuda_graph
     recommends it unless the program captures graphs already, so tune and try --advice measure it."""
     from types import SimpleNamespace
 
-    from nvtx_trace import names
+    from nvtx_trace import knobs as declared
     from nvtx_trace.analyzer.questions.cpu_bound import _cuda_graphs
 
-    assert names.parse_knobs("compile=reduce-overhead") == {"compile": "reduce-overhead"}
-    assert names.knobs_text({"compile": "max-autotune", "tf32": True}) == "compile=max-autotune,tf32=1"
+    assert declared.parse("compile=reduce-overhead") == {"compile": "reduce-overhead"}
+    assert declared.text({"compile": "max-autotune", "tf32": True}) == "compile=max-autotune,tf32=1"
     with pytest.raises(ValueError, match="or a mode"):
-        names.parse_knobs("compile=fast")
+        declared.parse("compile=fast")
     assert _cuda_graphs(SimpleNamespace(settings={"cuda_graphs": 0})) == {"compile": "reduce-overhead"}
     assert _cuda_graphs(SimpleNamespace(settings={"cuda_graphs": 2})) is None
     # kept compile=1, a later profile's launch-bound finding: the mode is the next thing to try
@@ -346,7 +346,7 @@ def test_no_data_parallel_leaves_a_wrapper_without_one_gpu_as_it_is_and_says_why
     from nvtx_autotrace import _registry, knobs
 
     model = torch.nn.DataParallel(torch.nn.Linear(2, 2))  # no GPU here: it drives none
-    knobs._single_device_data_parallel()
+    knobs.install({"no_data_parallel": True})
     try:
         out = model(torch.ones(1, 2))
     finally:

@@ -94,14 +94,15 @@ def _run(target, module, out, force, warmup_steps, steps, keep_running, full, ca
          history_path, no_history, try_knobs) -> int:
     import time
 
-    from nvtx_trace import names, runner
+    from nvtx_trace import knobs as declared
+    from nvtx_trace import runner
     from nvtx_trace.errors import UsageError
     from nvtx_trace.runner import history
 
     began = time.time()
     err = console(stderr=True, highlight=False)
     try:
-        tried = names.parse_knobs(try_knobs) if try_knobs is not None else None
+        tried = declared.parse(try_knobs) if try_knobs is not None else None
     except ValueError as exc:
         raise UsageError(f"--try {exc}") from None
     if try_knobs is not None and not tried:
@@ -126,7 +127,7 @@ def _run(target, module, out, force, warmup_steps, steps, keep_running, full, ca
     for note in plan.notes:
         err.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)
     err.print(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in {plan.out_dir}"
-              + (f"; knobs applied: {names.knobs_text(tried)}" if tried else ""), soft_wrap=True, markup=False)
+              + (f"; knobs applied: {declared.text(tried)}" if tried else ""), soft_wrap=True, markup=False)
     err.print(f"$ {shlex.join(plan.nsys_command())}", style="dim", soft_wrap=True, markup=False)
 
     progress = Progress(err)

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from nvtx_trace import names
+from nvtx_trace import knobs as declared
 from nvtx_trace.errors import UsageError
 
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -21,7 +21,7 @@ CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "a
 def try_(
     target: List[str] = typer.Argument(
         None, metavar="KNOB=VALUE... SCRIPT.py [ARGS]...",
-        help=f"Knobs, then the script and its arguments. Knobs: {', '.join(names.KNOBS)}."),
+        help=f"Knobs, then the script and its arguments. Knobs: {', '.join(declared.names())}."),
     rounds: int = typer.Option(2, "--rounds", help="Runs of the baseline and of each variant, alternating."),
     each: bool = typer.Option(False, "--each", help="Try each knob on its own (default: all of them together)."),
     from_run: Optional[Path] = typer.Option(
@@ -61,7 +61,7 @@ def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]
     i = 0
     while i < len(target) and "=" in target[i] and not target[i].startswith("-") and not target[i].endswith(".py"):
         try:
-            given = names.parse_knobs(target[i])
+            given = declared.parse(target[i])
         except ValueError as exc:
             raise UsageError(f"{exc}") from None
         for key in given.keys() & knobs.keys():
@@ -72,7 +72,7 @@ def _split(target: list[str], need_knobs: bool = True) -> tuple[dict, list[str]]
     program = target[i:]
     if not knobs and need_knobs:
         raise UsageError(f"no knob given: nvtx-trace try KNOB=VALUE... SCRIPT.py [ARGS] (knobs: "
-                         f"{', '.join(names.KNOBS)})")
+                         f"{', '.join(declared.names())})")
     if program and Path(program[0]).is_dir():
         raise UsageError(f"{program[0]} is a folder; give the script, e.g. {Path(program[0]) / 'train.py'}")
     if not program or not program[0].endswith(".py"):

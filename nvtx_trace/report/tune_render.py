@@ -10,9 +10,9 @@ COLUMNS = ("stage", "configuration", "top findings", "tried", "predicted", "meas
 
 
 def _knobs(k: dict | None) -> str:
-    from nvtx_trace import names
+    from nvtx_trace import knobs as declared
 
-    return names.knobs_text(k) if k else ""
+    return declared.text(k) if k else ""
 
 
 def cells(s: dict) -> list[str]:

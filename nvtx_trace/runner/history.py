@@ -136,15 +136,10 @@ def _target_python(plan) -> str | None:
 
 
 def knobs(summary: dict) -> dict:
-    """Settings the report shows evidence of (DataLoader workers per loader)."""
-    loaders = (summary.get("dataloader") or {}).get("loaders") or []
-    workers = [loader.get("workers") for loader in loaders if loader.get("workers") is not None]
-    out = {}
-    if len(workers) == 1:
-        out["num_workers"] = workers[0]
-    elif workers:
-        out["num_workers"] = workers
-    return out
+    """Settings the report shows evidence of (DataLoader workers per loader): each knob's ``observed``."""
+    from nvtx_trace import knobs as declared
+
+    return declared.observed(summary)
 
 
 def run_row(plan, exit_code: int, started: float, summary: dict | None, cwd: Path | None = None,
@@ -178,9 +173,9 @@ def run_row(plan, exit_code: int, started: float, summary: dict | None, cwd: Pat
 
 
 def _knob_text(knobs: dict | None) -> str | None:
-    from nvtx_trace import names
+    from nvtx_trace import knobs as declared
 
-    return names.knobs_text(knobs) if knobs else None
+    return declared.text(knobs) if knobs else None
 
 
 def try_rows(result: dict, program: list[str], folder: Path, started: float, cwd: Path | None = None) -> list[dict]:

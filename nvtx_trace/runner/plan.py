@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from nvtx_trace import names
+from nvtx_trace import knobs, names
 from nvtx_trace.analyzer.options import AnalysisOptions, parse_options
 from nvtx_trace.capture import INJECT_DIR, target_python, torchrun
 from nvtx_trace.capture.locate import Nsys, find_nsys, nvtx_problem, pick_traces, supported_options
@@ -329,7 +329,7 @@ def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: floa
     env.update(autotrace_env)
     env.pop(names.TRY_ENV, None)
     if opts.tried:
-        env[names.TRY_ENV] = names.knobs_text(opts.tried)
+        env[names.TRY_ENV] = knobs.to_json(opts.tried)
     launch = _per_rank_launch(opts, mode) if opts.per_rank else None
     python = opts.python or (launch.python if launch else sys.executable)
     notes: list[str] = []

@@ -1,18 +1,23 @@
-"""``nvtx-trace run`` as a child process: the profile that ``try --advice`` and each ``tune`` stage start from.
+"""The profile that ``try --advice`` and each ``tune`` stage start from: ``runner.plan_run`` and ``runner.execute``
+in a child process, the one child entry point of the runner.
 
-A child, not a call: run owns signals, nsys and its own folder claim, and a crash in it must leave the
-caller able to say what it kept. It runs in a process group of its own, so a Ctrl-C reaches it once,
-through us (``interrupts.forwarding``); it ends its own processes and we wait for it.
+    python -m nvtx_trace.runner.profile_child '{"program": [...], "out": "...", "python": null, "knobs": {...}}'
+
+A child, not a call: a run owns signals, nsys and its own folder claim, and a crash in it must leave the caller
+able to say what it kept. The request is one JSON object (the knobs' values as they are: no text round trip);
+the child plans and runs as ``nvtx-trace run --out OUT --force --no-history [--try KNOBS] PROGRAM`` would, without
+the command line, and says its progress and what it wrote on stderr. It runs in a process group of its own, so a
+Ctrl-C reaches it once, through us (``interrupts.forwarding``); it ends its own processes and we wait for it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from nvtx_trace import names
 from nvtx_trace.capture import interrupts, lifeline
 from nvtx_trace.capture.processes import OWN_GROUP
 from nvtx_trace.errors import NvtxTraceError
@@ -22,15 +27,18 @@ class ProfileFailed(NvtxTraceError):
     """The profile run wrote no summary.json: the line says its exit status and where its output is."""
 
 
+def request(program: list[str], python: str | None, out: Path, knobs: dict | None = None) -> dict:
+    """What the child is told: the program (``-m MODULE ...``, a script, or a command such as torchrun), the
+    output folder, the Python that runs it, the knobs applied."""
+    return {"program": list(program), "out": str(out), "python": python, "knobs": dict(knobs or {})}
+
+
 def profile(program: list[str], python: str | None, out: Path, knobs: dict | None = None,
             stage: str = "while profiling", log: Path | None = None, env: dict | None = None) -> Path:
-    """``nvtx-trace run`` of the program (default window, no history row, ``knobs`` applied) into ``out``;
-    its own stderr goes to ``log`` when given (the caller shows progress of its own), else to ours; ``env``:
-    variables added for the program (``NVTX_AUTOTRACE_*``)."""
-    cmd = [sys.executable, "-m", "nvtx_trace.cli", "run", "--out", str(out), "--force", "--no-history",
-           *(["--python", python] if python else []),
-           *(["--try", names.knobs_text(knobs)] if knobs else []),
-           *(program if program[:1] == ["-m"] else ["--", *program])]  # a torchrun job's options stay its own
+    """The program profiled (default window, no history row, ``knobs`` applied) into ``out``; the child's stderr
+    goes to ``log`` when given (the caller shows progress of its own), else to ours; ``env``: variables added for
+    the program (``NVTX_AUTOTRACE_*``)."""
+    cmd = [sys.executable, "-m", __name__, json.dumps(request(program, python, out, knobs))]
     interrupts.stage(stage)
     if log:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -54,3 +62,58 @@ def profile(program: list[str], python: str | None, out: Path, knobs: dict | Non
         where = f"its output is in {log}" if log else f"run nvtx-trace run {' '.join(program)} to see why"
         raise ProfileFailed(f"the profile run wrote no summary.json (exit status {proc.returncode}); {where}")
     return out
+
+
+def run_request(asked: dict) -> int:
+    """The child's whole work: plan, profile, export, analyze, write; the exit code ``nvtx-trace run`` would give."""
+    from nvtx_trace import runner
+
+    def say(message: str) -> None:
+        print(f"nvtx-trace: {message[:1].lower()}{message[1:]}", file=sys.stderr, flush=True)
+
+    program = list(asked["program"])
+    module = program[:1] == ["-m"]
+    opts = runner.RunOptions(target=program[1:] if module else program, module=module, python=asked.get("python"),
+                             out=Path(asked["out"]), force=True, tried=asked.get("knobs") or None)
+    plan = runner.plan_run(opts)
+    for note in plan.notes:
+        say(f"warning: {note}")
+    say(f"profiling {plan.capture} with nsys {plan.nsys.version}; outputs in {plan.out_dir}")
+    result = runner.execute(plan, progress=say)
+    if result.window is not None:
+        say(result.window.line)
+    for problem in result.problems:
+        say(problem)
+    for path in result.written:
+        print(f"Wrote {path}", file=sys.stderr)
+    if result.exit_code != 0:
+        return result.exit_code
+    return result.error.exit_code if result.error else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    try:
+        asked = json.loads(words[0])
+        from nvtx_trace import knobs as declared
+
+        asked["knobs"] = declared.from_json(json.dumps(asked.get("knobs") or {}))
+    except (IndexError, ValueError, TypeError, AttributeError) as exc:
+        print(f"nvtx-trace: error: the profile child takes one JSON request ({exc})", file=sys.stderr)
+        return 2
+    try:
+        with interrupts.Guard():  # SIGINT, SIGTERM, SIGHUP: nothing started outlives the run, as under run
+            return run_request(asked)
+    except NvtxTraceError as exc:
+        print(f"nvtx-trace: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except interrupts.Interrupted as exc:
+        print(f"nvtx-trace: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("nvtx-trace: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

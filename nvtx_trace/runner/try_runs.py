@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvtx_trace import knobs as declared
 from nvtx_trace import names
 from nvtx_trace.analyzer.measures.step_times import typical_statistic
 from nvtx_trace.capture import interrupts, lifeline, processes
@@ -27,7 +28,6 @@ from nvtx_trace.errors import NvtxTraceError, UsageError
 from nvtx_trace.files import variant_folder
 from nvtx_trace.runner import default_window
 
-KNOB_LINE = "nvtx-trace try: "
 RUN_TIMEOUT_S = 900  # one run: start-up and compilation, warm-up (at most 30 s once steps run), the window
 LOSSES = 5  # steps whose loss is compared with the baseline's (warm-up steps: read once, before any timed step)
 
@@ -37,7 +37,7 @@ class Round:
     step_ms: list[float]  # the timed window's steps
     statistic: str  # median or mean (uneven steps)
     value_ms: float | None
-    lines: list[str]  # what the knobs said they changed
+    changes: list[dict]  # what the knobs said they changed: the program's records ({knobs, applied, line})
     returncode: int
     why: str = ""  # why there is no value
     losses: list[float | None] = field(default_factory=list)  # the first steps' losses (LOSSES steps)
@@ -45,14 +45,14 @@ class Round:
     compiled_ms: list[float] = field(default_factory=list)  # steps left out: torch.compile made a graph in them
 
     def unapplied(self, knobs: dict) -> list[str]:
-        """The knobs that changed nothing in this run: refused ("not applied: ..."), or never reached (no
-        line names them: no DataLoader built, empty_cache never called, no step 1)."""
-        out = []
-        for k in knobs:
-            mine = [ln for ln in self.lines if said_by(ln, k)]
-            if not mine or all("not applied" in ln for ln in mine):
-                out.append(k)
-        return out
+        """The knobs that changed nothing in this run: refused (a record with ``applied`` false), or never reached
+        (no record names them: no DataLoader built, empty_cache never called, no step 1)."""
+        done = {k for c in self.changes if c.get("applied") for k in (c.get("knobs") or {})}
+        return [k for k in knobs if k not in done]
+
+    def lines(self, knobs: dict | None = None) -> list[str]:
+        """The records' lines, as the program printed them; those naming one of ``knobs`` where given."""
+        return [c.get("line") or "" for c in self.changes if knobs is None or set(c.get("knobs") or ()) & set(knobs)]
 
 
 @dataclass
@@ -63,7 +63,7 @@ class Variant:
 
     @property
     def label(self) -> str:
-        return names.knobs_text(self.knobs) or "baseline"
+        return declared.text(self.knobs) or "baseline"
 
     @property
     def trial(self) -> dict:
@@ -102,12 +102,6 @@ class Variant:
         return bool(self.trial) and set(self.unapplied) == set(self.trial)
 
 
-def said_by(line: str, knob: str) -> bool:
-    """A knob's line starts with the knobs it is about: ``num_workers=8, pin_memory=True: DataLoader ...``."""
-    head = line.split(": ", 1)[0]
-    return any(part.strip().split("=", 1)[0] == knob for part in head.split(","))
-
-
 def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Path | None = None,
               timeout: float | None = None, log: Path | None = None) -> Round:
     """One run of the program, timed in the default window, with ``knobs`` applied; its stderr kept in ``log``."""
@@ -119,7 +113,7 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         env.update({names.AUTO_WINDOW_ENV: "time:exit", names.WINDOW_FILE_ENV: str(window),
                     names.AUTOTRACE_ENV: "auto", names.LOSSES_ENV: str(LOSSES), "PYTHONUNBUFFERED": "1"})
         if knobs:
-            env[names.TRY_ENV] = names.knobs_text(knobs)
+            env[names.TRY_ENV] = declared.to_json(knobs)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         cmd = command(target, python)
@@ -141,10 +135,10 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
                 if proc.returncode is not None:
                     line.release()
         stderr = log.read_text(encoding="utf-8", errors="replace")
-        lines = [ln[len(KNOB_LINE):] for ln in stderr.splitlines() if ln.startswith(KNOB_LINE)]
         events = default_window.events(window)
         kept = log if log.parent != Path(tmp) else None
     events = _lead_rank(events)
+    changes = [e for e in events if e.get("event") == "knob"]
     closed = next((e for e in reversed(events) if e.get("step_ms")), {})
     steps, compiled = closed.get("step_ms"), set(closed.get("compiled") or ())
     compiled_ms = [t for i, t in enumerate(steps or ()) if i in compiled]
@@ -154,14 +148,15 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         compiled_ms = []
     losses = next((e.get("values") or [] for e in events if e.get("event") == "losses"), [])
     if not steps:
-        tail = [ln for ln in stderr.strip().splitlines() if not ln.startswith(KNOB_LINE)][-1:] or [""]
+        said = {f"nvtx-trace try: {c.get('line')}" for c in changes}
+        tail = [ln for ln in stderr.strip().splitlines() if ln not in said][-1:] or [""]
         why = ("the program ended before its pace settled" if proc.returncode == 0 else
                f"the program exited with status {proc.returncode}: {tail[0][:200]}")
-        return Round([], "median", None, lines, proc.returncode, why + (f" (its output: {kept})" if kept else ""),
+        return Round([], "median", None, changes, proc.returncode, why + (f" (its output: {kept})" if kept else ""),
                      losses, kept)
     median, mean = statistics.median(steps), statistics.fmean(steps)
     stat = typical_statistic(median, mean, None)
-    return Round(steps, stat, median if stat == "median" else mean, lines, proc.returncode, "", losses, kept,
+    return Round(steps, stat, median if stat == "median" else mean, changes, proc.returncode, "", losses, kept,
                  compiled_ms)
 
 
@@ -244,7 +239,7 @@ def advice(program: list[str], python: str | None, out: Path, say) -> tuple[Path
     summary = load_summary(run)
     sets = advised(summary.get("findings") or [])
     if not sets:
-        raise UsageError(f"{run}: no finding has a fix that a knob applies ({', '.join(names.KNOBS)}); "
+        raise UsageError(f"{run}: no finding has a fix that a knob applies ({', '.join(declared.names())}); "
                          "nothing to try")
     return run, summary, sets
 
@@ -273,7 +268,7 @@ def advised(findings: list[dict], top: int = 3) -> list[dict]:
     """The knobs of the top findings (in their rank order) whose fix a knob applies, one set each."""
     sets: list[dict] = []
     for f in findings:
-        knobs = {k: v for k, v in knobs_of(f).items() if not (k == "amp" and v == "fp16")}
+        knobs = declared.for_tune(knobs_of(f))
         if knobs and knobs not in sets:
             sets.append(knobs)
         if len(sets) == top:
@@ -336,9 +331,9 @@ def row(v: Variant, base: Variant, profile: dict, noise: float | None = None) ->
            "measured_step_ms": measured, "baseline_step_ms": before,
            "median_step_ms": v.value("median"), "mean_step_ms": v.value("mean"),
            "speedup": before / measured if measured and before and v.knobs else None,
-           "changed": sorted({ln for r in v.rounds for ln in r.lines}),
+           "changed": sorted({ln for r in v.rounds for ln in r.lines()}),
            "unapplied": v.unapplied,
-           "numerics": sorted(k for k in v.knobs if k in names.NUMERICS_KNOBS),
+           "numerics": declared.numerics(v.knobs),
            "failures": [r.why for r in v.rounds if r.value_ms is None],
            "logs": [str(r.log) for r in v.rounds if r.log],
            "losses": v.rounds[0].losses if v.rounds else [],

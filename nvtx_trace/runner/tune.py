@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvtx_trace import knobs as declared
 from nvtx_trace import names
 from nvtx_trace.errors import NvtxTraceError, UsageError
 from nvtx_trace.runner import try_runs
@@ -29,13 +30,6 @@ DEFAULT_BUDGET_S = 1200
 MIN_BUDGET_S = 60  # less cannot pay for one profile and one trial of any program
 TOP_FINDINGS = 5  # findings shown per stage
 MIN_STEPS = 3  # fewer in a profile: no loop ends its steps (one range for the whole run is no training step)
-# How far the first steps' losses may move with a knob, beyond the baseline's own run-to-run difference:
-# knobs that only change how fast data comes keep the arithmetic (a worker count changes which worker seeds a
-# sample's random augmentation, hence its bound); the others change rounding, as their measured spread shows
-# (HF-style GPT-2: tf32 + bf16 autocast + compile moved the first losses by 0.14 %).
-LOSS_BOUNDS = {"pin_memory": 0.0, "persistent_workers": 0.0, "prefetch_factor": 0.0, "set_to_none": 0.0,
-               "no_empty_cache": 0.0, "num_workers": 0.05, "fused_optimizer": 1e-3, "foreach_optimizer": 1e-3,
-               "cudnn_benchmark": 0.01, "channels_last": 0.01, "compile": 0.01, "tf32": 0.01, "amp": 0.02}
 
 
 @dataclass
@@ -58,9 +52,7 @@ def next_knobs(finding: dict, kept: dict) -> dict:
     from nvtx_trace.analyzer.questions import knobs_of
 
     wanted = knobs_of(finding, kept)
-    if wanted.get("amp") == "fp16":  # needs a GradScaler the program may not have: never applied
-        return {}
-    return wanted
+    return wanted if declared.for_tune(wanted) == wanted else {}  # a value tune never applies (amp=fp16): none
 
 
 def _profile_step_ms(summary: dict, statistic: str) -> float | None:
@@ -121,10 +113,6 @@ def remaining(summary: dict) -> list[dict]:
     return sorted(out, key=lambda r: (-(r["saving_fraction"] or 0), -r["impact_ms"]))
 
 
-def loss_bound(knobs: dict) -> float:
-    return max((LOSS_BOUNDS.get(k, 0.01) for k in knobs), default=0.0)
-
-
 def judge(base: try_runs.Variant, v: try_runs.Variant) -> dict:
     """Measured against the configuration so far, in one statistic (the mean where either's steps are uneven);
     kept only if faster by MIN_SAVING with every variant round faster than every baseline round, and the
@@ -134,11 +122,11 @@ def judge(base: try_runs.Variant, v: try_runs.Variant) -> dict:
     mine, theirs = [x for x in v.per_round(stat) if x is not None], [x for x in base.per_round(stat) if x]
     noise = try_runs.loss_noise(base)
     diff = try_runs.loss_difference(base.rounds[0].losses, v.rounds[0].losses) if v.rounds and base.rounds else None
-    bound = loss_bound(v.trial)
+    bound = declared.loss_bound(v.trial)  # how far the first losses may move with them (each knob declares it)
     out = {"statistic": stat, "baseline_step_ms": before, "measured_step_ms": after,
            "rounds_ms": {"baseline": base.per_round(stat), "variant": v.per_round(stat)},
            "speedup": before / after if before and after else None,
-           "changed": sorted({ln for r in v.rounds for ln in r.lines if any(try_runs.said_by(ln, k) for k in v.trial)}),
+           "changed": sorted({ln for r in v.rounds for ln in r.lines(v.trial)}),
            "loss_max_rel_diff": diff, "loss_noise_rel": noise, "loss_bound_rel": bound,
            "logs": [str(r.log) for r in v.rounds if r.log]}
     failures = [r.why for r in v.rounds if r.value_ms is None]
@@ -240,7 +228,7 @@ class Tuner:
     def _profile(self) -> dict | None:
         n = len(self.stages) + 1
         out = self.folder / f"stage-{n}" / "profile"
-        what = f" with {names.knobs_text(self.kept)}" if self.kept else " as it is"
+        what = f" with {declared.text(self.kept)}" if self.kept else " as it is"
         shown = script_of(self.program) or " ".join(self.program[:2])
         self.say(f"stage {n}: profiling {shown}{what} (nvtx-trace run; {self.clock_text()})")
         t0 = self.clock()
@@ -269,9 +257,9 @@ class Tuner:
 
     def _trial(self, summary: dict, c: Candidate) -> bool:
         n = len(self.stages) + 1
-        label = names.knobs_text(c.knobs)
+        label = declared.text(c.knobs)
         self.say(f"stage {n}: trying {label} ({c.finding.get('kind')}: predicted {c.profile_step_ms:.2f} -> "
-                 f"{c.predicted_step_ms:.2f} ms) against {names.knobs_text(self.kept) or 'the program as it is'}, "
+                 f"{c.predicted_step_ms:.2f} ms) against {declared.text(self.kept) or 'the program as it is'}, "
                  f"{self.rounds} round(s) each, plain ({self.clock_text()})")
         t0 = self.clock()
         try:
@@ -297,7 +285,7 @@ class Tuner:
     def _check_final(self) -> None:
         """The original program against the tuned one, alternating: the cumulative speed-up measured, not
         chained over trials that ran minutes apart."""
-        label = names.knobs_text(self.kept)
+        label = declared.text(self.kept)
         self.say(f"final check: the program as it is against {label}, {self.rounds} round(s) each, plain "
                  f"({self.clock_text()})")
         base, v = try_runs.compare(self.program, [dict(self.kept)], self.rounds, self.python,
@@ -334,7 +322,7 @@ class Tuner:
             "elapsed_s": round(self.clock() - self._began, 1)})
 
     def _nothing_left(self, summary: dict) -> str:
-        tried = [names.knobs_text(r) for r in self.rejected]
+        tried = [declared.text(r) for r in self.rejected]
         return ("nothing left: no untried finding a knob applies predicts "
                 f"{MIN_SAVING:.0%} or more" + (f" (rejected before: {', '.join(tried)})" if tried else ""))
 
@@ -375,7 +363,7 @@ class Tuner:
             return None
         device = (self.first_settings.get("device") or {}).get("name")
         points = [("as it is", {}, original_ms)] if original_ms else []
-        points += [(names.knobs_text({**s["configuration"], **s["knobs"]}), {**s["configuration"], **s["knobs"]},
+        points += [(declared.text({**s["configuration"], **s["knobs"]}), {**s["configuration"], **s["knobs"]},
                     s["measured_step_ms"]) for s in self.stages if s["kept"] and s["measured_step_ms"]]
         rows = [{"label": label, "step_ms": round(step, 3),
                  **device_peaks.achieved(flops, step, device, device_peaks.precision_of(self.first_settings, knobs))}
@@ -470,7 +458,7 @@ def run_tune(req: TuneRequest) -> None:
         tuner.stopped = "interrupted"
         if tuner.stages:
             _write(folder, tuner.result(), json_out)
-            exc.kept = (f"kept so far: {names.knobs_text(tuner.kept) or 'nothing'}; the stages so far are in "
+            exc.kept = (f"kept so far: {declared.text(tuner.kept) or 'nothing'}; the stages so far are in "
                         f"{folder / TUNE_JSON}")
         elif made and not any(p.is_file() for p in folder.rglob("*")):
             shutil.rmtree(folder, ignore_errors=True)

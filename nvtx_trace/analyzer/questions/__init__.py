@@ -61,11 +61,11 @@ def prediction_rules() -> dict:
 def knobs_of(finding: dict, kept: dict | None = None) -> dict:
     """The knobs `try` applies for a finding's fix, beyond those ``kept`` already at that value (tune's
     configuration so far): its question's rule (``Question.knobs``) over the knobs its ``recommend`` names."""
-    from nvtx_trace import names
+    from nvtx_trace import knobs as declared
 
     kept = kept or {}
     rule = next((q.knobs[finding.get("kind")] for q in REGISTRY if finding.get("kind") in q.knobs), None)
-    named = {k: v for k, v in (finding.get("recommend") or {}).items() if k in names.KNOBS and kept.get(k) != v}
+    named = {k: v for k, v in (finding.get("recommend") or {}).items() if declared.get(k) is not None and kept.get(k) != v}
     out = rule(finding, named) if rule is not None else named
     return {k: v for k, v in out.items() if kept.get(k) != v}
 

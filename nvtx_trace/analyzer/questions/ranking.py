@@ -46,10 +46,10 @@ def build_findings(analysis) -> list[Finding]:
 
 def _in_the_framework_s_words(analysis, findings: list[Finding]) -> None:
     """A loop a framework drives (the settings record says which) gets each fix's settings in its own options."""
-    from nvtx_trace import framework_options
+    from nvtx_trace import knobs as declared
 
     for f in findings:
-        f.fix += framework_options.sentence(analysis.settings, dict(f.recommend or {}))
+        f.fix += declared.sentence(analysis.settings, dict(f.recommend or {}))
 
 
 def first_change(analysis) -> dict | None:
