@@ -48,6 +48,9 @@ def install(knobs: dict) -> None:
         knob = declared.get(name)
         apply = knob.install or CALLS[name]
         apply(value, functools.partial(_report_one, name, value))
+    for name, value in (by.get("option") or {}).items():
+        report({name: value}, "not applied: only the program's own option does this (nvtx-trace tune tries it "
+               "there; nvtx_autotrace cannot rewrite the code)", applied=False)
     if by.get("model"):
         model = by["model"]
         _registry.on_undo(steps.on_step_boundary_once(1, lambda: _models(model)))

@@ -123,7 +123,8 @@ def test_tune_json_keys_are_the_documented_contract(tmp_path):
     assert named <= set(d) and set(d) == keys["tune.json"]
     stage_named = {"profile", "knobs", "finding", "predicted_step_ms", "measured_step_ms", "kept", "why"}
     assert stage_named <= keys["stages[]"]
-    assert {"knob", "value", "framework", "lines", "script_flag"} == keys["permanent[]"]
+    assert {"knob", "value", "framework", "lines", "script_flag", "through_option"} == keys["permanent[]"]
+    assert {"flag", "kind", "default", "maps_to", "values_tried", "kept"} == keys["options[]"]
     assert {"kind", "title", "fix", "impact_ms", "predicted_step_ms", "saving_fraction", "where"} == keys["remaining[]"]
     t.first_settings = {"model_flops_per_step": 6e12, "flops_step": 2, "device": {"name": "NVIDIA H100 80GB HBM3"},
                         "matmul_allow_tf32": False}
@@ -141,14 +142,17 @@ def test_permanent_lines_follow_the_framework_and_the_script_s_own_flags(tmp_pat
 
     script = tmp_path / "train.py"
     script.write_text("p.add_argument('--compile', action='store_true')\np.add_argument('-j', '--workers', type=int)\n")
+    from nvtx_trace.runner import program_options
+
+    levers = program_options.levers(program_options.read(script))
     plain = {p["knob"]: p for p in permanent.lines({"compile": True, "num_workers": 8, "tf32": True},
-                                                    {"framework": {"name": "pytorch"}}, script)}
+                                                    {"framework": {"name": "pytorch"}}, levers)}
     assert plain["compile"]["script_flag"] == "--compile" and plain["num_workers"]["script_flag"] == "--workers 8"
     assert plain["tf32"]["lines"][0] == "torch.backends.cuda.matmul.allow_tf32 = True"
-    hf = permanent.lines({"amp": "bf16", "num_workers": 4}, {"framework": {"name": "hf_trainer"}}, script)
+    hf = permanent.lines({"amp": "bf16", "num_workers": 4}, {"framework": {"name": "hf_trainer"}}, levers)
     assert [p["lines"] for p in hf] == [["TrainingArguments(..., bf16=True)"],
                                         ["TrainingArguments(..., dataloader_num_workers=4)"]]
-    lightning = permanent.lines({"amp": "bf16"}, {"framework": {"name": "lightning"}}, script)
+    lightning = permanent.lines({"amp": "bf16"}, {"framework": {"name": "lightning"}}, levers)
     assert lightning[0]["lines"] == ['Trainer(..., precision="bf16-mixed")']
 
 
@@ -238,7 +242,10 @@ def test_a_loader_bound_loop_tunes_to_2x_with_more_workers_kept_and_the_script_u
 @pytest.mark.torch
 @pytest.mark.nsys
 @pytest.mark.slow
-def test_a_program_with_nothing_to_fix_gets_one_profile_and_no_trial(tmp_path):
+def test_a_program_with_nothing_to_fix_gets_one_profile_and_keeps_nothing(tmp_path):
+    """Two workers for a loader that needs far less: its finding names at most prefetch_factor (batches said to
+    arrive in bursts; the loader's fix text names it, so tune tries it, issue 51), which a plain trial rejects;
+    the one profile serves every stage (a rejected knob changes nothing to profile anew)."""
     from conftest import installed_nsys
 
     installed_nsys()
@@ -246,8 +253,10 @@ def test_a_program_with_nothing_to_fix_gets_one_profile_and_no_trial(tmp_path):
                "--work-ms", "0.05", "--step-ms", "5", "--steps", "3000", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     d = json.loads((tmp_path / "t" / "tune.json").read_text())
-    assert d["stopped"] == "nothing left" and [s["knobs"] for s in d["stages"]] == [None]
-    assert d["step_source"] == "profile" and d["speedup"] == 1.0
+    assert d["stopped"] == "nothing left" and d["kept_knobs"] == {} and d["stages"][-1]["knobs"] is None
+    assert [s["knobs"] for s in d["stages"][:-1]] in ([], [{"prefetch_factor": 4}])
+    assert len({s["profile"] for s in d["stages"]}) == 1
+    assert d["speedup"] == pytest.approx(1.0)
     assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["stage-1", "tune.html", "tune.json"]
 
 
@@ -276,6 +285,40 @@ def test_compile_reaches_the_model_inside_a_data_parallel_wrapper_and_amp_lightn
     knobs._autocast(root, "Step", "bf16")
     assert root.training_step(torch.ones(2, 4)) == torch.bfloat16
     assert "Step.forward and .training_step run under torch.autocast" in capsys.readouterr().err
+
+
+@pytest.mark.torch
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_a_loader_bound_script_tunes_through_its_own_workers_option(tmp_path):
+    """Issue 51: the script's argparse has --workers (given 0 here); tune sets it on the command line (what the user
+    keeps), not the DataLoader's argument: the trial's runs carry --workers N, the kept line is the command, >= 2x,
+    the script's bytes unchanged. The bound is the program's (samples wait 10 ms each, 4 a batch: 40 ms in the loop
+    with no worker; its own step work is 2 ms)."""
+    from conftest import installed_nsys
+
+    installed_nsys()
+    script = ROOT / "programs" / "slow_loader_train.py"
+    digest = hashlib.sha256(script.read_bytes()).hexdigest()
+    proc = cli("--no-history", "--budget", "600", "--out", str(tmp_path / "t"), str(script), "--sleep-fetch",
+               "--workers", "0", "--work-ms", "10", "--batch", "4", "--step-ms", "2", "--steps", "4000", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads((tmp_path / "t" / "tune.json").read_text())
+    first = d["stages"][0]
+    workers = first["knobs"]["num_workers"]
+    assert first["kept"] and first["options"] == ["--workers", str(workers)], first
+    assert d["speedup"] >= 2.0 and d["kept_knobs"]["num_workers"] >= 2
+    kept = d["kept_knobs"]["num_workers"]
+    assert d["command"][-2:] == ["--workers", str(kept)] and d["command"].count("--workers") == 1
+    (line,) = [p for p in d["permanent"] if p["knob"] == "num_workers"]
+    assert line["through_option"] and line["script_flag"] == f"--workers {kept}"
+    (option,) = [o for o in d["options"] if o["flag"] == "--workers"]
+    assert option["maps_to"] == "num_workers" and option["kept"] == kept and workers in option["values_tried"]
+    # the trial's runs got the option, not the knob: no DataLoader override was said
+    assert not any("nvtx-trace try: num_workers" in p.read_text() for p in (tmp_path / "t").rglob("round-*.log"))
+    assert f"run it as: python {script}" in proc.stdout
+    assert hashlib.sha256(script.read_bytes()).hexdigest() == digest
+    assert not _left_running("slow_loader_train.py")
 
 
 @pytest.mark.torch

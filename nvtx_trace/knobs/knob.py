@@ -20,6 +20,7 @@ APPLIED = {
     "optimizer": "an optimizer constructor's argument (``optimizer_arg``), set as each optimizer is built",
     "model": "applied when step 1 begins to the models the optimizer trains",
     "call": "at start-up, by nvtx_autotrace or by the declaration's own ``install(value, report)``",
+    "option": "only through the program's own option (tune reads its command line); nvtx_autotrace says so",
 }
 
 
@@ -45,6 +46,7 @@ class Knob:
     frameworks: dict = field(default_factory=dict)  # framework -> template, lines or (value -> lines or None)
     option_words: tuple = ()  # how a script's own flag for the same setting is commonly spelled
     option_takes_value: bool = False  # that flag takes the value (``--workers 8``), else it is a switch
+    option_enables: tuple = ()  # a switch that turns the setting on while another option says how (timm's --amp)
     precision: Callable[[object], str | None] | None = None  # value -> the math a step's matrix work then runs in
     observed: Callable[[dict], object] | None = None  # summary.json -> the value the report shows it has
 

@@ -9,4 +9,5 @@ KNOB = Knob(
     pytorch=template("torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cudnn.allow_tf32 = True"),
     frameworks={"hf_trainer": "TrainingArguments(..., tf32=True)",
                 "lightning": 'torch.set_float32_matmul_precision("high")  # before trainer.fit'},
-    option_words=("tf32", "allow-tf32", "allow_tf32"), precision=lambda value: "tf32" if value else None)
+    option_words=("tf32", "allow-tf32", "allow_tf32", "tensorcores", "tensor_cores"),
+    precision=lambda value: "tf32" if value else None)

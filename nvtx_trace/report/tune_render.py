@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from html import escape as esc
 
 from nvtx_trace.report.try_render import _ms, predicted_cell
@@ -18,7 +19,8 @@ def _knobs(k: dict | None) -> str:
 def cells(s: dict) -> list[str]:
     top = ", ".join(f["kind"] for f in s["top_findings"][:3])
     before = f"{_ms(s['baseline_step_ms'])} -> " if s.get("baseline_step_ms") else ""
-    return [str(s["stage"]), _knobs(s["configuration"]) or "as it is", top, _knobs(s["knobs"]) or "-",
+    tried = _knobs(s["knobs"]) + (f" ({' '.join(s['options'])})" if s.get("options") else "")
+    return [str(s["stage"]), _knobs(s["configuration"]) or "as it is", top, tried or "-",
             predicted_cell(s) if s["knobs"] else "", (before + _ms(s["measured_step_ms"]))
             if s["knobs"] else "", ("yes" if s["kept"] else "no") if s["knobs"] else "", s["why"]]
 
@@ -42,16 +44,23 @@ def notes(d: dict) -> list[str]:
             out.append(f"  stage {s['stage']}: its output: {log}")
     if d["permanent"]:
         out.append("To keep them (nvtx-trace never edits your files):")
+        if any(p.get("through_option") for p in d["permanent"]):
+            python = ["python"] if d["command"][:1] == ["-m"] or d["command"][0].endswith(".py") else []
+            out.append(f"  run it as: {shlex.join(python + list(d['command']))}")
         for p in d["permanent"]:
-            flag = f" (or this script's own flag {p['script_flag']})" if p.get("script_flag") else ""
-            out.append(f"  {_knobs({p['knob']: p['value']})}{flag}:")
+            if p.get("through_option"):
+                out.append(f"  {_knobs({p['knob']: p['value']})}: this script's own option {p['script_flag']} (in the "
+                           "command above); in code:")
+            else:
+                flag = f" (or this script's own option {p['script_flag']})" if p.get("script_flag") else ""
+                out.append(f"  {_knobs({p['knob']: p['value']})}{flag}:")
             out += [f"      {line}" for line in p["lines"]]
     if d["remaining"]:
         src = (d.get("remaining_from") or {}).get("configuration") or {}
         later = {k: v for k, v in d["kept_knobs"].items() if src.get(k) != v}
         since = (f"; from the profile of {_knobs(src) or 'the program as it is'}, before {_knobs(later)} was kept"
                  if later else "")
-        out.append(f"Left for you (no knob applies{since}):")
+        out.append(f"Left for you (neither a knob nor this program's options apply{since}):")
         for r in d["remaining"][:5]:
             gain = (f": predicted {r['predicted_step_ms']:.2f} ms a step ({r['saving_fraction']:.0%} less)"
                     if r.get("predicted_step_ms") is not None and r.get("saving_fraction") is not None else "")

@@ -8,31 +8,17 @@ never edited.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from nvtx_trace import knobs as declared
+from nvtx_trace.runner import program_options
 
 
-def script_flags(script: Path | None) -> set[str]:
-    """The long options the script's own argparse declares (read, never run)."""
-    if script is None:
-        return set()
-    try:
-        text = script.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return set()
-    return set(re.findall(r"""add_argument\(\s*(?:["']-\w["']\s*,\s*)?["']--?([\w-]+)["']""", text))
-
-
-def lines(kept: dict, settings: dict, script: Path | None) -> list[dict]:
-    """One entry per kept knob: the framework's own option, the script's flag where it has one."""
-    flags = script_flags(script)
+def lines(kept: dict, settings: dict, levers: dict | None = None, via: dict | None = None) -> list[dict]:
+    """One entry per kept knob: the framework's own option, and the script's own option where it has one
+    (``levers``, program_options.levers); ``via``: the knobs tune kept through those options (their words)."""
     out = []
     for name, value in kept.items():
         framework, code = declared.keep_lines(name, value, settings)
-        knob = declared.get(name)
-        flag = next((f for f in (knob.option_words if knob else ()) if f in flags), None)
-        flag_text = None if flag is None else f"--{flag} {value}" if knob.option_takes_value else f"--{flag}"
-        out.append({"knob": name, "value": value, "framework": framework, "lines": code, "script_flag": flag_text})
+        words = (via or {}).get(name) or program_options.words_for(levers or {}, name, value)
+        out.append({"knob": name, "value": value, "framework": framework, "lines": code,
+                    "script_flag": " ".join(words) if words else None, "through_option": name in (via or {})})
     return out

@@ -57,13 +57,16 @@ class Round:
 
 @dataclass
 class Variant:
-    knobs: dict  # every knob the run applies
+    knobs: dict  # every knob nvtx_autotrace applies in the run
     rounds: list[Round] = field(default_factory=list)
     added: dict | None = None  # the knobs tried on top of the baseline's (tune); None: all of ``knobs``
+    program: list[str] | None = None  # its own command line (tune: the program's options set), else the target's
+    via_options: dict = field(default_factory=dict)  # knobs the program's own options apply: knob -> its words
 
     @property
     def label(self) -> str:
-        return declared.text(self.knobs) or "baseline"
+        said = [" ".join(w) for w in self.via_options.values()]
+        return ",".join(filter(None, [declared.text(self.knobs), *said])) or "baseline"
 
     @property
     def trial(self) -> dict:
@@ -94,12 +97,19 @@ class Variant:
         """Knobs that changed nothing, judged on the first round that timed its steps (a round that crashed or
         was stopped before step 1 says nothing about the knobs)."""
         ran = next((r for r in self.rounds if r.value_ms is not None), None)
-        return ran.unapplied(self.trial) if ran is not None and self.trial else []
+        mine = {k: v for k, v in self.trial.items() if k not in self.via_options}  # an option is no knob record
+        return ran.unapplied(mine) if ran is not None and mine else []
 
     @property
     def inert(self) -> bool:
         """Every knob tried changed nothing: the variant is the baseline's program."""
         return bool(self.trial) and set(self.unapplied) == set(self.trial)
+
+    def changed(self) -> list[str]:
+        """What its trial changed: the knobs' records' lines and the options set on its command line."""
+        options = [f"{' '.join(w)}: the program's own option ({k})" for k, w in self.via_options.items()
+                   if k in self.trial]
+        return sorted({ln for r in self.rounds for ln in r.lines(self.trial)} | set(options))
 
 
 def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Path | None = None,
@@ -206,6 +216,13 @@ def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: s
         variants = [Variant(dict(base), added={}), *(Variant({**base, **k}, added=dict(k)) for k in knob_sets)]
     else:
         variants = [Variant({}), *(Variant(k) for k in knob_sets)]
+    return alternate(target, variants, rounds, python, progress, logs)
+
+
+def alternate(target: list[str], variants: list[Variant], rounds: int, python: str | None = None, progress=None,
+              logs: Path | None = None) -> list[Variant]:
+    """Each variant ``rounds`` times, alternating (A B B A ...), the first the baseline; each runs its own command
+    line where it has one."""
     for r in range(rounds):
         order = variants if r % 2 == 0 else list(reversed(variants))
         for v in order:
@@ -215,7 +232,7 @@ def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: s
             if progress:
                 progress(f"round {r + 1}/{rounds}: {v.label}")
             log = logs / variant_folder(v.label) / f"round-{r + 1}.log" if logs else None
-            v.rounds.append(time_once(target, v.knobs, python, timeout=RUN_TIMEOUT_S, log=log))
+            v.rounds.append(time_once(v.program or target, v.knobs, python, timeout=RUN_TIMEOUT_S, log=log))
         base = variants[0]
         if not any(r.step_ms for r in base.rounds):
             raise NvtxTraceError(f"the baseline run gave no step times: {base.rounds[-1].why}; nvtx-trace try needs "

@@ -21,7 +21,7 @@ from pathlib import Path
 from nvtx_trace import knobs as declared
 from nvtx_trace import names
 from nvtx_trace.errors import NvtxTraceError, UsageError
-from nvtx_trace.runner import try_runs
+from nvtx_trace.runner import program_options, try_runs
 from nvtx_trace.runner.profile_child import ProfileFailed, profile
 
 TUNE_JSON, TUNE_HTML = "tune.json", "tune.html"
@@ -39,20 +39,25 @@ class Candidate:
     predicted_step_ms: float  # as a plain run keeps it (the tool's own cost taken out)
     profile_step_ms: float  # the step it comes off: the plain pace where one is known, else the profile's less
     # the tool's own cost
+    via: dict = field(default_factory=dict)  # knob -> the program's own option words that applied it in the trial
 
     @property
     def saving(self) -> float:
         return 1 - self.predicted_step_ms / self.profile_step_ms
 
 
-def next_knobs(finding: dict, kept: dict) -> dict:
+def next_knobs(finding: dict, kept: dict, levers: dict | None = None) -> dict:
     """The knobs that take the finding's fix further than the configuration so far: those of its ``recommend``
     not already kept at that value, as its question applies them (a ``precision`` finding's next step only: TF32
-    from fp32, then bf16)."""
+    from fp32, then bf16). A knob only the program's own option applies (``sdpa``) counts where ``levers`` (the
+    program's options, program_options.levers) can set it."""
     from nvtx_trace.analyzer.questions import knobs_of
 
     wanted = knobs_of(finding, kept)
-    return wanted if declared.for_tune(wanted) == wanted else {}  # a value tune never applies (amp=fp16): none
+    if declared.for_tune(wanted) != wanted:  # a value tune never applies (amp=fp16): none
+        return {}
+    return {k: v for k, v in wanted.items() if declared.get(k).applied != "option"
+            or program_options.words_for(levers or {}, k, v)}
 
 
 def _profile_step_ms(summary: dict, statistic: str) -> float | None:
@@ -61,14 +66,15 @@ def _profile_step_ms(summary: dict, statistic: str) -> float | None:
     return value / 1e6 if value else None
 
 
-def candidates(summary: dict, kept: dict, rejected: list[dict], plain_ms: float | None = None) -> list[Candidate]:
+def candidates(summary: dict, kept: dict, rejected: list[dict], plain_ms: float | None = None,
+               levers: dict | None = None) -> list[Candidate]:
     """The profile's findings a knob applies, not yet rejected, predicting at least MIN_SAVING; largest first.
     ``plain_ms``: the configuration's plain step where a trial measured it; savings are then net of the tool's
     cost that pace shows (try_runs.net_saving_ns), so a finding made of the tool's own cost is no candidate."""
     own = try_runs.own_cost_ns(summary)
     out = []
     for f in summary.get("findings") or []:
-        knobs = next_knobs(f, kept)
+        knobs = next_knobs(f, kept, levers)
         pred = f.get("predicted")
         if not knobs or not pred or pred.get("step_ns") is None or _rejected(knobs, rejected):
             continue
@@ -93,13 +99,13 @@ def _rejected(knobs: dict, rejected: list[dict]) -> bool:
     return any(k in r for r in rejected for k in knobs)
 
 
-def remaining(summary: dict) -> list[dict]:
-    """What no knob applies, with its predicted gain on top of the configuration profiled: the user's edits.
-    (A finding whose knob was kept or rejected is not among them: a knob did apply.)"""
+def remaining(summary: dict, levers: dict | None = None) -> list[dict]:
+    """What neither a knob nor the program's own options apply, with its predicted gain on top of the configuration
+    profiled: the user's edits. (A finding whose knob was kept or rejected is not among them: a knob did apply.)"""
     own = try_runs.own_cost_ns(summary)
     out = []
     for f in summary.get("findings") or []:
-        if next_knobs(f, {}):
+        if next_knobs(f, {}, levers):
             continue
         pred = f.get("predicted") or {}
         step = _profile_step_ms(summary, pred.get("statistic") or "median")
@@ -126,7 +132,7 @@ def judge(base: try_runs.Variant, v: try_runs.Variant) -> dict:
     out = {"statistic": stat, "baseline_step_ms": before, "measured_step_ms": after,
            "rounds_ms": {"baseline": base.per_round(stat), "variant": v.per_round(stat)},
            "speedup": before / after if before and after else None,
-           "changed": sorted({ln for r in v.rounds for ln in r.lines(v.trial)}),
+           "changed": v.changed(),
            "loss_max_rel_diff": diff, "loss_noise_rel": noise, "loss_bound_rel": bound,
            "logs": [str(r.log) for r in v.rounds if r.log]}
     failures = [r.why for r in v.rounds if r.value_ms is None]
@@ -149,8 +155,9 @@ def judge(base: try_runs.Variant, v: try_runs.Variant) -> dict:
                + (f" plus the baseline's own {noise:.2%}" if noise else ""))
     else:
         out["kept"] = True
+        allowed = f"bound {bound:.2%}" + (f" + the baseline's own {noise:.2%}" if noise else "")
         out["why"] = (f"{before / after:.2f}x faster, every round; losses "
-                      + ("not recorded" if diff is None else f"within {diff:.2%} (bound {bound:.2%})"))
+                      + ("not recorded" if diff is None else f"within {diff:.2%} ({allowed})"))
         return out
     out["kept"], out["why"] = False, why
     return out
@@ -178,9 +185,30 @@ class Tuner:
     _baseline: float | None = None  # the original program, plain, in the first trial
     _current: float | None = None  # the configuration so far, as last measured
     _profiles: int = 0
+    options: list = field(default_factory=list)  # the program's own options (program_options.read)
+    levers: dict = field(default_factory=dict)  # knob -> the options that do what it does
+    via: dict = field(default_factory=dict)  # kept knobs the program's options apply: knob -> its words
+    option_trials: list = field(default_factory=list)  # (knob, value, words, kept) for each option trial
+
+    def __post_init__(self):
+        self.options = program_options.read(script_of(self.program))
+        self.levers = program_options.levers(self.options)
 
     def left(self) -> float:
         return self.budget_s - (self.clock() - self._began)
+
+    def current_program(self) -> list[str]:
+        """The program with the options kept so far set on its command line."""
+        return program_options.with_words(self.program, self.options, [w for ws in self.via.values() for w in ws])
+
+    def knob_part(self, knobs: dict) -> dict:
+        """The knobs nvtx_autotrace applies: those no kept or tried option applies."""
+        return {k: v for k, v in knobs.items() if k not in self.via}
+
+    def reserve_s(self) -> float:
+        """Kept for the final check (the original against the tuned program, a trial's cost) once a knob is kept:
+        the speed-up is then always measured in one sitting."""
+        return self.trial_s() if self.kept else 0.0
 
     def clock_text(self) -> str:
         used = self.clock() - self._began
@@ -197,43 +225,47 @@ class Tuner:
         stale, summary = True, {}
         while True:
             if stale:
-                if self._profiles and self._profile_s + self.trial_s() > self.left():
+                if self._profiles and self._profile_s + 2 * self.trial_s() + self.reserve_s() > self.left():
                     self.stopped = "budget"
                     break
                 summary = self._profile()
                 if summary is None:
                     break
                 stale = False
-            found = candidates(summary, self.kept, self.rejected, self._current)
+            found = candidates(summary, self.kept, self.rejected, self._current, self.levers)
             if not found:
                 self._stage_row(summary, None, {"kept": False, "why": self._nothing_left(summary)})
                 self.stopped = "nothing left"
                 break
             c = found[0]
-            if self.trial_s() > self.left():
+            if self.trial_s() + self.reserve_s() > self.left():
                 self.stopped = "budget"
                 break
-            kept = self._trial(summary, c)
-            if on_stage:
-                on_stage(self.result())
+            kept, via = self._trial(summary, c)
             if kept:
                 self.kept.update(c.knobs)
+                for k in c.knobs:  # a knob now applied by an option, or by nvtx_autotrace instead of one
+                    self.via.pop(k, None)
+                self.via.update(via)
                 stale = True
             else:
                 self.rejected.append(c.knobs)
-        if len([s for s in self.stages if s["kept"]]) > 1 and self.trial_s() <= self.left():
+            if on_stage:
+                on_stage(self.result())
+        if len([s for s in self.stages if s["kept"]]) > 1:
             self._check_final()
         return self.result()
 
     def _profile(self) -> dict | None:
         n = len(self.stages) + 1
         out = self.folder / f"stage-{n}" / "profile"
-        what = f" with {declared.text(self.kept)}" if self.kept else " as it is"
+        what = f" with {self.configuration_text()}" if self.kept else " as it is"
         shown = script_of(self.program) or " ".join(self.program[:2])
         self.say(f"stage {n}: profiling {shown}{what} (nvtx-trace run; {self.clock_text()})")
         t0 = self.clock()
         try:
-            profile(self.program, self.python, out, self.kept, stage=f"while profiling (stage {n})",
+            profile(self.current_program(), self.python, out, self.knob_part(self.kept),
+                    stage=f"while profiling (stage {n})",
                     log=out.parent / "profile.log", env={} if self._profiles else {names.FLOPS_ENV: "1"})
         except ProfileFailed as exc:
             if not self._profiles:
@@ -255,22 +287,41 @@ class Tuner:
             self.first_settings = summary.get("settings") or {}
         return summary
 
-    def _trial(self, summary: dict, c: Candidate) -> bool:
+    def configuration_text(self, knobs: dict | None = None, via: dict | None = None) -> str:
+        """``num_workers=8 (--workers 8),tf32=1``: each knob, with the program's own words where an option sets it."""
+        knobs = self.kept if knobs is None else knobs
+        via = self.via if via is None else via
+        return ",".join(declared.text({k: v}) + (f" ({' '.join(via[k])})" if k in via else "")
+                        for k, v in knobs.items())
+
+    def _trial(self, summary: dict, c: Candidate) -> tuple[bool, dict]:
+        """The candidate timed plain against the configuration so far: through the program's own options where it
+        has them (what the user keeps), else by nvtx_autotrace; (kept, the options it set: knob -> words)."""
         n = len(self.stages) + 1
-        label = declared.text(c.knobs)
+        via = {k: w for k, v in c.knobs.items() if (w := program_options.words_for(self.levers, k, v))}
+        c.via = via
+        label = self.configuration_text(c.knobs, via)
         self.say(f"stage {n}: trying {label} ({c.finding.get('kind')}: predicted {c.profile_step_ms:.2f} -> "
-                 f"{c.predicted_step_ms:.2f} ms) against {declared.text(self.kept) or 'the program as it is'}, "
+                 f"{c.predicted_step_ms:.2f} ms) against {self.configuration_text() or 'the program as it is'}, "
                  f"{self.rounds} round(s) each, plain ({self.clock_text()})")
+        current = self.current_program()
+        kept_knobs = self.knob_part(self.kept)
+        added = {k: v for k, v in c.knobs.items() if k not in via}
+        kept_via = {k: w for k, w in self.via.items() if k not in c.knobs}
+        tried = program_options.with_words(current, self.options, [w for ws in via.values() for w in ws])
+        variants = [try_runs.Variant(kept_knobs, added={}, program=current, via_options=dict(self.via)),
+                    try_runs.Variant({**{k: v for k, v in kept_knobs.items() if k not in via}, **added},
+                                     added=dict(c.knobs), program=tried, via_options={**kept_via, **via})]
         t0 = self.clock()
         try:
-            base, v = try_runs.compare(self.program, [c.knobs], self.rounds, self.python,
-                                     progress=lambda m: self.say(f"stage {n}: {m}"),
-                                     logs=self.folder / f"stage-{n}", base=self.kept)
+            base, v = try_runs.alternate(current, variants, self.rounds, self.python,
+                                         progress=lambda m: self.say(f"stage {n}: {m}"),
+                                         logs=self.folder / f"stage-{n}")
         except NvtxTraceError:
             if self._baseline is None:
                 raise
             self.stopped = "the configuration so far stopped giving step times"
-            return False
+            return False, via
         runs = sum(len(x.rounds) for x in (base, v))
         self._run_s = (self.clock() - t0) / max(1, runs)
         verdict = judge(base, v)
@@ -280,16 +331,21 @@ class Tuner:
         self._current = verdict["measured_step_ms"] if verdict["kept"] else (verdict["baseline_step_ms"]
                                                                               or self._current)
         self.say(f"stage {n}: {label} {'kept' if verdict['kept'] else 'rejected'}: {verdict['why']}")
-        return verdict["kept"]
+        for k, words in via.items():
+            self.option_trials.append({"knob": k, "value": c.knobs[k], "words": words, "kept": verdict["kept"]})
+        return verdict["kept"], via
 
     def _check_final(self) -> None:
         """The original program against the tuned one, alternating: the cumulative speed-up measured, not
-        chained over trials that ran minutes apart."""
-        label = declared.text(self.kept)
+        chained over trials that ran minutes apart (its time is reserved from the budget once a knob is kept)."""
+        label = self.configuration_text()
         self.say(f"final check: the program as it is against {label}, {self.rounds} round(s) each, plain "
                  f"({self.clock_text()})")
-        base, v = try_runs.compare(self.program, [dict(self.kept)], self.rounds, self.python,
-                                 progress=lambda m: self.say(f"final check: {m}"), logs=self.folder / "final")
+        variants = [try_runs.Variant({}, added={}, program=list(self.program)),
+                    try_runs.Variant(self.knob_part(self.kept), added=dict(self.kept), program=self.current_program(),
+                                     via_options=dict(self.via))]
+        base, v = try_runs.alternate(self.program, variants, self.rounds, self.python,
+                                     progress=lambda m: self.say(f"final check: {m}"), logs=self.folder / "final")
         self.final_check = judge(base, v)
 
     def _stage_row(self, summary: dict, c: Candidate | None, verdict: dict) -> None:
@@ -305,13 +361,15 @@ class Tuner:
         for f in (summary.get("findings") or [])[:TOP_FINDINGS]:
             after = try_runs.plain_prediction_ms(f, summary, plain)
             top.append({"kind": f.get("kind"), "impact_ms": round((f.get("impact_ns") or 0) / 1e6, 3),
-                        "knobs": next_knobs(f, self.kept) or None,
+                        "knobs": next_knobs(f, self.kept, self.levers) or None,
                         "predicted_step_ms": round(after, 3) if after is not None else None,
                         "predicted_saving_ms": _saving_ms(f)})
         self.stages.append({
             "stage": len(self.stages) + 1, "profile": self.last_profile.get("path"),
             "configuration": dict(self.kept), "profile_step_ms": round(profiled - own / 1e6, 3) if profiled else None,
             "top_findings": top, "knobs": dict(c.knobs) if c else None,
+            "options": [w for ws in c.via.values() for w in ws] if c and c.via else None,
+            "command": self.current_program() if self.via else None,
             "finding": c.finding.get("kind") if c else None,
             "predicted_step_ms": round(c.predicted_step_ms, 3) if c else None,
             "predicted_saving_ms": _saving_ms(c.finding) if c else None,
@@ -346,12 +404,27 @@ class Tuner:
             "speedup": base / final if base and final else None, "step_source": source,
             "kept_knobs": dict(self.kept), "stages": list(self.stages),
             "final_check": check,
-            "remaining": remaining(last) if last else [],
+            "remaining": remaining(last, self.levers) if last else [],
             "remaining_from": {"profile": self.last_profile.get("path"),
                                "configuration": self.last_profile.get("configuration")} if last else None,
-            "permanent": permanent.lines(self.kept, settings, script_of(self.program)),
+            "permanent": permanent.lines(self.kept, settings, self.levers, self.via),
+            "command": self.current_program(),
+            "options": self._options(),
             "flops": self._flops(base),
         }
+
+    def _options(self) -> list[dict]:
+        """Each option the program declares, what it maps to, the values tune tried through it and the one kept."""
+        mapped = {lever.option.flag: knob for knob, found in self.levers.items() for lever in found}
+        out = []
+        for o in self.options:
+            knob = mapped.get(o.flag)
+            trials = [t for t in self.option_trials if o.flag in t["words"] or any(
+                w.startswith(o.flag + "=") for w in t["words"])]
+            kept = next((t["value"] for t in reversed(trials) if t["kept"]), None)
+            out.append({"flag": o.flag, "kind": o.kind, "default": o.default, "maps_to": knob,
+                        "values_tried": [t["value"] for t in trials], "kept": kept})
+        return out
 
     def _flops(self, original_ms: float | None) -> dict | None:
         """Model FLOPs per step (counted once, in the first profile's warm-up), and what each measured

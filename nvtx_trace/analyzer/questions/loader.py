@@ -112,6 +112,7 @@ def _findings(analysis, basis) -> list[Finding]:
         else:
             fixes.append(f"prefetch_factor=4 or more: {have} workers are enough on average "
                          f"({ms(fetch)} per batch each, step {ms(compute)}) but batches arrive in bursts")
+            recommend["prefetch_factor"] = 4
     elif int(top["workers"]) == 0 and compute and _loads_itself(top):
         # the loop loads each batch itself (its CPU time was recorded inside the wait): a worker would spend that
         wait, _ = _waits_in_window(analysis, top["loader"])
@@ -144,6 +145,7 @@ def _findings(analysis, basis) -> list[Finding]:
         recommend["pin_memory"] = True
     for loader, extra in analysis.loader.restarts.items():
         fixes.append(f"persistent_workers=True ({loader}: workers were re-created {count(extra, 'time')})")
+        recommend["persistent_workers"] = True
     n_gpus = len(analysis.idle.devices) if analysis.idle else 1
     if not measured:
         title = _behind_title(analysis, loader_pace, behind, n_gpus)

@@ -1,0 +1,229 @@
+"""The program's own options that do what a knob does: the levers ``tune`` tries first, since they are what a user
+keeps (issue 51).
+
+Read, never run: the script's ``add_argument`` calls (its flags, action, type, default, choices and help, found in
+its syntax tree, any parser or group), and a nanoGPT-style configurator (module-level constants that ``--key=value``
+overrides, where the script ``exec``\\ s a configurator file). An option maps to a knob by its name, against the
+knob's ``option_words`` (``--workers`` -> num_workers, ``--pin-mem`` -> pin_memory, ``--flash`` -> sdpa,
+``--dtype`` with a bfloat16 choice -> amp); a trial of it changes the command line only. Never an option that
+changes what is trained: only options named by a knob's words map, and the losses' bound judges every trial.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvtx_trace import knobs as declared
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of the program's command line, as its source declares it."""
+
+    flags: tuple  # ("-j", "--workers"), or ("--compile",) for a configurator global
+    kind: str  # "switch" (store_true), "negatable" (--x/--no-x), "value" (takes one), "global" (--key=value);
+    # "negative" (store_false: maps to nothing), "enable" (a switch that turns on what another option chooses)
+    type: str | None  # "int", "float", "str", "bool", or None where the source does not say
+    default: object = None
+    choices: tuple = ()
+    help: str = ""
+
+    @property
+    def flag(self) -> str:
+        """The long flag, as the user types it."""
+        return next((f for f in self.flags if f.startswith("--")), self.flags[0])
+
+    @property
+    def name(self) -> str:
+        return words_of(self.flag)
+
+
+def words_of(flag: str) -> str:
+    """``--pin-mem`` -> ``pin_mem``: how option names and a knob's words are compared."""
+    return flag.lstrip("-").replace("-", "_").lower()
+
+
+def read(script: Path | None) -> list[Option]:
+    """The options the script declares; [] for no script, an unreadable one, or one that does not parse."""
+    if script is None:
+        return []
+    try:
+        source = Path(script).read_text(encoding="utf-8", errors="replace")
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    out = [o for node in ast.walk(tree) if (o := _argument(node)) is not None]
+    if "configurator" in source and re.search(r"exec\s*\(\s*open\s*\(", source):
+        out += _configurator_globals(tree)
+    seen, unique = set(), []
+    for o in out:
+        if o.flag not in seen:
+            seen.add(o.flag)
+            unique.append(o)
+    return unique
+
+
+def _constant(node):
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _argument(node) -> Option | None:
+    """An ``x.add_argument("--flag", ...)`` call as an Option (positional arguments are not options)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"):
+        return None
+    flags = tuple(a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str))
+    if not flags or not all(f.startswith("-") for f in flags):
+        return None
+    kw = {k.arg: k.value for k in node.keywords if k.arg}
+    action = kw.get("action")
+    action_name = (action.value if isinstance(action, ast.Constant) else
+                   getattr(action, "attr", getattr(action, "id", None)) if action is not None else None)
+    type_node = kw.get("type")
+    type_name = getattr(type_node, "id", getattr(type_node, "attr", None)) if type_node is not None else None
+    default = _constant(kw["default"]) if "default" in kw else None
+    choices = _constant(kw["choices"]) if "choices" in kw else None
+    help_text = _constant(kw["help"]) if "help" in kw else ""
+    if action_name in ("store_true", "store_false"):
+        kind, type_name = ("switch" if action_name == "store_true" else "negative"), "bool"
+        default = action_name == "store_false" if default is None else default
+    elif action_name == "BooleanOptionalAction":
+        kind, type_name = "negatable", "bool"
+    elif action_name in ("count", "append", "store_const", "append_const", "help", "version", "extend"):
+        return None
+    else:
+        kind = "value"
+        if type_name not in ("int", "float", "str", "bool"):
+            type_name = type(default).__name__ if isinstance(default, (bool, int, float, str)) else type_name
+    return Option(flags, kind, type_name, default, tuple(choices) if isinstance(choices, (list, tuple)) else (),
+                  help_text if isinstance(help_text, str) else "")
+
+
+def _configurator_globals(tree) -> list[Option]:
+    """nanoGPT's way: module-level constants (``compile = True``), each overridable as ``--compile=False``."""
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = _constant(node.value)
+            if isinstance(value, (bool, int, float, str)) and not node.targets[0].id.startswith("_"):
+                out.append(Option((f"--{node.targets[0].id}",), "global", type(value).__name__, value))
+    return out
+
+
+@dataclass(frozen=True)
+class Lever:
+    """An option that does what ``knob`` does."""
+
+    option: Option
+    knob: str
+
+    def words(self, value) -> list[str] | None:
+        """The command-line words that set the knob to ``value`` through this option; None where it cannot (a
+        switch cannot say False, nor a number a mode), or where the option gives that value by default."""
+        o, knob = self.option, declared.get(self.knob)
+        if knob is None:
+            return None
+        if o.kind == "switch":
+            named = {words_of(w) for w, v in knob.choices.items() if v == value}  # --bf16: a switch named by it
+            on = value is True or (isinstance(value, str) and o.name in named)
+            return [o.flag] if on and not o.default else None
+        if o.kind == "negatable":
+            if not isinstance(value, bool) or bool(o.default) == value:
+                return None
+            return [o.flag if value else "--no-" + o.flag[2:]]
+        if o.kind not in ("value", "global"):
+            return None
+        text = self._text(knob, value)
+        if text is None or str(o.default) == text:
+            return None
+        return [f"{o.flag}={text}"] if o.kind == "global" else [o.flag, text]
+
+    def _text(self, knob, value) -> str | None:
+        """The option's own word for the value: a number, one of its choices (``bfloat16``, a compile mode), or
+        a boolean in the form its default has."""
+        o = self.option
+        if knob.value is int:
+            return str(value) if o.type in ("int", None) and not isinstance(o.default, bool) else None
+        if isinstance(value, str):  # a word (amp's bf16, compile's mode): one of the option's own words for it
+            if o.choices:
+                words = [str(c) for c in o.choices]
+            elif isinstance(o.default, str):  # no choices declared: the knob's words, in the default's style
+                words = sorted(knob.choices, key=lambda w: ("float" in w) != ("float" in o.default))
+            else:
+                return None
+            return next((w for w in words if knob.choices.get(w.lower(), w) == value), None)
+        if o.type == "int" or (isinstance(o.default, int) and not isinstance(o.default, bool)):
+            return "1" if value else "0"
+        if o.type == "bool" or isinstance(o.default, bool) or (o.type is None and o.default is None):
+            return "True" if value else "False"
+        if isinstance(o.default, str) and o.default.lower() in ("true", "false"):
+            word = "true" if value else "false"
+            return word.capitalize() if o.default[0].isupper() else word
+        return None
+
+
+def levers(options: list[Option]) -> dict[str, list[Lever]]:
+    """Knob -> the options that do what it does (amp's can be two: timm's ``--amp`` and ``--amp-dtype``)."""
+    out: dict[str, list[Lever]] = {}
+    for knob in declared.registry().values():
+        wanted = {words_of(w) for w in knob.option_words}
+        enables = {words_of(w) for w in knob.option_enables}
+        for o in options:
+            if o.name in wanted:
+                out.setdefault(knob.name, []).append(Lever(o, knob.name))
+            elif o.name in enables and o.kind == "switch":  # it turns the setting on; another option says how
+                out.setdefault(knob.name, []).append(Lever(dataclasses.replace(o, kind="enable"), knob.name))
+    return out
+
+
+def words_for(found: dict[str, list[Lever]], knob: str, value) -> list[str] | None:
+    """Every word that sets ``knob=value`` through the program's options, or None where none can; with the switch
+    that turns the setting on where the knob names one (timm's ``--amp`` beside ``--amp-dtype bfloat16``)."""
+    said = [w for lever in found.get(knob, []) if lever.option.kind != "enable" and (w := lever.words(value))]
+    if not said:
+        return None
+    enable = [[lever.option.flag] for lever in found.get(knob, []) if lever.option.kind == "enable"
+              and not lever.option.default]
+    return [x for w in said + enable for x in w]
+
+
+def script_index(program: list[str]) -> int | None:
+    """Where the script's path is in the program (its options follow it); None for a module or a command."""
+    return next((i for i, w in enumerate(program) if w.endswith(".py")), None)
+
+
+def with_words(program: list[str], options: list[Option], words: list[str]) -> list[str]:
+    """The program with ``words`` set: each option they name is removed from the script's arguments first (in any
+    of its spellings: ``--workers 2``, ``--workers=2``, ``-j 2``, ``-j2``), then the words are appended."""
+    at = script_index(program)
+    if at is None:
+        return list(program)
+    head, args = program[:at + 1], list(program[at + 1:])
+    named = [o for o in options if any(w == f or w.startswith(f + "=") for w in words for f in o.flags)]
+    for o in named:
+        negative = ["--no-" + f[2:] for f in o.flags if f.startswith("--")] if o.kind == "negatable" else []
+        args = _without(args, o, negative)
+    return head + args + list(words)
+
+
+def _without(args: list[str], o: Option, negative: list[str]) -> list[str]:
+    out, i = [], 0
+    takes_value = o.kind == "value"
+    while i < len(args):
+        w = args[i]
+        if w in o.flags or w in negative:
+            i += 2 if takes_value and w in o.flags and i + 1 < len(args) else 1
+            continue
+        if any(w.startswith(f + "=") for f in o.flags) or any(
+                len(f) == 2 and takes_value and w.startswith(f) and len(w) > 2 for f in o.flags):
+            i += 1
+            continue
+        out.append(w)
+        i += 1
+    return out
