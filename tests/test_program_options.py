@@ -108,3 +108,17 @@ def test_a_trial_changes_the_command_line_only_where_the_option_is(tmp_path, pro
 def test_no_options_or_a_script_that_does_not_parse_is_no_lever(tmp_path, text):
     assert po.levers(po.read(_script(tmp_path, text))) == {}
     assert po.read(tmp_path / "missing.py") == [] and po.read(None) == []
+
+
+def test_an_option_choosing_the_attention_maps_only_where_its_choices_name_a_fused_one(tmp_path):
+    options = po.read(_script(tmp_path, """
+import argparse
+p = argparse.ArgumentParser()
+p.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
+p.add_argument("--attention", type=int, default=12, help="heads")
+p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+"""))
+    found = po.levers(options)
+    assert po.words_for(found, "sdpa", True) == ["--attn", "sdpa"]
+    assert [lever.option.flag for lever in found["sdpa"]] == ["--attn"]  # a number of heads is no attention kind
+    assert po.words_for(found, "amp", "bf16") == ["--dtype", "bf16"]

@@ -88,6 +88,17 @@ def test_losses_must_agree_within_the_knob_s_bound_beyond_the_baseline_s_own_noi
     assert not tune.judge(b, Variant({"tf32": True}, nan, added={"tf32": True}))["kept"]
 
 
+def test_a_trial_stops_once_its_verdict_cannot_change():
+    """Issue 51: a round with the knob no faster than one without already rejects it (judge wants every round
+    faster); so does a failed run. Until then the rounds go on."""
+    b = Variant({}, rounds(100), added={})
+    assert tune.settled([b, Variant({"tf32": True}, rounds(101), added={"tf32": True})]).endswith("rejected")
+    assert tune.settled([b, Variant({"tf32": True}, rounds(60), added={"tf32": True})]) is None
+    failed = Variant({"tf32": True}, [Round([], "median", None, knob_records("tf32=1: set"), 1, "boom")],
+                     added={"tf32": True})
+    assert "failed" in tune.settled([b, failed])
+
+
 def test_a_knob_that_changed_nothing_or_crashed_is_rejected_with_its_reason():
     b = Variant({}, rounds(100, 100), added={})
     inert = Variant({"compile": True}, [Round([50.0], "median", 50.0, knob_records("compile=1: not applied: compiled"), 0)],

@@ -47,6 +47,8 @@ class Knob:
     option_words: tuple = ()  # how a script's own flag for the same setting is commonly spelled
     option_takes_value: bool = False  # that flag takes the value (``--workers 8``), else it is a switch
     option_enables: tuple = ()  # a switch that turns the setting on while another option says how (timm's --amp)
+    option_choosers: tuple = ()  # options that choose among implementations (--attn manual|sdpa): mapped only
+    # where their declared choices include one of the knob's own words
     precision: Callable[[object], str | None] | None = None  # value -> the math a step's matrix work then runs in
     observed: Callable[[dict], object] | None = None  # summary.json -> the value the report shows it has
 

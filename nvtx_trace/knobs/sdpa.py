@@ -10,4 +10,5 @@ KNOB = Knob(
                      "softmax(q @ k.T) @ v"),
     frameworks={"hf_trainer": 'AutoModelForCausalLM.from_pretrained(..., attn_implementation="sdpa")'},
     option_words=("flash", "flash_attn", "flash_attention", "use_flash_attn", "use_flash_attention", "sdpa",
-                  "fused_attn"))
+                  "fused_attn"),
+    option_choosers=("attn", "attention", "attn_impl", "attn_implementation", "attention_impl"))

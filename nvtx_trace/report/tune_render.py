@@ -25,6 +25,11 @@ def cells(s: dict) -> list[str]:
             if s["knobs"] else "", ("yes" if s["kept"] else "no") if s["knobs"] else "", s["why"]]
 
 
+def mmss(seconds: float) -> str:
+    seconds = max(0, int(round(seconds or 0)))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
 def headline(d: dict) -> str:
     if d["speedup"] is None or not d["baseline_step_ms"]:
         return f"Tuning stopped ({d['stopped']}): nothing was measured"
@@ -65,6 +70,12 @@ def notes(d: dict) -> list[str]:
             gain = (f": predicted {r['predicted_step_ms']:.2f} ms a step ({r['saving_fraction']:.0%} less)"
                     if r.get("predicted_step_ms") is not None and r.get("saving_fraction") is not None else "")
             out.append(f"  {r['kind']}{gain}. {r['fix'] or r['title'] or ''}")
+    t = d.get("time")
+    if t and (t["trials"] or t["profiles_s"]):
+        early = f", {t['stopped_early']} stopped early" if t["stopped_early"] else ""
+        final = f", final check {mmss(t['final_check_s'])}" if t["final_check_s"] else ""
+        out.append(f"Time: profiles {mmss(t['profiles_s'])}, trials {mmss(t['trials_s'])} ({t['trials']} trial(s), "
+                   f"{t['runs']} plain run(s){early}){final}, of {mmss(d['elapsed_s'])} in all")
     fl = d.get("flops")
     if fl and fl.get("per_step"):
         out.append(f"Model FLOPs per step: {fl['per_step'] / 1e12:.3g} TFLOP ({fl['method']})")

@@ -158,6 +158,9 @@ class Lever:
             else:
                 return None
             return next((w for w in words if knob.choices.get(w.lower(), w) == value), None)
+        if o.choices and isinstance(o.default, str):  # --attn manual|sdpa: the choice named by the knob's words
+            wanted = {words_of(w) for w in knob.option_words}
+            return next((str(c) for c in o.choices if words_of(str(c)) in wanted), None) if value else None
         if o.type == "int" or (isinstance(o.default, int) and not isinstance(o.default, bool)):
             return "1" if value else "0"
         if o.type == "bool" or isinstance(o.default, bool) or (o.type is None and o.default is None):
@@ -174,8 +177,9 @@ def levers(options: list[Option]) -> dict[str, list[Lever]]:
     for knob in declared.registry().values():
         wanted = {words_of(w) for w in knob.option_words}
         enables = {words_of(w) for w in knob.option_enables}
+        choosers = {words_of(w) for w in knob.option_choosers}
         for o in options:
-            if o.name in wanted:
+            if o.name in wanted or (o.name in choosers and any(words_of(str(c)) in wanted for c in o.choices)):
                 out.setdefault(knob.name, []).append(Lever(o, knob.name))
             elif o.name in enables and o.kind == "switch":  # it turns the setting on; another option says how
                 out.setdefault(knob.name, []).append(Lever(dataclasses.replace(o, kind="enable"), knob.name))

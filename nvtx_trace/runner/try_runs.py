@@ -220,14 +220,20 @@ def compare(target: list[str], knob_sets: list[dict], rounds: int = 2, python: s
 
 
 def alternate(target: list[str], variants: list[Variant], rounds: int, python: str | None = None, progress=None,
-              logs: Path | None = None) -> list[Variant]:
+              logs: Path | None = None, settled=None) -> list[Variant]:
     """Each variant ``rounds`` times, alternating (A B B A ...), the first the baseline; each runs its own command
-    line where it has one."""
+    line where it has one. ``settled(variants)``: a reason to stop before the rounds are done (tune: the verdict
+    can no longer change), said through ``progress``."""
     for r in range(rounds):
         order = variants if r % 2 == 0 else list(reversed(variants))
         for v in order:
             if v.inert:
                 continue
+            why = settled(variants) if settled and r else None
+            if why:
+                if progress:
+                    progress(f"round {r + 1}/{rounds}: not run: {why}")
+                return variants
             interrupts.stage(f"in round {r + 1}/{rounds} ({v.label})")
             if progress:
                 progress(f"round {r + 1}/{rounds}: {v.label}")

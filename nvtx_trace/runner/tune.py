@@ -21,6 +21,7 @@ from pathlib import Path
 from nvtx_trace import knobs as declared
 from nvtx_trace import names
 from nvtx_trace.errors import NvtxTraceError, UsageError
+from nvtx_trace.report.tune_render import mmss
 from nvtx_trace.runner import program_options, try_runs
 from nvtx_trace.runner.profile_child import ProfileFailed, profile
 
@@ -119,6 +120,20 @@ def remaining(summary: dict, levers: dict | None = None) -> list[dict]:
     return sorted(out, key=lambda r: (-(r["saving_fraction"] or 0), -r["impact_ms"]))
 
 
+def settled(variants: list) -> str | None:
+    """Why a trial's verdict cannot change whatever its remaining runs measure, or None: a run of it failed, or
+    one of its rounds is already no faster than one of the baseline's (judge keeps a knob only when every round
+    with it beats every round without, in either statistic)."""
+    base, v = variants[0], variants[-1]
+    if any(r.value_ms is None for r in v.rounds):
+        return "a run with it failed: it is rejected"
+    for stat in ("median", "mean"):
+        mine, theirs = [x for x in v.per_round(stat) if x is not None], [x for x in base.per_round(stat) if x]
+        if not (mine and theirs and max(mine) >= min(theirs)):
+            return None
+    return "a round with it was already no faster than one without: it is rejected"
+
+
 def judge(base: try_runs.Variant, v: try_runs.Variant) -> dict:
     """Measured against the configuration so far, in one statistic (the mean where either's steps are uneven);
     kept only if faster by MIN_SAVING with every variant round faster than every baseline round, and the
@@ -189,6 +204,10 @@ class Tuner:
     levers: dict = field(default_factory=dict)  # knob -> the options that do what it does
     via: dict = field(default_factory=dict)  # kept knobs the program's options apply: knob -> its words
     option_trials: list = field(default_factory=list)  # (knob, value, words, kept) for each option trial
+    spent: dict = field(default_factory=lambda: {"profiles_s": 0.0, "trials_s": 0.0, "final_check_s": 0.0,
+                                                 "trials": 0, "runs": 0, "stopped_early": 0})
+    _fresh_profile_s: float | None = None
+    _trial_s: float | None = None
 
     def __post_init__(self):
         self.options = program_options.read(script_of(self.program))
@@ -212,7 +231,7 @@ class Tuner:
 
     def clock_text(self) -> str:
         used = self.clock() - self._began
-        return f"{_mmss(used)} used, {_mmss(max(0.0, self.budget_s - used))} left"
+        return f"{mmss(used)} used, {mmss(max(0.0, self.budget_s - used))} left"
 
     def trial_s(self) -> float:
         per_run = self._run_s if self._run_s is not None else 0.7 * (self._profile_s or 0)
@@ -273,6 +292,8 @@ class Tuner:
             self.stopped = f"profile failed: {exc}"
             return None
         self._profile_s = self.clock() - t0
+        self._fresh_profile_s = self._profile_s  # the next stage row's: it profiled anew
+        self.spent["profiles_s"] += self._profile_s
         self._profiles += 1
         summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
         if (((summary.get("steps") or {}).get("summary") or {}).get("steps") or 0) < MIN_STEPS:
@@ -316,14 +337,19 @@ class Tuner:
         try:
             base, v = try_runs.alternate(current, variants, self.rounds, self.python,
                                          progress=lambda m: self.say(f"stage {n}: {m}"),
-                                         logs=self.folder / f"stage-{n}")
+                                         logs=self.folder / f"stage-{n}", settled=settled)
         except NvtxTraceError:
             if self._baseline is None:
                 raise
             self.stopped = "the configuration so far stopped giving step times"
             return False, via
         runs = sum(len(x.rounds) for x in (base, v))
-        self._run_s = (self.clock() - t0) / max(1, runs)
+        self._trial_s = self.clock() - t0
+        self._run_s = self._trial_s / max(1, runs)
+        self.spent["trials_s"] += self._trial_s
+        self.spent["runs"] += runs
+        self.spent["trials"] += 1
+        self.spent["stopped_early"] += runs < 2 * self.rounds and not v.inert
         verdict = judge(base, v)
         if self._baseline is None:
             self._baseline = verdict["baseline_step_ms"]
@@ -344,9 +370,11 @@ class Tuner:
         variants = [try_runs.Variant({}, added={}, program=list(self.program)),
                     try_runs.Variant(self.knob_part(self.kept), added=dict(self.kept), program=self.current_program(),
                                      via_options=dict(self.via))]
+        t0 = self.clock()
         base, v = try_runs.alternate(self.program, variants, self.rounds, self.python,
                                      progress=lambda m: self.say(f"final check: {m}"), logs=self.folder / "final")
         self.final_check = judge(base, v)
+        self.spent["final_check_s"] = self.clock() - t0
 
     def _stage_row(self, summary: dict, c: Candidate | None, verdict: dict) -> None:
         """The stage as tune.json keeps it; predictions come off the profiled configuration's plain step where a
@@ -377,7 +405,10 @@ class Tuner:
                                            "rounds_ms", "changed", "loss_max_rel_diff", "loss_noise_rel",
                                            "loss_bound_rel", "logs")},
             "kept": bool(verdict.get("kept")), "why": verdict["why"],
+            "profile_s": round(self._fresh_profile_s, 1) if self._fresh_profile_s is not None else None,
+            "trial_s": round(self._trial_s, 1) if c is not None and self._trial_s is not None else None,
             "elapsed_s": round(self.clock() - self._began, 1)})
+        self._fresh_profile_s = self._trial_s = None
 
     def _nothing_left(self, summary: dict) -> str:
         tried = [declared.text(r) for r in self.rejected]
@@ -410,6 +441,7 @@ class Tuner:
             "permanent": permanent.lines(self.kept, settings, self.levers, self.via),
             "command": self.current_program(),
             "options": self._options(),
+            "time": {k: round(v, 1) if isinstance(v, float) else v for k, v in self.spent.items()},
             "flops": self._flops(base),
         }
 
@@ -453,11 +485,6 @@ def script_of(program: list[str]) -> Path | None:
     launch = torchrun.parse(program)
     words = launch.program if launch is not None and launch.kind == "script" else program
     return Path(words[0]) if words and words[0] != "-m" and words[0].endswith(".py") else None
-
-
-def _mmss(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}:{seconds % 60:02d}"
 
 
 def check_budget(budget_s: float) -> None:
