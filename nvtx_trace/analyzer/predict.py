@@ -165,8 +165,10 @@ def _within_loader_pace(analysis, now: float, step: float, stat: str, what: str,
             return _with_more_workers(fetch, usable, now, step, stat, what)
     if feed is None or feed.interval_ns <= step:
         return _expected(now, step, stat, what) if now - step > 0 else None
+    own = step
     step = min(now, feed.interval_ns)
-    return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}", "loader")
+    return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}", "loader",
+                     _workers_to_keep_up(analysis, feed, own))
 
 
 def launch_gaps_per_step(analysis) -> float | None:
@@ -229,9 +231,10 @@ def gpu_work_saved(analysis, per_step_ns: float, what: str, gpu_bound: bool = Tr
     step = max(now - per_step_ns, 0.0)
     feed = loader_waits.pace(analysis)
     if feed is not None and feed.interval_ns > step:
+        own = step
         step = min(now, feed.interval_ns)
         return _expected(now, step, stat, (what + "; " if now > step else "") + f"the loader's {feed.words()}",
-                         "loader")
+                         "loader", _workers_to_keep_up(analysis, feed, own))
     return _expected(now, step, stat, what)
 
 
@@ -248,11 +251,36 @@ def host_time_saved(analysis, per_step_ns: float, what: str) -> dict | None:
     return _within_loader_pace(analysis, now, step, stat, what)
 
 
-def _expected(now: float, step: float, stat: str, basis: str, bound_by: str | None = None) -> dict:
+def _expected(now: float, step: float, stat: str, basis: str, bound_by: str | None = None,
+              with_workers: dict | None = None) -> dict:
     """A prediction; bound by the loader (or the cores' workers), the step is the loader's pace, which the tool's
-    own cost on the training thread does not slow (``loader_pace_ns``: what ``try`` keeps of it)."""
+    own cost on the training thread does not slow (``loader_pace_ns``: what ``try`` keeps of it), and
+    ``with_workers`` says what the fix gives together with more workers, where the cores allow more."""
     out = {"step_ns": int(step), "saving_ns": int(now) - int(step), "statistic": stat, "basis": basis}
-    return out | ({"bound_by": bound_by, "loader_pace_ns": int(step)} if bound_by else {})
+    return out | ({"bound_by": bound_by, "loader_pace_ns": int(step)} if bound_by else {}) | (
+        {"with_workers": with_workers} if with_workers else {})
+
+
+MORE_WORKERS_GAIN = 0.03  # more workers go with a fix only where they shorten its step by this share
+
+
+def _workers_to_keep_up(analysis, feed, step: float) -> dict | None:
+    """A fix the loader's pace holds back gives its own ``step`` only with workers that deliver a batch that often:
+    as many as that needs (each added one slowing the others on a shared host), no more than the cores allow.
+    ``{"workers", "step_ns", "loader_pace_ns"}``, or None where no more workers can be had or they gain nothing."""
+    ranks = loader_waits.processes_per_host(analysis)[0]
+    usable = loader_waits.usable_workers(analysis, feed.cpu_share)
+    need = loader_waits.workers_needed(feed.fetch_ns, max(step, 1.0), feed.workers, analysis.cpu_cores, ranks,
+                                       feed.cpu_share)
+    workers = min(need, usable) if usable is not None else need
+    if workers <= feed.workers:
+        return None
+    fetch = loader_waits.contended_fetch_ns(feed.fetch_ns, feed.workers, workers, analysis.cpu_cores, ranks, step,
+                                            feed.cpu_share)
+    pace = fetch / workers
+    if max(step, pace) >= (1 - MORE_WORKERS_GAIN) * feed.interval_ns:  # not worth workers of their own
+        return None
+    return {"workers": int(workers), "step_ns": int(max(step, pace)), "loader_pace_ns": int(pace)}
 
 
 def _with_more_workers(fetch_ns: float, usable: int | None, now: float, step: float, stat: str,

@@ -338,8 +338,17 @@ def plain_prediction_ms(finding: dict, profile: dict, plain_ms: float | None = N
         return None
     captured = pred["step_ns"] + (pred.get("saving_ns") or 0)
     before = min(captured, plain_ms * 1e6) if plain_ms else captured - own_cost_ns(profile)
-    after = before - net_saving_ns(finding, profile, plain_ms)
-    return max(after, pred.get("loader_pace_ns") or 0, 0) / 1e6
+    after = before - net_saving_ns(finding, profile, plain_ms) - workers_saving_ns(finding)
+    pace = (pred.get("with_workers") or {}).get("loader_pace_ns") or pred.get("loader_pace_ns") or 0
+    return max(after, pace, 0) / 1e6
+
+
+def workers_saving_ns(finding: dict) -> int:
+    """Where the loader's pace holds a fix back, its knobs bring the workers that keep up with it
+    (``predicted.with_workers``, questions.knobs_of): what those save beyond the fix's own saving."""
+    pred = finding.get("predicted") or {}
+    more = pred.get("with_workers")
+    return max(0, int(pred["step_ns"] - more["step_ns"])) if more and pred.get("step_ns") is not None else 0
 
 
 def row(v: Variant, base: Variant, profile: dict, noise: float | None = None) -> dict:

@@ -67,6 +67,9 @@ def knobs_of(finding: dict, kept: dict | None = None) -> dict:
     rule = next((q.knobs[finding.get("kind")] for q in REGISTRY if finding.get("kind") in q.knobs), None)
     named = {k: v for k, v in (finding.get("recommend") or {}).items() if declared.get(k) is not None and kept.get(k) != v}
     out = rule(finding, named) if rule is not None else named
+    more = (finding.get("predicted") or {}).get("with_workers")  # the loader's pace holds the fix back
+    if out and more and "num_workers" not in out and (kept.get("num_workers") or 0) < more["workers"]:
+        out = {**out, "num_workers": more["workers"]}  # the fix comes with the workers that keep up with it
     return {k: v for k, v in out.items() if kept.get(k) != v}
 
 
