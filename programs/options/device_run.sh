@@ -5,7 +5,8 @@
 # A side: NAME is gpt2 (programs/options/gpt2_flags_train.py), images (image_folder_train.py), lightning
 # (programs/heldout/lightning_train.py, Trainer defaults) or hf (programs/hf_trainer_train.py). For each: the
 # program plain as it is and with its best options by hand (interleaved, the program's own printed step), then
-# `nvtx-trace tune --budget BUDGET_S`. Writes under $OUT: <name>.log, <name>.byhand.jsonl, <name>.tune.json.
+# `nvtx-trace tune --budget BUDGET_S` (which times the program as it is itself: BYHAND="plain best" adds a plain
+# by-hand run). Writes under $OUT: <name>.log, <name>.byhand.jsonl, <name>.tune.json.
 set -u
 O=${OUT:-/tmp/out}
 mkdir -p "$O"
@@ -48,7 +49,7 @@ side() {  # gpu index, "name|args"
   {
     echo "=== $name on GPU $gpu, cores $cpus: $script $args; best by hand: $(best_of "$name")"
     for round in 1; do
-      for what in plain best; do
+      for what in ${BYHAND:-best}; do
         extra=""
         [ "$what" = best ] && extra=$(best_of "$name")
         t0=$SECONDS
