@@ -93,7 +93,10 @@ def test_a_trial_stops_once_its_verdict_cannot_change():
     faster); so does a failed run. Until then the rounds go on."""
     b = Variant({}, rounds(100), added={})
     assert tune.settled([b, Variant({"tf32": True}, rounds(101), added={"tf32": True})]).endswith("rejected")
-    assert tune.settled([b, Variant({"tf32": True}, rounds(60), added={"tf32": True})]) is None
+    assert tune.settled([b, Variant({"tf32": True}, rounds(90), added={"tf32": True})]) is None  # 10 %: go on
+    assert "clear" in tune.settled([b, Variant({"tf32": True}, rounds(60), added={"tf32": True})])  # 40 %: done
+    two = Variant({"tf32": True}, rounds(60, 61), added={"tf32": True})
+    assert tune.settled([Variant({}, rounds(100, 100), added={}), two]) is None  # the rounds went on: judge decides
     failed = Variant({"tf32": True}, [Round([], "median", None, knob_records("tf32=1: set"), 1, "boom")],
                      added={"tf32": True})
     assert "failed" in tune.settled([b, failed])

@@ -27,6 +27,7 @@ from nvtx_trace.runner.profile_child import ProfileFailed, profile
 
 TUNE_JSON, TUNE_HTML = "tune.json", "tune.html"
 MIN_SAVING = 0.03  # a finding must predict at least this share of the step, and a trial measure it
+CLEAR_WIN = 0.15  # a first round this much faster needs no second: rounds drift apart by a few percent
 DEFAULT_BUDGET_S = 1200
 MIN_BUDGET_S = 60  # less cannot pay for one profile and one trial of any program
 TOP_FINDINGS = 5  # findings shown per stage
@@ -121,17 +122,21 @@ def remaining(summary: dict, levers: dict | None = None) -> list[dict]:
 
 
 def settled(variants: list) -> str | None:
-    """Why a trial's verdict cannot change whatever its remaining runs measure, or None: a run of it failed, or
-    one of its rounds is already no faster than one of the baseline's (judge keeps a knob only when every round
-    with it beats every round without, in either statistic)."""
+    """Why a trial needs no more rounds, or None: a run of it failed, or one of its rounds is already no faster
+    than one of the baseline's (judge keeps a knob only when every round with it beats every round without, in
+    either statistic): rejected whatever comes; or its first round is CLEAR_WIN faster in both statistics, far
+    beyond the few percent rounds drift apart (the final check measures the whole again, alternating)."""
     base, v = variants[0], variants[-1]
     if any(r.value_ms is None for r in v.rounds):
         return "a run with it failed: it is rejected"
-    for stat in ("median", "mean"):
-        mine, theirs = [x for x in v.per_round(stat) if x is not None], [x for x in base.per_round(stat) if x]
-        if not (mine and theirs and max(mine) >= min(theirs)):
-            return None
-    return "a round with it was already no faster than one without: it is rejected"
+    mine = {s: [x for x in v.per_round(s) if x is not None] for s in ("median", "mean")}
+    theirs = {s: [x for x in base.per_round(s) if x] for s in ("median", "mean")}
+    if all(mine[s] and theirs[s] and max(mine[s]) >= min(theirs[s]) for s in mine):
+        return "a round with it was already no faster than one without: it is rejected"
+    if len(v.rounds) == 1 and all(mine[s] and theirs[s] and mine[s][0] <= (1 - CLEAR_WIN) * theirs[s][0]
+                                  for s in mine):
+        return f"its first round is {CLEAR_WIN:.0%} faster or more: clear beyond the rounds' drift"
+    return None
 
 
 def judge(base: try_runs.Variant, v: try_runs.Variant) -> dict:
@@ -244,7 +249,7 @@ class Tuner:
         stale, summary = True, {}
         while True:
             if stale:
-                if self._profiles and self._profile_s + 2 * self.trial_s() + self.reserve_s() > self.left():
+                if self._profiles and self._profile_s + self.trial_s() + self.reserve_s() > self.left():
                     self.stopped = "budget"
                     break
                 summary = self._profile()
