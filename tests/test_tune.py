@@ -39,6 +39,21 @@ def profile(*findings, step_ms=100.0, own_ns=0):
             "instrumentation": {"cost_ns_per_step": own_ns}, "findings": list(findings)}
 
 
+def test_a_finding_without_a_prediction_is_tried_after_every_predicted_one_through_the_program_s_option():
+    """Issue 51: hand-written attention predicts nothing, and only the program's own option fixes it; with
+    --flash in the script it is a candidate, after the predicted ones (largest impact first), and never before."""
+    from nvtx_trace.runner import program_options
+
+    attention = {"kind": "manual_attention", "impact_ns": 5e8, "recommend": {"sdpa": True}, "predicted": None}
+    layout = {"kind": "layout_transpose", "impact_ns": 1e8, "recommend": None, "predicted": None}
+    p = profile(attention, layout, finding("fusion", 80, {"compile": True}))
+    flash = program_options.levers([program_options.Option(("--flash",), "value", "int", 0)])
+    assert [c.knobs for c in tune.candidates(p, {}, [], levers=flash)] == [
+        {"compile": True}, {"sdpa": True}, {"channels_last": True}]
+    assert [c.knobs for c in tune.candidates(p, {}, [])] == [{"compile": True}, {"channels_last": True}]
+    assert tune.candidates(p, {}, [], levers=flash)[1].predicted_step_ms is None
+
+
 def test_precision_is_tried_a_step_at_a_time_and_amp_fp16_never():
     fp32 = finding("precision", 40, {"tf32": True, "amp": "bf16"})
     assert tune.next_knobs(fp32, {}) == {"tf32": True}

@@ -38,14 +38,14 @@ MIN_STEPS = 3  # fewer in a profile: no loop ends its steps (one range for the w
 class Candidate:
     finding: dict
     knobs: dict  # what the trial adds to the configuration so far
-    predicted_step_ms: float  # as a plain run keeps it (the tool's own cost taken out)
+    predicted_step_ms: float | None  # as a plain run keeps it (the tool's own cost taken out); None: no prediction
     profile_step_ms: float  # the step it comes off: the plain pace where one is known, else the profile's less
     # the tool's own cost
     via: dict = field(default_factory=dict)  # knob -> the program's own option words that applied it in the trial
 
     @property
     def saving(self) -> float:
-        return 1 - self.predicted_step_ms / self.profile_step_ms
+        return 1 - self.predicted_step_ms / self.profile_step_ms if self.predicted_step_ms is not None else 0.0
 
 
 def next_knobs(finding: dict, kept: dict, levers: dict | None = None) -> dict:
@@ -72,13 +72,21 @@ def candidates(summary: dict, kept: dict, rejected: list[dict], plain_ms: float 
                levers: dict | None = None) -> list[Candidate]:
     """The profile's findings a knob applies, not yet rejected, predicting at least MIN_SAVING; largest first.
     ``plain_ms``: the configuration's plain step where a trial measured it; savings are then net of the tool's
-    cost that pace shows (try_runs.net_saving_ns), so a finding made of the tool's own cost is no candidate."""
+    cost that pace shows (try_runs.net_saving_ns), so a finding made of the tool's own cost is no candidate.
+    After them, the findings a knob applies that predict nothing (the tool cannot say what their fix saves, e.g.
+    hand-written attention, a GPU launches hold back): the trial measures it; largest impact first."""
     own = try_runs.own_cost_ns(summary)
-    out = []
+    out, unpredicted = [], []
     for f in summary.get("findings") or []:
         knobs = next_knobs(f, kept, levers)
         pred = f.get("predicted")
-        if not knobs or not pred or pred.get("step_ns") is None or _rejected(knobs, rejected):
+        if not knobs or _rejected(knobs, rejected):
+            continue
+        if not pred or pred.get("step_ns") is None:
+            step = plain_ms or _profile_step_ms(summary, "median")
+            if step and f.get("impact_ns"):
+                before = step if plain_ms else step - own / 1e6
+                unpredicted.append(Candidate(f, knobs, None, max(before, 1e-9)))
             continue
         step = plain_ms or _profile_step_ms(summary, pred.get("statistic") or "median")
         if not step:
@@ -87,7 +95,7 @@ def candidates(summary: dict, kept: dict, rejected: list[dict], plain_ms: float 
         c = Candidate(f, knobs, try_runs.plain_prediction_ms(f, summary, plain_ms), max(before, 1e-9))
         if c.saving >= MIN_SAVING:
             out.append(c)
-    return sorted(out, key=lambda c: -c.saving)
+    return sorted(out, key=lambda c: -c.saving) + sorted(unpredicted, key=lambda c: -(c.finding.get("impact_ns") or 0))
 
 
 def _saving_ms(finding: dict) -> float | None:
@@ -327,8 +335,10 @@ class Tuner:
         via = {k: w for k, v in c.knobs.items() if (w := program_options.words_for(self.levers, k, v))}
         c.via = via
         label = self.configuration_text(c.knobs, via)
-        self.say(f"stage {n}: trying {label} ({c.finding.get('kind')}: predicted {c.profile_step_ms:.2f} -> "
-                 f"{c.predicted_step_ms:.2f} ms) against {self.configuration_text() or 'the program as it is'}, "
+        guess = (f"predicted {c.profile_step_ms:.2f} -> {c.predicted_step_ms:.2f} ms" if c.predicted_step_ms is not None
+                 else "no prediction: measured")
+        self.say(f"stage {n}: trying {label} ({c.finding.get('kind')}: {guess}) against "
+                 f"{self.configuration_text() or 'the program as it is'}, "
                  f"{self.rounds} round(s) each, plain ({self.clock_text()})")
         current = self.current_program()
         kept_knobs = self.knob_part(self.kept)
@@ -404,7 +414,7 @@ class Tuner:
             "options": [w for ws in c.via.values() for w in ws] if c and c.via else None,
             "command": self.current_program() if self.via else None,
             "finding": c.finding.get("kind") if c else None,
-            "predicted_step_ms": round(c.predicted_step_ms, 3) if c else None,
+            "predicted_step_ms": round(c.predicted_step_ms, 3) if c and c.predicted_step_ms is not None else None,
             "predicted_saving_ms": _saving_ms(c.finding) if c else None,
             **{k: verdict.get(k) for k in ("baseline_step_ms", "measured_step_ms", "speedup", "statistic",
                                            "rounds_ms", "changed", "loss_max_rel_diff", "loss_noise_rel",
@@ -417,8 +427,8 @@ class Tuner:
 
     def _nothing_left(self, summary: dict) -> str:
         tried = [declared.text(r) for r in self.rejected]
-        return ("nothing left: no untried finding a knob applies predicts "
-                f"{MIN_SAVING:.0%} or more" + (f" (rejected before: {', '.join(tried)})" if tried else ""))
+        return ("nothing left: every finding a knob or the program's own options apply was tried, or predicts less "
+                f"than {MIN_SAVING:.0%}" + (f" (rejected before: {', '.join(tried)})" if tried else ""))
 
     def result(self) -> dict:
         from nvtx_trace.runner import permanent
