@@ -36,6 +36,7 @@ def install() -> None:
             return
         mode.__exit__(None, None, None)
         settings.note("model_flops_per_step", int(mode.total))
+        settings.note("model_conv_flops_per_step", int(mode.conv))  # cuDNN runs these in TF32 by default
         settings.note("flops_step", FLOPS_STEP)
 
     guard = _registry.Guard("flops")
@@ -50,14 +51,17 @@ def _counter():
     from torch.utils.flop_counter import flop_registry
 
     class Count(TorchDispatchMode):
-        total = 0
+        total = conv = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             formula = flop_registry.get(func._overloadpacket)
             if formula is not None:
-                self.total += formula(*args, **kwargs, out_val=out)
+                flops = formula(*args, **kwargs, out_val=out)
+                self.total += flops
+                if "convolution" in str(func._overloadpacket):
+                    self.conv += flops
             return out
 
     return Count()

@@ -36,7 +36,9 @@ def peak_tflops(device_name: str | None, precision: str) -> float | None:
 
 def precision_of(settings: dict, knobs: dict | None = None) -> str:
     """The math a step's matrix work runs in: bf16 under autocast, TF32 where allowed, else fp32; ``knobs`` (tune's
-    configuration) make it what their declarations say (``Knob.precision``)."""
+    configuration) make it what their declarations say (``Knob.precision``). A model whose FLOPs are mostly
+    convolutions runs them in TF32 unless the program turned cuDNN's TF32 off: PyTorch's default allows it for
+    convolutions (``torch.backends.cudnn.allow_tf32``), not for matmuls."""
     from nvtx_trace import knobs as declared
 
     made = declared.precision(knobs or {})
@@ -45,6 +47,9 @@ def precision_of(settings: dict, knobs: dict | None = None) -> str:
         return BF16
     if made == TF32 or settings.get("matmul_allow_tf32") or settings.get("float32_matmul_precision") in (
             "high", "medium"):
+        return TF32
+    total, conv = settings.get("model_flops_per_step") or 0, settings.get("model_conv_flops_per_step") or 0
+    if total and conv >= total / 2 and settings.get("cudnn_allow_tf32", True) is not False:
         return TF32
     return FP32
 

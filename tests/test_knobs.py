@@ -143,3 +143,32 @@ def test_a_knob_declared_in_a_module_of_the_user_s_is_tried_applied_reported_and
 def test_every_knob_has_its_row_in_the_docs():
     table = (ROOT / "docs" / "try.md").read_text(encoding="utf-8").split("## Knobs", 1)[1].split("\n## ", 1)[0]
     assert [n for n in declared.names() if f"`{n}=" not in table] == []
+
+
+def test_a_convolution_net_in_fp32_is_measured_against_the_tf32_peak_cudnn_runs_it_in():
+    """Issue 51, item 7: cuDNN runs fp32 convolutions in TF32 by PyTorch's default; a ResNet's share of the fp32
+    peak was wrong. Matmuls stay fp32 unless allowed; a program that turns cuDNN's TF32 off is fp32 again."""
+    from nvtx_trace.device_peaks import precision_of
+
+    resnet = {"model_flops_per_step": 100, "model_conv_flops_per_step": 90, "cudnn_allow_tf32": True}
+    gpt = {"model_flops_per_step": 100, "model_conv_flops_per_step": 0, "cudnn_allow_tf32": True}
+    assert precision_of(resnet) == "tf32" and precision_of(gpt) == "fp32"
+    assert precision_of({**resnet, "cudnn_allow_tf32": False}) == "fp32"
+    assert precision_of(gpt, {"tf32": True}) == "tf32" and precision_of(resnet, {"amp": "bf16"}) == "bf16"
+
+
+@pytest.mark.torch
+def test_the_flop_count_keeps_the_convolutions_apart():
+    """The counter's convolution share, against the formula: Conv2d(3, 8, 3) on 2 x 3 x 16 x 16 (padding 1) is
+    2 * 2*16*16 * 8 * 3*3*3 = 221,184 FLOPs forward; a Linear(8, 4) beside it is not a convolution."""
+    import torch
+
+    from nvtx_autotrace.flops import _counter
+
+    conv, linear = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.Linear(8, 4, bias=False)
+    with torch.no_grad():
+        count = _counter()
+        with count:
+            conv(torch.ones(2, 3, 16, 16))
+            linear(torch.ones(5, 8))
+    assert count.conv == 2 * 2 * 16 * 16 * 8 * 27 and count.total == count.conv + 2 * 5 * 8 * 4
