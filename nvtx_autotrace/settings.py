@@ -138,6 +138,7 @@ def read_static() -> dict:
         "framework": _framework(found),
         **_cpus(),
         "conv_bias_before_bn": _conv_bias_before_bn(roots),
+        "odd_dimensions": _odd_dimensions(roots),
         "cwd": _cwd(),  # where the lines of syncs, copies and modules (sites.py) are named from
     }
 
@@ -332,6 +333,29 @@ def _conv_bias_before_bn(roots: list) -> dict:
                     if len(examples) < MAX_EXAMPLES:
                         examples.append(f"{path}.{name}" if path else name)
     return {"count": count, "examples": examples}
+
+
+def _odd_dimensions(roots: list) -> list[dict]:
+    """The matrix layers (Linear, Embedding) with a dimension that is not a multiple of 8, largest first (at most
+    MAX_EXAMPLES): tensor-core GEMMs over them read one element at a time (the alignment finding names them)."""
+    found, seen = [], set()
+    for root in roots:
+        for path, m in root.named_modules():
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            if isinstance(m, torch.nn.Linear):
+                dims = (m.in_features, m.out_features)
+            elif isinstance(m, torch.nn.Embedding):
+                dims = (m.num_embeddings, m.embedding_dim)
+            else:
+                continue
+            odd = [d for d in dims if d % 8]
+            if odd:
+                found.append({"module": path or type(m).__name__, "class": type(m).__name__, "dims": list(dims),
+                              "odd": max(odd), "elements": dims[0] * dims[1]})
+    found.sort(key=lambda d: -d["elements"])
+    return [{k: v for k, v in d.items() if k != "elements"} for d in found[:MAX_EXAMPLES]]
 
 
 def _profiler_type() -> str | None:

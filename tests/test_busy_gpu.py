@@ -140,7 +140,31 @@ def test_misaligned_lm_head_gemms_are_named_and_their_ratio_survives_the_padding
     captured = a.steps.summary()["step_ns_median"]
     after = captured - k.per_step(f.impact_ns) * (1 - 1 / 6.0)
     assert abs(46.6 * after / captured - 34.0) <= 0.25 * 34.0
-    assert "vocab_size=50304" in f.fix
+    assert "50257 -> 50304" in f.fix  # a capture before the settings record named the odd layer: the usual one
+
+
+def test_the_alignment_fix_names_the_odd_layer_the_settings_record_found():
+    """Issue 51, item 7: "50304 instead of 50257" for every model was wrong where the vocabulary was another (the
+    Lightning program's 33278): the record names the largest matrix layer with an odd dimension."""
+    from types import SimpleNamespace
+
+    from nvtx_trace.analyzer.questions.alignment import _pad_words
+
+    record = {"odd_dimensions": [{"module": "head", "class": "Linear", "dims": [768, 33278], "odd": 33278}]}
+    assert _pad_words(SimpleNamespace(settings=record)) == (
+        "Pad head (Linear 768 x 33278): 33278 -> 33280 (a multiple of 8; 33280 for 64)")
+
+
+@pytest.mark.torch
+def test_the_settings_record_finds_matrix_layers_with_an_odd_dimension():
+    import torch
+
+    from nvtx_autotrace.settings import _odd_dimensions
+
+    model = torch.nn.Sequential(torch.nn.Embedding(50257, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 10))
+    assert _odd_dimensions([model]) == [
+        {"module": "0", "class": "Embedding", "dims": [50257, 64], "odd": 50257},
+        {"module": "2", "class": "Linear", "dims": [64, 10], "odd": 10}]
 
 
 def test_cuda_core_align1_gemms_are_no_misalignment():

@@ -39,6 +39,19 @@ def saved_per_step(k, tensor_core_ns: int) -> float:
     return k.per_step(tensor_core_ns) * (1 - 1 / ALIGNED_RATIO)
 
 
+def _pad_words(analysis) -> str:
+    """Which dimension to pad, and to what: the largest matrix layer with an odd dimension, where the settings
+    record names it; else the usual culprit, said as an example."""
+    odd = ((analysis.settings or {}).get("odd_dimensions") or [None])[0]
+    if not odd:
+        return ("Pad the dimension that is not a multiple of 8, usually the vocabulary (GPT-2's 50257 -> 50304, a "
+                "multiple of 64)")
+    n = int(odd["odd"])
+    by8, by64 = -(-n // 8) * 8, -(-n // 64) * 64
+    return (f"Pad {odd['module']} ({odd['class']} {' x '.join(str(d) for d in odd['dims'])}): {n} -> {by8} (a "
+            f"multiple of 8; {by64} for 64)")
+
+
 def _findings(analysis, basis) -> list[Finding]:
     k = analysis.kernels
     if k is None or not k.compute_ns:
@@ -46,9 +59,8 @@ def _findings(analysis, basis) -> list[Finding]:
     bad, misaligned = misaligned_kernels(k)
     if misaligned < THRESHOLDS["misaligned_share"] * k.compute_ns or misaligned < THRESHOLDS["min_impact_ns"]:
         return []
-    fix = ("Pad the dimension that is not a multiple of 8, usually the vocabulary: vocab_size=50304 instead of 50257 "
-           "(Hugging Face: model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)); padded rows are "
-           "never predicted if the labels never use them")
+    fix = _pad_words(analysis) + (" (Hugging Face: model.resize_token_embeddings(len(tokenizer), "
+                                  "pad_to_multiple_of=64)); padded rows are never predicted if the labels never use them")
     predicted = None
     if k.steps:
         saved = saved_per_step(k, misaligned)
