@@ -187,6 +187,9 @@ def test_permanent_lines_follow_the_framework_and_the_script_s_own_flags(tmp_pat
 
 @pytest.mark.parametrize("args, says", [
     (["--budget", "10", "programs/cpu_train.py"], "--budget 10 s cannot pay for one stage"),
+    (["--budget", "inf", "programs/cpu_train.py"], "--budget inf: give a number of seconds"),
+    (["--budget", "1e400", "programs/cpu_train.py"], "--budget inf: give a number of seconds"),
+    (["--budget", "nan", "programs/cpu_train.py"], "--budget nan: give a number of seconds"),
     (["missing.py"], "missing.py: no such file"),
     (["--", "torchrun", "--nproc_per_node=2", "--no-python", "echo"], "not --no-python"),
     (["--", "torchrun", "--nproc_per_node=2", "missing.py"], "missing.py: no such file"),

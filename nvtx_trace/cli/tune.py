@@ -18,7 +18,8 @@ CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "a
 def tune(
     target: List[str] = typer.Argument(None, metavar="SCRIPT.py [ARGS]... | -m MODULE [ARGS]...",
                                        help="The training script (or -m module) and its arguments."),
-    budget: float = typer.Option(1200, "--budget", help="Seconds of wall time for the whole tuning."),
+    budget: Optional[float] = typer.Option(
+        None, "--budget", help="Seconds of wall time for the whole tuning, never passed (default 600)."),
     rounds: int = typer.Option(2, "--rounds", help="Runs of each side of a trial, alternating."),
     out: Optional[Path] = typer.Option(
         None, "--out", "-o", help="Folder for the outputs (default: ./nvtx-trace-out/<name>-tune-<time>/)."),
@@ -37,9 +38,9 @@ def tune(
     Example: nvtx-trace tune --budget 900 train.py --epochs 1
     """
     from nvtx_trace.capture import interrupts
-    from nvtx_trace.runner.tune import TuneRequest, run_tune
+    from nvtx_trace.runner.tune import DEFAULT_BUDGET_S, TuneRequest, run_tune
 
-    request = TuneRequest(target or [], budget=budget, rounds=rounds, out=out, json_out=json_out, force=force,
+    request = TuneRequest(target or [], budget=DEFAULT_BUDGET_S if budget is None else budget, rounds=rounds, out=out, json_out=json_out, force=force,
                           python=python, history_path=history_path, no_history=no_history)
     with interrupts.Guard():  # the run in progress ends with us; what was kept so far is written
         run_tune(request)

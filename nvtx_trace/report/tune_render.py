@@ -68,7 +68,7 @@ def notes(d: dict) -> list[str]:
         out.append(f"Left for you (neither a knob nor this program's options apply{since}):")
         for r in d["remaining"][:5]:
             gain = (f": predicted {r['predicted_step_ms']:.2f} ms a step ({r['saving_fraction']:.0%} less)"
-                    if r.get("predicted_step_ms") is not None and r.get("saving_fraction") is not None else "")
+                    if r.get("predicted_step_ms") is not None and (r.get("saving_fraction") or 0) > 0 else "")
             out.append(f"  {r['kind']}{gain}. {r['fix'] or r['title'] or ''}")
     t = d.get("time")
     if t and (t["trials"] or t["profiles_s"]):

@@ -12,6 +12,7 @@ untried finding predicts 3 % or more, or when the budget cannot pay for the next
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 import time
@@ -28,7 +29,7 @@ from nvtx_trace.runner.profile_child import ProfileFailed, profile
 TUNE_JSON, TUNE_HTML = "tune.json", "tune.html"
 MIN_SAVING = 0.03  # a finding must predict at least this share of the step, and a trial measure it
 CLEAR_WIN = 0.15  # a first round this much faster needs no second: rounds drift apart by a few percent
-DEFAULT_BUDGET_S = 1200
+DEFAULT_BUDGET_S = 600  # measured on H200s: a stage costs 35-100 s, GPT-2 trainer fp32 7.08x in 356 s
 MIN_BUDGET_S = 60  # less cannot pay for one profile and one trial of any program
 TOP_FINDINGS = 5  # findings shown per stage
 MIN_STEPS = 3  # fewer in a profile: no loop ends its steps (one range for the whole run is no training step)
@@ -321,6 +322,13 @@ class Tuner:
             self.first_settings = summary.get("settings") or {}
         return summary
 
+    def _no_time_for_a_run(self) -> str | None:
+        """The budget is a ceiling: a trial's next run is not started where it would leave too little for the final
+        check (judge then decides on the rounds run)."""
+        if self._run_s is not None and self.left() - self.reserve_s() < self._run_s:
+            return f"another run would pass the --budget of {self.budget_s:.0f} s"
+        return None
+
     def configuration_text(self, knobs: dict | None = None, via: dict | None = None) -> str:
         """``num_workers=8 (--workers 8),tf32=1``: each knob, with the program's own words where an option sets it."""
         knobs = self.kept if knobs is None else knobs
@@ -352,7 +360,8 @@ class Tuner:
         try:
             base, v = try_runs.alternate(current, variants, self.rounds, self.python,
                                          progress=lambda m: self.say(f"stage {n}: {m}"),
-                                         logs=self.folder / f"stage-{n}", settled=settled)
+                                         logs=self.folder / f"stage-{n}",
+                                         settled=lambda vs: settled(vs) or self._no_time_for_a_run())
         except NvtxTraceError:
             if self._baseline is None:
                 raise
@@ -503,6 +512,9 @@ def script_of(program: list[str]) -> Path | None:
 
 
 def check_budget(budget_s: float) -> None:
+    if not math.isfinite(budget_s):
+        raise UsageError(f"--budget {budget_s}: give a number of seconds, {MIN_BUDGET_S:g} or more (default "
+                         f"{DEFAULT_BUDGET_S})")
     if budget_s < MIN_BUDGET_S:
         raise UsageError(f"--budget {budget_s:g} s cannot pay for one stage (a profile and a plain trial of "
                          f"runs): give --budget {MIN_BUDGET_S:g} or more (default {DEFAULT_BUDGET_S})")
