@@ -40,7 +40,8 @@ def tune(
     from nvtx_trace.capture import interrupts
     from nvtx_trace.runner.tune import DEFAULT_BUDGET_S, TuneRequest, run_tune
 
-    request = TuneRequest(target or [], budget=DEFAULT_BUDGET_S if budget is None else budget, rounds=rounds, out=out, json_out=json_out, force=force,
-                          python=python, history_path=history_path, no_history=no_history)
+    request = TuneRequest(target or [], budget=DEFAULT_BUDGET_S if budget is None else budget, rounds=rounds,
+                          out=out, json_out=json_out, force=force, python=python, history_path=history_path,
+                          no_history=no_history)
     with interrupts.Guard():  # the run in progress ends with us; what was kept so far is written
         run_tune(request)
