@@ -714,3 +714,30 @@ def test_a_run_without_gpu_activity_gets_per_step_bars_whose_loader_waits_are_th
     dom, console = open_page(chromium, page, tmp_path, screenshot=ARTIFACTS / "html-report-cpu_slow_loader.png")
     assert_rendered(dom, console, figures=2)
     assert dom.count('class="legendtext"') >= 2 + 5  # the step chart's two parts and the timeline's colours
+
+
+TUNES = sorted((ROOT / "sample_reports" / "tune").glob("*.tune.json"))
+
+
+@pytest.mark.parametrize("tuned", TUNES, ids=[p.stem for p in TUNES])
+def test_tune_page_shows_what_to_keep_as_code_the_bars_and_each_stage_s_report(tuned, chromium, tmp_path):
+    """Issue 51, item 8: tune.html of real tune runs (H200, programs/options/device_run.sh): the changes to keep as
+    code blocks (the tuned command line first where the program's own options were kept), a bar per configuration
+    with its share of the peak, a link to each stage's profile report, and no list of terminal lines."""
+    import html
+
+    from nvtx_trace.report import tune_render
+
+    d = json.loads(tuned.read_text())
+    page = tmp_path / "tune.html"
+    page.write_text(tune_render.html(d), encoding="utf-8")
+    dom, console = open_page(chromium, page, tmp_path)
+    assert "Uncaught" not in console and "<pre class=\"keep\">" in dom.replace("'", '"')
+    if any(p["through_option"] for p in d["permanent"]):
+        assert html.escape(" ".join(d["command"][1:])) in dom  # the tuned command, as the user runs it
+    for p in d["permanent"]:
+        assert all(html.escape(line, quote=False) in dom for line in p["lines"])
+    assert dom.count("class=\"bar\"") == len((d["flops"] or {}).get("stages") or []) or not d["flops"]
+    for s in (s for s in d["stages"] if s["profile"]):  # a stage that reused a profile links to that one
+        assert f"href=\"{Path(s['profile']).parent.name}/profile/summary.html\"" in dom
+    assert html.escape(tune_render.headline(d), quote=False) in dom and "<li>  stage" not in dom

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from html import escape as esc
+from pathlib import Path
 
 from nvtx_trace.report.try_render import _ms, predicted_cell
 
@@ -105,35 +106,99 @@ def text(d: dict, console) -> None:
         console.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
-def _chart(d: dict) -> str:
-    """The step after each stage as an inline SVG bar chart (no script needed)."""
-    points = [("as it is", d["baseline_step_ms"])] if d.get("baseline_step_ms") else []
-    points += [(f"{s['stage']}: +{_knobs(s['knobs'])}", s["measured_step_ms"]) for s in d["stages"]
-               if s["knobs"] and s["measured_step_ms"]]
+def _bars(d: dict) -> str:
+    """The program as it is and each kept configuration: its plain step as a bar, labelled with the share of the GPU's
+    dense peak it reaches where the FLOPs were counted (inline SVG: no script needed)."""
+    fl = d.get("flops") or {}
+    if fl.get("stages"):
+        points = [(r["label"], r["step_ms"], r.get("peak_fraction"), r.get("precision")) for r in fl["stages"]]
+    else:
+        points = [("as it is", d["baseline_step_ms"], None, None)] if d.get("baseline_step_ms") else []
+        points += [(_knobs({**s["configuration"], **s["knobs"]}), s["measured_step_ms"], None, None)
+                   for s in d["stages"] if s["kept"] and s["measured_step_ms"]]
     if not points:
         return ""
-    top = max(v for _, v in points) or 1.0
-    bar, gap, width = 28, 8, 520
+    top = max(v for _, v, _, _ in points) or 1.0
+    bar, gap, width, left = 26, 10, 460, 330
     rows = []
-    for i, (label, v) in enumerate(points):
+    for i, (label, v, peak, precision) in enumerate(points):
         y = i * (bar + gap)
         w = max(1.0, width * v / top)
-        rows.append(f"<text x='0' y='{y + 18}'>{esc(label)}</text><rect x='260' y='{y}' width='{w:.1f}' "
-                    f"height='{bar}' fill='#4a7fb5'/><text x='{266 + w:.1f}' y='{y + 18}'>{v:.2f} ms</text>")
-    height = len(points) * (bar + gap)
-    return (f"<svg width='{260 + width + 90}' height='{height}' role='img' aria-label='step per stage' "
-            f"style='font:12px system-ui'>{''.join(rows)}</svg>")
+        share = f", {peak:.0%} of the {precision} peak" if peak is not None else ""
+        rows.append(f"<g class='bar'><text x='0' y='{y + 17}'>{esc(label)}</text><rect x='{left}' y='{y}' "
+                    f"width='{w:.1f}' height='{bar}' fill='#4a7fb5'/><text x='{left + 6 + w:.1f}' y='{y + 17}'>"
+                    f"{v:.2f} ms{esc(share)}</text></g>")
+    return (f"<svg width='{left + width + 260}' height='{len(points) * (bar + gap)}' role='img' "
+            f"aria-label='step per configuration' style='font:12px system-ui'>{''.join(rows)}</svg>")
+
+
+def _keep(d: dict) -> str:
+    """What to change, as code: the tuned command line where the program's own options were kept, then each kept
+    setting's lines in the program's own form."""
+    if not d["permanent"]:
+        return "<p>Nothing was kept: the program stays as it is.</p>"
+    out = []
+    if any(p.get("through_option") for p in d["permanent"]):
+        python = ["python"] if d["command"][:1] == ["-m"] or d["command"][0].endswith(".py") else []
+        out.append(f"<h3>Run it as</h3><pre class='keep'><code>{esc(shlex.join(python + list(d['command'])))}"
+                   "</code></pre>")
+    for p in d["permanent"]:
+        where = ("this script's own option, in the command above" if p.get("through_option") else
+                 f"or this script's own option {p['script_flag']}" if p.get("script_flag") else p["framework"])
+        out.append(f"<h3><code>{esc(_knobs({p['knob']: p['value']}))}</code> <small>({esc(where)})</small></h3>"
+                   f"<pre class='keep'><code>{esc(chr(10).join(p['lines']))}</code></pre>")
+    return "".join(out)
+
+
+def _stage_link(s: dict) -> str:
+    """The stage's profile report, relative to tune.html (stage-N/profile/summary.html)."""
+    if not s.get("profile"):
+        return ""
+    profile = Path(s["profile"])
+    rel = profile.relative_to(profile.parents[1]).as_posix()
+    return f"<a href='{esc(rel)}/summary.html'>stage {s['stage']} profile</a>"
+
+
+def _stage_rows(d: dict) -> str:
+    head = "".join(f"<th>{esc(c)}</th>" for c in ("stage", "tried", "predicted", "measured", "kept", "why",
+                                                  "profile", "time"))
+    rows = []
+    for s in d["stages"]:
+        c = cells(s)
+        spent = " + ".join(f"{mmss(s[k])} {w}" for k, w in (("profile_s", "profile"), ("trial_s", "trial"))
+                           if s.get(k) is not None)
+        rows.append("<tr>" + "".join(f"<td>{esc(x)}</td>" for x in (c[0], c[3], c[4], c[5], c[6], s["why"]))
+                    + f"<td>{_stage_link(s)}</td><td>{esc(spent)}</td></tr>")
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _left(d: dict) -> str:
+    if not d["remaining"]:
+        return ""
+    items = []
+    for r in d["remaining"][:8]:
+        gain = (f" (predicted {r['predicted_step_ms']:.2f} ms a step, {r['saving_fraction']:.0%} less)"
+                if r.get("predicted_step_ms") is not None and (r.get("saving_fraction") or 0) > 0 else "")
+        items.append(f"<li><b>{esc(r['kind'])}</b>{esc(gain)}: {esc(r['fix'] or r['title'] or '')}</li>")
+    return ("<h2>Left for you</h2><p>Neither a knob nor this program's options apply these; each comes from the last "
+            f"profile.</p><ul>{''.join(items)}</ul>")
 
 
 def html(d: dict) -> str:
-    head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
-    rows = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells(s)) + "</tr>" for s in d["stages"])
-    lines = "".join(f"<li>{esc(line.strip())}</li>" for line in notes(d))
+    """tune.html: the headline, what to keep as code, the step (and share of peak) per configuration, the stages with
+    a link to each profile's report, what is left, where the time went."""
     program = " ".join(d["program"])
+    t = d.get("time") or {}
+    spent = (f"<p class='time'>Time: profiles {mmss(t['profiles_s'])}, trials {mmss(t['trials_s'])}, final check "
+             f"{mmss(t['final_check_s'])}, of {mmss(d['elapsed_s'])} (budget {mmss(d['budget_s'])}).</p>"
+             if t else "")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>nvtx-trace tune: {esc(program)}</title>
-<style>body{{font:14px system-ui,sans-serif;margin:2em}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd;
-text-align:left;vertical-align:top}}</style></head>
-<body><h1>nvtx-trace tune</h1><p><code>{esc(program)}</code>, {d['rounds']} round(s) per trial, alternating,
-plain</p><p><b>{esc(headline(d))}</b></p><h2>Step per stage</h2>{_chart(d)}
-<h2>Stages</h2><table><tr>{head}</tr>{rows}</table><ul>{lines}</ul></body></html>
+<style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:1200px}}td,th{{padding:4px 8px;
+border-bottom:1px solid #ddd;text-align:left;vertical-align:top}}pre.keep{{background:#f4f6f8;padding:8px 12px;
+border-left:3px solid #4a7fb5;overflow-x:auto}}h3 small{{font-weight:normal;color:#555}}</style></head>
+<body><h1>nvtx-trace tune</h1><p><code>{esc(program)}</code>: {d['rounds']} round(s) a side per trial, alternating,
+plain (no profiler)</p><p class='headline'><b>{esc(headline(d))}</b></p>
+<h2>What to change (nvtx-trace never edits your files)</h2>{_keep(d)}
+<h2>Step per configuration</h2>{_bars(d)}
+<h2>Stages</h2>{_stage_rows(d)}{_left(d)}{spent}</body></html>
 """
