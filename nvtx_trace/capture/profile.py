@@ -186,7 +186,8 @@ def profile(
     for stale in _files_of(stem, (".nsys-rep", ".qdstrm")):
         stale.unlink(missing_ok=True)
     env = dict(os.environ if env is None else env)
-    handover = scratch = None
+    handover = scratch = born = None
+    agents_ended = False
     if log is not None and not capture_output:
         try:
             handover = own_output.Handover()
@@ -256,6 +257,7 @@ def profile(
             if capture_output and log is not None:
                 log.write(text)
             _end_agents({proc.pid, *(capture.watch.profilers if launcher else ())}, since=born)  # each rank's nsys's too
+            agents_ended = True
             line.release()
             if capture.late and not capture.first:  # it came as nsys ended: the capture is whole, we stop now
                 interrupts.stage("as nsys ended")
@@ -263,12 +265,14 @@ def profile(
     finally:
         if proc is not None:  # what nsys keeps in /tmp for the program, left when either was ended early
             rank_nsys = capture.watch.profilers if launcher and capture is not None else ()
+            if not agents_ended:  # ended early (a signal as nsys started): its agent may still write in scratch
+                _end_agents({proc.pid, *rank_nsys}, since=born)
             nsys_files.remove_leftovers({proc.pid, *rank_nsys}, since=began,
                                         folders=(env.get(own_output.TMPDIR_ENV), env.get("TMPDIR"), scratch))
         made = [p for p in _files_of(stem, (".nsys-rep", ".qdstrm")) if p.exists() and p.stat().st_size > 0]
         raw = _raw_captures(scratch) if scratch is not None and not made else []
         if scratch is not None and not raw:  # after nsys and its agent ended (or failed to start)
-            shutil.rmtree(scratch, ignore_errors=True)
+            _remove_scratch(scratch)
     result = ProfileResult(returncode, None, None, text, interrupted=capture.first is not None, pid=proc.pid,
                            signal=capture.first, aborted=capture.aborted is not None, left_running=left,
                            abandoned=capture.abandoned, stuck=finishing.stuck_for is not None,
@@ -360,6 +364,16 @@ def _kept_raw(raw: list[Path], stem: Path, full: bool) -> str:
     size = sum(p.stat().st_size for p in raw if p.exists()) / 2**20
     return (f"; the raw capture is kept in {raw[0]} ({size:.1f} MiB): {'free some space, then ' if full else ''}"
             f"nvtx-trace analyze {raw[0]} makes the report of it (or move it beside {stem.name}.nsys-rep first)")
+
+
+def _remove_scratch(scratch: str) -> None:
+    """nsys's private folder removed; once more a moment later where something of nsys's that was still ending
+    wrote into it again (seen once under load, a signal as nsys started)."""
+    for _attempt in range(5):
+        shutil.rmtree(scratch, ignore_errors=True)
+        time.sleep(0.1)
+        if not os.path.exists(scratch):
+            return
 
 
 def _scratch(env: dict) -> str | None:
