@@ -122,3 +122,28 @@ p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     assert po.words_for(found, "sdpa", True) == ["--attn", "sdpa"]
     assert [lever.option.flag for lever in found["sdpa"]] == ["--attn"]  # a number of heads is no attention kind
     assert po.words_for(found, "amp", "bf16") == ["--dtype", "bf16"]
+
+
+def test_a_script_parsing_training_arguments_takes_their_fields_as_options(tmp_path):
+    """HfArgumentParser makes each TrainingArguments field an option of its name: bf16, tf32, torch_compile(_mode),
+    the dataloader's, optim (with adamw_torch_fused): what a Trainer user keeps is the command line."""
+    options = po.read(_script(tmp_path, """
+from transformers import HfArgumentParser, TrainingArguments
+parser = HfArgumentParser((TrainingArguments,))
+(args,) = parser.parse_args_into_dataclasses()
+"""))
+    found = po.levers(options)
+    assert po.words_for(found, "amp", "bf16") == ["--bf16"]
+    assert po.words_for(found, "tf32", True) == ["--tf32"]
+    assert po.words_for(found, "compile", True) == ["--torch_compile"]
+    assert po.words_for(found, "compile", "reduce-overhead") == ["--torch_compile_mode", "reduce-overhead"]
+    assert po.words_for(found, "num_workers", 8) == ["--dataloader_num_workers", "8"]
+    assert po.words_for(found, "pin_memory", True) is None  # on by default
+    assert po.words_for(found, "fused_optimizer", True) == ["--optim", "adamw_torch_fused"]
+
+
+def test_a_lightning_cli_script_takes_the_trainer_s_precision(tmp_path):
+    options = po.read(_script(tmp_path, "from lightning.pytorch.cli import LightningCLI\nLightningCLI(Model, Data)\n"))
+    found = po.levers(options)
+    assert po.words_for(found, "amp", "bf16") == ["--trainer.precision", "bf16-mixed"]
+    assert po.words_for(found, "cudnn_benchmark", True) == ["--trainer.benchmark", "True"]

@@ -12,5 +12,6 @@ KNOB = Knob(
                      "backward()", "    loss = criterion(model(inputs), targets)"),
     frameworks={"hf_trainer": lambda value: "TrainingArguments(..., bf16=True)" if value == "bf16" else None,
                 "lightning": lambda value: 'Trainer(..., precision="bf16-mixed")' if value == "bf16" else None},
-    option_words=("bf16", "dtype", "amp_dtype", "autocast_dtype", "precision", "mixed_precision"),
+    option_words=("bf16", "dtype", "amp_dtype", "autocast_dtype", "precision", "mixed_precision",
+                  "trainer.precision"),
     option_enables=("amp", "use_amp"), precision=lambda value: "bf16" if value == "bf16" else None)

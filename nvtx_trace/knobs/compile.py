@@ -27,4 +27,4 @@ KNOB = Knob(
     applied="model", order=100, choices={m: m for m in MODES}, choices_are="a mode", loss_bound=0.01,
     numerics=True, fixes=("fusion", "cpu_overhead", "cuda_api"), pytorch=_lines,
     frameworks={"hf_trainer": _hf, "lightning": _lightning},
-    option_words=("compile", "torch-compile", "torch_compile"))
+    option_words=("compile", "torch-compile", "torch_compile", "torch_compile_mode", "compile_mode"))

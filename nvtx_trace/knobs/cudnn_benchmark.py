@@ -7,4 +7,4 @@ KNOB = Knob(
     backend=("backends.cudnn.benchmark",), loss_bound=0.01, fixes=("cudnn_benchmark",),
     pytorch=template("torch.backends.cudnn.benchmark = True"),
     frameworks={"lightning": "Trainer(..., benchmark=True)"},
-    option_words=("cudnn-benchmark", "cudnn_benchmark"))
+    option_words=("cudnn-benchmark", "cudnn_benchmark", "trainer.benchmark"))

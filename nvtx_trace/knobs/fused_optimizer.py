@@ -7,4 +7,5 @@ KNOB = Knob(
     optimizer_arg="fused", loss_bound=1e-3, fixes=("optimizer",),
     pytorch=template("optimizer = torch.optim.{optimizer}(model.parameters(), ..., fused=True)"),
     frameworks={"hf_trainer": 'TrainingArguments(..., optim="adamw_torch_fused")',
-                "lightning": ("# in configure_optimizers():", PLAIN)})
+                "lightning": ("# in configure_optimizers():", PLAIN)},
+    option_words=("fused", "fused_optimizer", "fused_adam", "adamw_torch_fused"), option_choosers=("optim",))

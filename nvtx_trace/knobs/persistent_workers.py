@@ -7,4 +7,4 @@ KNOB = Knob(
     applied="dataloader", order=30, needs_workers=True, loss_bound=0.0, fixes=("dataloader_stall",),
     pytorch=template("DataLoader(..., persistent_workers={b}){at}"),
     frameworks={"hf_trainer": "TrainingArguments(..., dataloader_persistent_workers={b})"},
-    option_words=("persistent-workers", "persistent_workers"))
+    option_words=("persistent-workers", "persistent_workers", "dataloader_persistent_workers"))

@@ -7,4 +7,4 @@ KNOB = Knob(
     order=20, loss_bound=0.0, fixes=("dataloader_stall", "pageable_h2d"),
     pytorch=template("DataLoader(..., pin_memory={b}){at}"),
     frameworks={"hf_trainer": "TrainingArguments(..., dataloader_pin_memory={b})"},
-    option_words=("pin-memory", "pin_memory", "pin_mem"))
+    option_words=("pin-memory", "pin_memory", "pin_mem", "dataloader_pin_memory"))

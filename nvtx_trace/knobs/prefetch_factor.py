@@ -7,4 +7,4 @@ KNOB = Knob(
     order=40, needs_workers=True, loss_bound=0.0, fixes=("dataloader_stall",),
     pytorch=template("DataLoader(..., prefetch_factor={v}){at}"),
     frameworks={"hf_trainer": "TrainingArguments(..., dataloader_prefetch_factor={v})"},
-    option_words=("prefetch-factor", "prefetch_factor"), option_takes_value=True)
+    option_words=("prefetch-factor", "prefetch_factor", "dataloader_prefetch_factor"), option_takes_value=True)

@@ -59,6 +59,10 @@ def read(script: Path | None) -> list[Option]:
     out = [o for node in ast.walk(tree) if (o := _argument(node)) is not None]
     if "configurator" in source and re.search(r"exec\s*\(\s*open\s*\(", source):
         out += _configurator_globals(tree)
+    if "HfArgumentParser" in source and "TrainingArguments" in source:
+        out += HF_TRAINING_ARGUMENTS
+    if "LightningCLI" in source:
+        out += LIGHTNING_CLI
     seen, unique = set(), []
     for o in out:
         if o.flag not in seen:
@@ -116,6 +120,26 @@ def _configurator_globals(tree) -> list[Option]:
     return out
 
 
+# A script that parses Hugging Face's TrainingArguments with HfArgumentParser takes each field as an option of its
+# name: the fields that do what a knob does (transformers' TrainingArguments, its public API; a bool field is
+# ``--bf16`` or ``--bf16 True``, one whose default is True also ``--no_<name>``; ``optim`` lists its optimizers).
+HF_TRAINING_ARGUMENTS = [
+    Option(("--bf16",), "switch", "bool", False), Option(("--tf32",), "switch", "bool", None),
+    Option(("--torch_compile",), "switch", "bool", False), Option(("--torch_compile_mode",), "value", "str", None),
+    Option(("--dataloader_num_workers",), "value", "int", 0),
+    Option(("--dataloader_pin_memory",), "switch", "bool", True),  # on by default
+    Option(("--dataloader_persistent_workers",), "switch", "bool", False),
+    Option(("--dataloader_prefetch_factor",), "value", "int", None),
+    Option(("--optim",), "value", "str", "adamw_torch", ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd")),
+]
+# A LightningCLI script takes the Trainer's arguments as --trainer.<name> (jsonargparse).
+LIGHTNING_CLI = [
+    Option(("--trainer.precision",), "value", "str", "32-true",
+           ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "64-true")),
+    Option(("--trainer.benchmark",), "value", "bool", None),
+]
+
+
 @dataclass(frozen=True)
 class Lever:
     """An option that does what ``knob`` does."""
@@ -153,8 +177,8 @@ class Lever:
         if isinstance(value, str):  # a word (amp's bf16, compile's mode): one of the option's own words for it
             if o.choices:
                 words = [str(c) for c in o.choices]
-            elif isinstance(o.default, str):  # no choices declared: the knob's words, in the default's style
-                words = sorted(knob.choices, key=lambda w: ("float" in w) != ("float" in o.default))
+            elif isinstance(o.default, str) or (o.default is None and o.type == "str"):  # no choices: the knob's
+                words = sorted(knob.choices, key=lambda w: ("float" in w) != ("float" in (o.default or "")))
             else:
                 return None
             return next((w for w in words if knob.choices.get(w.lower(), w) == value), None)
