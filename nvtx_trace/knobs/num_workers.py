@@ -17,4 +17,5 @@ KNOB = Knob(
     loss_bound=0.05, fixes=("dataloader_stall",),
     pytorch=template("DataLoader(..., num_workers={v}){at}"),
     frameworks={"hf_trainer": "TrainingArguments(..., dataloader_num_workers={v})"},
-    option_words=("num-workers", "num_workers", "workers", "dataloader_num_workers"), option_takes_value=True, observed=_workers)
+    option_words=("num-workers", "num_workers", "workers", "dataloader_num_workers"), option_takes_value=True,
+    observed=_workers)
