@@ -239,9 +239,10 @@ class Tuner:
         return {k: v for k, v in knobs.items() if k not in self.via}
 
     def reserve_s(self) -> float:
-        """Kept for the final check (the original against the tuned program, a trial's cost) once a knob is kept:
-        the speed-up is then always measured in one sitting."""
-        return self.trial_s() if self.kept else 0.0
+        """Kept once a knob is kept: for the final check (the original against the tuned program, a trial's cost),
+        so the speed-up is always measured in one sitting, and for a profile of the tuned program, so what is left
+        comes from it."""
+        return self.trial_s() + (self._profile_s or 0.0) if self.kept else 0.0
 
     def clock_text(self) -> str:
         used = self.clock() - self._began
@@ -285,25 +286,31 @@ class Tuner:
                 self.rejected.append(c.knobs)
             if on_stage:
                 on_stage(self.result())
+        if stale and self.kept and self.stopped == "budget" and self._profile_s is not None and (
+                self._profile_s <= self.left() - (self.trial_s() if len(self.kept) > 1 else 0.0)):
+            self._profile("final")  # what is left comes from the tuned program, not from before its last knob
         if len([s for s in self.stages if s["kept"]]) > 1:
             self._check_final()
         return self.result()
 
-    def _profile(self) -> dict | None:
+    def _profile(self, final: str | None = None) -> dict | None:
+        """The program profiled with the configuration so far: a stage's (``stage-N/profile``), or ``final``'s."""
         n = len(self.stages) + 1
-        out = self.folder / f"stage-{n}" / "profile"
+        out = self.folder / (final or f"stage-{n}") / "profile"
         what = f" with {self.configuration_text()}" if self.kept else " as it is"
         shown = script_of(self.program) or " ".join(self.program[:2])
-        self.say(f"stage {n}: profiling {shown}{what} (nvtx-trace run; {self.clock_text()})")
+        said = f"{final}: what is left in the tuned program:" if final else f"stage {n}:"
+        self.say(f"{said} profiling {shown}{what} (nvtx-trace run; {self.clock_text()})")
         t0 = self.clock()
         try:
             profile(self.current_program(), self.python, out, self.knob_part(self.kept),
-                    stage=f"while profiling (stage {n})",
+                    stage=f"while profiling ({final or f'stage {n}'})",
                     log=out.parent / "profile.log", env={} if self._profiles else {names.FLOPS_ENV: "1"})
         except ProfileFailed as exc:
             if not self._profiles:
                 raise UsageError(f"{script_of(self.program) or self.program[0]}: {exc}") from None
-            self.stopped = f"profile failed: {exc}"
+            if not final:  # a failed final profile leaves what is left as the last stage's profile said
+                self.stopped = f"profile failed: {exc}"
             return None
         self._profile_s = self.clock() - t0
         self._fresh_profile_s = self._profile_s  # the next stage row's: it profiled anew
@@ -315,7 +322,8 @@ class Tuner:
                 raise UsageError(f"{script_of(self.program) or self.program[0]}: the profile found no training "
                                  "steps (nothing called optimizer.step() or nvtx_autotrace.mark_step()): tune needs a "
                                  f"training loop of at least ~30 steps; the profile is in {out}")
-            self.stopped = "the profile found no training steps"
+            if not final:
+                self.stopped = "the profile found no training steps"
             return None
         self.last_profile = {"path": str(out), "summary": summary, "configuration": dict(self.kept)}
         if self._profiles == 1:
