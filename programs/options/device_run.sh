@@ -3,7 +3,8 @@
 # pinned to its half of the cores (CUDA_VISIBLE_DEVICES + taskset; tune's CPUs-allowed logic sees the half).
 #   source .device-carry/env.sh; bash programs/options/device_run.sh BUDGET_S "NAME0|ARGS..." "NAME1|ARGS..."
 # A side: NAME is gpt2 (programs/options/gpt2_flags_train.py), images (image_folder_train.py), lightning
-# (programs/heldout/lightning_train.py, Trainer defaults) or hf (programs/hf_trainer_train.py). For each: the
+# (programs/heldout/lightning_train.py, Trainer defaults) or hf (programs/options/hf_args_train.py, TrainingArguments
+# from its command line, fp32 defaults). For each: the
 # program plain as it is and with its best options by hand (interleaved, the program's own printed step), then
 # `nvtx-trace tune --budget BUDGET_S` (which times the program as it is itself: BYHAND="plain best" adds a plain
 # by-hand run). Writes under $OUT: <name>.log, <name>.byhand.jsonl, <name>.tune.json.
@@ -21,7 +22,7 @@ script_of() {
     gpt2) echo programs/options/gpt2_flags_train.py ;;
     images) echo programs/options/image_folder_train.py ;;
     lightning) echo programs/heldout/lightning_train.py ;;
-    hf) echo programs/hf_trainer_train.py ;;
+    hf) echo programs/options/hf_args_train.py ;;
   esac
 }
 short_of() {  # what makes a by-hand run short (tune stops its own runs after their timed window)
@@ -29,7 +30,7 @@ short_of() {  # what makes a by-hand run short (tune stops its own runs after th
     gpt2) echo "--num_iterations 100" ;;
     images) echo "--epochs 2" ;;
     lightning) echo "--steps 120" ;;
-    hf) echo "--steps 40" ;;
+    hf) echo "--max_steps 120" ;;
   esac
 }
 best_of() {
@@ -37,7 +38,7 @@ best_of() {
     gpt2) echo "--flash 1 --dtype bfloat16 --tensorcores 1 --compile 1" ;;
     images) echo "-j $((half - 2)) --pin-mem --amp --amp-dtype bfloat16 --channels-last" ;;
     lightning) echo "--tf32 --bf16 --compile" ;;
-    hf) echo "" ;;
+    hf) echo "--bf16 --tf32 True --torch_compile" ;;
   esac
 }
 side() {  # gpu index, "name|args"
