@@ -153,7 +153,7 @@ def test_tune_json_keys_are_the_documented_contract(tmp_path):
     stage_named = {"profile", "knobs", "finding", "predicted_step_ms", "measured_step_ms", "kept", "why"}
     assert stage_named <= keys["stages[]"]
     assert {"knob", "value", "framework", "lines", "script_flag", "through_option"} == keys["permanent[]"]
-    assert {"flag", "kind", "default", "maps_to", "values_tried", "kept"} == keys["options[]"]
+    assert {"flag", "kind", "default", "maps_to", "values_tried", "kept", "failed"} == keys["options[]"]
     assert {"kind", "title", "fix", "impact_ms", "predicted_step_ms", "saving_fraction", "where"} == keys["remaining[]"]
     t.first_settings = {"model_flops_per_step": 6e12, "flops_step": 2, "device": {"name": "NVIDIA H100 80GB HBM3"},
                         "matmul_allow_tf32": False}
@@ -462,3 +462,44 @@ def test_when_the_budget_ends_after_a_kept_knob_what_is_left_comes_from_a_profil
     assert [p.parent.name for p in profiled] == ["stage-1", "final"]
     assert d["remaining_from"]["configuration"] == {"num_workers": 8} and [r["kind"] for r in d["remaining"]] == ["sync"]
     assert d["elapsed_s"] <= 150
+
+
+def test_an_option_whose_trial_fails_is_tried_again_as_the_knob(tmp_path, monkeypatch):
+    """Seen on an H200: an HfArgumentParser script refused `--tf32` without its value (exit 2), and tf32 was then
+    never tried. A program refusing or crashing on its own option is no verdict on the knob: it is tried as
+    nvtx_autotrace applies it, and the option is said to have failed."""
+    from nvtx_trace.runner import program_options
+
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--tensorcores', type=int, "
+                      "default=0)\n")
+    now = [0.0]
+
+    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
+        now[0] += 30
+        out.mkdir(parents=True, exist_ok=True)
+        found = [] if knobs else [finding("precision", 50, {"tf32": True})]
+        (out / "summary.json").write_text(json.dumps(profile(*found, step_ms=100.0)))
+        return out
+
+    def fake_alternate(target, variants, rounds, python=None, progress=None, logs=None, settled=None):
+        base, v = variants
+        now[0] += 20
+        base.rounds.append(Round([100.0] * 20, "median", 100.0, [], 0))
+        if "--tensorcores" in (v.program or []):
+            v.rounds.append(Round([], "median", None, [], 2, "the program exited with status 2: bad option"))
+        else:
+            v.rounds.append(Round([50.0] * 20, "median", 50.0, knob_records("tf32=1: set at start-up"), 0))
+        return variants
+
+    monkeypatch.setattr(tune, "profile", fake_profile)
+    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
+    t = tune.Tuner([str(script)], tmp_path / "t", budget_s=600, clock=lambda: now[0], say=lambda m: None)
+    assert program_options.words_for(t.levers, "tf32", True) == ["--tensorcores", "1"]
+    d = t.run()
+    first, second = d["stages"][:2]
+    assert first["options"] == ["--tensorcores", "1"] and not first["kept"] and "a run failed" in first["why"]
+    assert second["options"] is None and second["kept"] and d["kept_knobs"] == {"tf32": True}
+    (option,) = d["options"]
+    assert option["failed"] and option["kept"] is None
+    assert d["permanent"][0]["script_flag"] is None and d["command"] == [str(script)]

@@ -124,7 +124,8 @@ def _configurator_globals(tree) -> list[Option]:
 # name: the fields that do what a knob does (transformers' TrainingArguments, its public API; a bool field is
 # ``--bf16`` or ``--bf16 True``, one whose default is True also ``--no_<name>``; ``optim`` lists its optimizers).
 HF_TRAINING_ARGUMENTS = [
-    Option(("--bf16",), "switch", "bool", False), Option(("--tf32",), "switch", "bool", None),
+    Option(("--bf16",), "switch", "bool", False),
+    Option(("--tf32",), "value", "bool", None),  # Optional[bool]: HfArgumentParser wants its value (--tf32 True)
     Option(("--torch_compile",), "switch", "bool", False), Option(("--torch_compile_mode",), "value", "str", None),
     Option(("--dataloader_num_workers",), "value", "int", 0),
     Option(("--dataloader_pin_memory",), "switch", "bool", True),  # on by default

@@ -218,6 +218,7 @@ class Tuner:
     levers: dict = field(default_factory=dict)  # knob -> the options that do what it does
     via: dict = field(default_factory=dict)  # kept knobs the program's options apply: knob -> its words
     option_trials: list = field(default_factory=list)  # (knob, value, words, kept) for each option trial
+    unusable: dict = field(default_factory=dict)  # knob -> the option words whose trial failed: the knob applies
     spent: dict = field(default_factory=lambda: {"profiles_s": 0.0, "trials_s": 0.0, "final_check_s": 0.0,
                                                  "trials": 0, "runs": 0, "stopped_early": 0})
     _fresh_profile_s: float | None = None
@@ -276,6 +277,13 @@ class Tuner:
                 self.stopped = "budget"
                 break
             kept, via = self._trial(summary, c)
+            if not kept and via and self.stages and self.stages[-1]["why"].startswith("a run failed"):
+                # the program refused or crashed on its own option: the knob is tried as nvtx_autotrace applies it
+                self.say(f"stage {len(self.stages)}: the program's own option failed; "
+                         f"{declared.text(c.knobs)} is tried as a knob instead")
+                self.unusable.update(via)
+                self.levers = {k: v for k, v in self.levers.items() if k not in via}
+                continue
             if kept:
                 self.kept.update(c.knobs)
                 for k in c.knobs:  # a knob now applied by an option, or by nvtx_autotrace instead of one
@@ -479,7 +487,9 @@ class Tuner:
 
     def _options(self) -> list[dict]:
         """Each option the program declares, what it maps to, the values tune tried through it and the one kept."""
-        mapped = {lever.option.flag: knob for knob, found in self.levers.items() for lever in found}
+        mapped = {lever.option.flag: knob for knob, found in program_options.levers(self.options).items()
+                  for lever in found}
+        failed = {w for words in self.unusable.values() for w in words}
         out = []
         for o in self.options:
             knob = mapped.get(o.flag)
@@ -487,7 +497,8 @@ class Tuner:
                 w.startswith(o.flag + "=") for w in t["words"])]
             kept = next((t["value"] for t in reversed(trials) if t["kept"]), None)
             out.append({"flag": o.flag, "kind": o.kind, "default": o.default, "maps_to": knob,
-                        "values_tried": [t["value"] for t in trials], "kept": kept})
+                        "values_tried": [t["value"] for t in trials], "kept": kept,
+                        "failed": o.flag in failed or any(w.startswith(o.flag + "=") for w in failed)})
         return out
 
     def _flops(self, original_ms: float | None) -> dict | None:
