@@ -134,7 +134,7 @@ parser = HfArgumentParser((TrainingArguments,))
 """))
     found = po.levers(options)
     assert po.words_for(found, "amp", "bf16") == ["--bf16"]
-    assert po.words_for(found, "tf32", True) == ["--tf32"]
+    assert po.words_for(found, "tf32", True) == ["--tf32", "True"]  # Optional[bool]: it takes its value
     assert po.words_for(found, "compile", True) == ["--torch_compile"]
     assert po.words_for(found, "compile", "reduce-overhead") == ["--torch_compile_mode", "reduce-overhead"]
     assert po.words_for(found, "num_workers", 8) == ["--dataloader_num_workers", "8"]
