@@ -28,8 +28,7 @@ class ModelArguments:
 
 def main() -> int:
     os.environ.setdefault("WANDB_DISABLED", "true")
-    from transformers import (GPT2Config, GPT2LMHeadModel, HfArgumentParser, Trainer, TrainerCallback,
-                              TrainingArguments)
+    from transformers import GPT2Config, GPT2LMHeadModel, HfArgumentParser, Trainer, TrainerCallback, TrainingArguments
 
     model_args, args = HfArgumentParser((ModelArguments, TrainingArguments)).parse_args_into_dataclasses()
     torch.manual_seed(0)
