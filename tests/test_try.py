@@ -414,3 +414,21 @@ def test_try_and_diff_pages_say_what_they_compare_not_dashes():
     assert "GPU busy" not in diff_render._headline(sides)
     sides["after"]["gpu_busy_fraction"] = 0.5
     assert "GPU busy - -> 50 %" in diff_render._headline(sides)
+
+
+
+def test_no_variant_runs_once_the_baseline_gave_no_step_times(monkeypatch):
+    """Issue 52: try ran the variant after the baseline had already failed."""
+    from nvtx_trace.errors import NvtxTraceError
+    from nvtx_trace.runner import try_runs
+
+    ran = []
+
+    def fake_time_once(target, knobs, python=None, cwd=None, timeout=None, log=None):
+        ran.append(dict(knobs))
+        return try_runs.Round([], "median", None, [], 1, "the program exited with status 1: boom")
+
+    monkeypatch.setattr(try_runs, "time_once", fake_time_once)
+    with pytest.raises(NvtxTraceError, match="the baseline run gave no step times"):
+        try_runs.compare(["train.py"], [{"tf32": True}], rounds=2)
+    assert ran == [{}]

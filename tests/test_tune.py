@@ -190,6 +190,7 @@ def test_permanent_lines_follow_the_framework_and_the_script_s_own_flags(tmp_pat
     (["--budget", "inf", "programs/cpu_train.py"], "--budget inf: give a number of seconds"),
     (["--budget", "1e400", "programs/cpu_train.py"], "--budget inf: give a number of seconds"),
     (["--budget", "nan", "programs/cpu_train.py"], "--budget nan: give a number of seconds"),
+    (["--rounds", "1000000", "programs/cpu_train.py"], "--rounds 1000000: a trial is 2000000 plain runs"),
     (["missing.py"], "missing.py: no such file"),
     (["--", "torchrun", "--nproc_per_node=2", "--no-python", "echo"], "not --no-python"),
     (["--", "torchrun", "--nproc_per_node=2", "missing.py"], "missing.py: no such file"),
@@ -503,3 +504,77 @@ def test_an_option_whose_trial_fails_is_tried_again_as_the_knob(tmp_path, monkey
     (option,) = d["options"]
     assert option["failed"] and option["kept"] is None
     assert d["permanent"][0]["script_flag"] is None and d["command"] == [str(script)]
+
+
+
+def test_a_loss_that_is_nan_without_the_knob_too_does_not_reject_it():
+    """Issue 52: a knob 1.72x faster was rejected for "the loss became NaN" where the loss was NaN without it too."""
+    nan = (2.0, float("nan"))
+    b = Variant({}, rounds(100, 100, losses=nan), added={})
+    assert tune.judge(b, Variant({"tf32": True}, rounds(58, 58, losses=nan), added={"tf32": True}))["kept"]
+    clean = Variant({}, rounds(100, 100, losses=(2.0, 1.9)), added={})
+    assert not tune.judge(clean, Variant({"tf32": True}, rounds(58, 58, losses=nan), added={"tf32": True}))["kept"]
+
+
+def test_tune_json_says_running_while_tune_goes_on_and_an_interrupt_after_the_first_profile_keeps_it(
+        tmp_path, monkeypatch):
+    """Issue 52: a killed tune left tune.json with stopped null (no documented value); Ctrl-C after stage 1's
+    profile wrote no tune.json at all."""
+    from nvtx_trace.capture.interrupts import Interrupted
+
+    script = tmp_path / "train.py"
+    script.write_text("print('train')\n")
+    seen = []
+
+    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
+        out.mkdir(parents=True, exist_ok=True)
+        found = [finding("precision", 20, {"tf32": True})] if knobs else [finding("fusion", 20, {"compile": True})]
+        (out / "summary.json").write_text(json.dumps(profile(*found, step_ms=100.0)))
+        return out
+
+    def fake_alternate(target, variants, rounds, python=None, progress=None, logs=None, settled=None):
+        if (tmp_path / "t" / "tune.json").exists():
+            seen.append(json.loads((tmp_path / "t" / "tune.json").read_text())["stopped"])
+            raise Interrupted(2, "in round 1/2")
+        for v in variants:
+            ms = 100.0 if not v.added else 50.0
+            said = knob_records(*(f"{tune.declared.text({k: x})}: applied" for k, x in (v.added or {}).items()))
+            v.rounds.append(Round([ms] * 20, "median", ms, said, 0))
+        return variants
+
+    monkeypatch.setattr(tune, "profile", fake_profile)
+    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
+    with pytest.raises(Interrupted) as told:
+        tune.run_tune(tune.TuneRequest([str(script)], out=tmp_path / "t", no_history=True))
+    assert seen == ["running"]  # what a SIGKILL at that moment would have left
+    d = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert d["stopped"] == "interrupted" and len(d["kept_knobs"]) == 1 and len(d["stages"]) == 1
+    assert tune.declared.text(d["kept_knobs"]) in told.value.kept
+
+    # interrupted in the first trial: no stage ended, the first profile did
+    def interrupted(*_a, **_k):
+        raise Interrupted(2, "in round 1/2")
+
+    monkeypatch.setattr(tune.try_runs, "alternate", interrupted)
+    with pytest.raises(Interrupted):
+        tune.run_tune(tune.TuneRequest([str(script)], out=tmp_path / "u", no_history=True))
+    d = json.loads((tmp_path / "u" / "tune.json").read_text())
+    assert d["stopped"] == "interrupted" and d["stages"] == [] and d["remaining_from"]["profile"].endswith("profile")
+
+
+@pytest.mark.torch
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_a_program_that_never_steps_is_the_documented_line_not_a_missing_summary(tmp_path):
+    """Issue 52: a script with no training loop at all (nothing to analyze) said "the profile run wrote no
+    summary.json (exit status 3)"; it is the documented line, with the profile's own reason after it."""
+    from conftest import installed_nsys
+
+    installed_nsys()
+    script = tmp_path / "nosteps.py"
+    script.write_text("import time\nimport torch\nx = torch.ones(3)\ntime.sleep(0.5)\nprint('done')\n")
+    proc = cli("--no-history", "--out", str(tmp_path / "t"), str(script), timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "the profile found no training steps" in last and "nothing to analyze" in last, last
+    assert not list((tmp_path / "t").rglob("*.outcome.json"))  # read, then removed

@@ -24,13 +24,25 @@ from nvtx_trace.errors import NvtxTraceError
 
 
 class ProfileFailed(NvtxTraceError):
-    """The profile run wrote no summary.json: the line says its exit status and where its output is."""
+    """The profile run wrote no summary.json: the line says why (the child's own words, from its outcome file), its
+    exit status and where its output is; ``program_ran_clean``: the program itself exited 0 (so what failed is the
+    analysis of what it did: nothing to analyze, no steps)."""
+
+    def __init__(self, message: str, program_ran_clean: bool = False):
+        super().__init__(message)
+        self.program_ran_clean = program_ran_clean
 
 
 def request(program: list[str], python: str | None, out: Path, knobs: dict | None = None) -> dict:
     """What the child is told: the program (``-m MODULE ...``, a script, or a command such as torchrun), the
-    output folder, the Python that runs it, the knobs applied."""
-    return {"program": list(program), "out": str(out), "python": python, "knobs": dict(knobs or {})}
+    output folder, the Python that runs it, the knobs applied, and where it says how it ended (``outcome``:
+    ``{"exit_code", "program_exit_code", "problems", "error"}``, removed once read)."""
+    return {"program": list(program), "out": str(out), "python": python, "knobs": dict(knobs or {}),
+            "outcome": str(outcome_path(out))}
+
+
+def outcome_path(out: Path) -> Path:
+    return out.parent / f"{out.name}.outcome.json"
 
 
 def profile(program: list[str], python: str | None, out: Path, knobs: dict | None = None,
@@ -58,10 +70,34 @@ def profile(program: list[str], python: str | None, out: Path, knobs: dict | Non
     finally:
         if err:
             err.close()
+    said = _read_outcome(outcome_path(out))
     if not (out / "summary.json").is_file():
         where = f"its output is in {log}" if log else f"run nvtx-trace run {' '.join(program)} to see why"
-        raise ProfileFailed(f"the profile run wrote no summary.json (exit status {proc.returncode}); {where}")
+        why = said.get("error") or "; ".join(said.get("problems") or []) or "it wrote no summary.json"
+        raise ProfileFailed(f"the profile run failed (exit status {proc.returncode}): {why}; {where}",
+                            program_ran_clean=said.get("program_exit_code") == 0)
     return out
+
+
+def _read_outcome(path: Path) -> dict:
+    import contextlib
+
+    try:
+        said = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        said = {}
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return said if isinstance(said, dict) else {}
+
+
+def _say_outcome(asked: dict, **outcome) -> None:
+    """The child's last word to its parent, as data (never a line of text to parse)."""
+    if asked.get("outcome"):
+        try:
+            Path(asked["outcome"]).write_text(json.dumps(outcome), encoding="utf-8")
+        except OSError:
+            pass
 
 
 def run_request(asked: dict) -> int:
@@ -86,9 +122,10 @@ def run_request(asked: dict) -> int:
         say(problem)
     for path in result.written:
         print(f"Wrote {path}", file=sys.stderr)
-    if result.exit_code != 0:
-        return result.exit_code
-    return result.error.exit_code if result.error else 0
+    code = result.exit_code if result.exit_code != 0 else (result.error.exit_code if result.error else 0)
+    _say_outcome(asked, exit_code=code, program_exit_code=result.exit_code, problems=list(result.problems),
+                 error=str(result.error) if result.error else None)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_request(asked)
     except NvtxTraceError as exc:
         print(f"nvtx-trace: error: {exc}", file=sys.stderr)
+        _say_outcome(asked, exit_code=exc.exit_code, program_exit_code=None, problems=[], error=str(exc))
         return exc.exit_code
     except interrupts.Interrupted as exc:
         print(f"nvtx-trace: {exc}", file=sys.stderr)

@@ -239,11 +239,10 @@ def alternate(target: list[str], variants: list[Variant], rounds: int, python: s
                 progress(f"round {r + 1}/{rounds}: {v.label}")
             log = logs / variant_folder(v.label) / f"round-{r + 1}.log" if logs else None
             v.rounds.append(time_once(v.program or target, v.knobs, python, timeout=RUN_TIMEOUT_S, log=log))
-        base = variants[0]
-        if not any(r.step_ms for r in base.rounds):
-            raise NvtxTraceError(f"the baseline run gave no step times: {base.rounds[-1].why}; nvtx-trace try needs "
-                                 "a training loop that calls optimizer.step() (or nvtx_autotrace.mark_step()) for "
-                                 "at least ~30 steps")
+            if v is variants[0] and not any(x.step_ms for x in v.rounds):  # no variant runs against nothing
+                raise NvtxTraceError(f"the baseline run gave no step times: {v.rounds[-1].why}; nvtx-trace try needs "
+                                     "a training loop that calls optimizer.step() (or nvtx_autotrace.mark_step()) "
+                                     "for at least ~30 steps")
     return variants
 
 

@@ -31,6 +31,7 @@ MIN_SAVING = 0.03  # a finding must predict at least this share of the step, and
 CLEAR_WIN = 0.15  # a first round this much faster needs no second: rounds drift apart by a few percent
 DEFAULT_BUDGET_S = 600  # measured on H200s: a stage costs 35-100 s, GPT-2 trainer fp32 7.08x in 356 s
 MIN_BUDGET_S = 60  # less cannot pay for one profile and one trial of any program
+MIN_RUN_S = 5.0  # a plain run's timed window lasts at least this (nvtx_autotrace.auto_window.MIN_SECONDS)
 TOP_FINDINGS = 5  # findings shown per stage
 MIN_STEPS = 3  # fewer in a profile: no loop ends its steps (one range for the whole run is no training step)
 
@@ -166,6 +167,8 @@ def judge(base: try_runs.Variant, v: try_runs.Variant) -> dict:
            "logs": [str(r.log) for r in v.rounds if r.log]}
     failures = [r.why for r in v.rounds if r.value_ms is None]
     lost = [x for x in (v.rounds[0].losses if v.rounds else []) if x is not None and not (abs(x) < float("inf"))]
+    if lost and any(x is not None and not (abs(x) < float("inf")) for r in base.rounds for x in r.losses):
+        lost = []  # NaN without the knob too: the program's, not the knob's
     if v.inert:
         why = f"it changed nothing in this program ({'; '.join(out['changed']) or 'no line from the knob'})"
     elif failures:
@@ -315,6 +318,10 @@ class Tuner:
                     stage=f"while profiling ({final or f'stage {n}'})",
                     log=out.parent / "profile.log", env={} if self._profiles else {names.FLOPS_ENV: "1"})
         except ProfileFailed as exc:
+            if not self._profiles and exc.program_ran_clean:  # it ran to its end, and left nothing to analyze
+                raise UsageError(f"{script_of(self.program) or self.program[0]}: the profile found no training "
+                                 "steps (nothing called optimizer.step() or nvtx_autotrace.mark_step()): tune needs a "
+                                 f"training loop of at least ~30 steps ({exc})") from None
             if not self._profiles:
                 raise UsageError(f"{script_of(self.program) or self.program[0]}: {exc}") from None
             if not final:  # a failed final profile leaves what is left as the last stage's profile said
@@ -567,6 +574,9 @@ def run_tune(req: TuneRequest) -> None:
     if req.rounds < 1:
         raise UsageError("--rounds must be at least 1")
     check_budget(req.budget)
+    if 2 * req.rounds * MIN_RUN_S > req.budget:
+        raise UsageError(f"--rounds {req.rounds}: a trial is {2 * req.rounds} plain runs of at least {MIN_RUN_S:g} s "
+                         f"each, more than the --budget of {req.budget:g} s; give fewer --rounds (default 2)")
     digest = file_digest(script) if script else None
     out, json_out = req.out, req.json_out
     if out is not None:
@@ -599,10 +609,10 @@ def run_tune(req: TuneRequest) -> None:
         f"{req.rounds} round(s) a side; outputs in {folder}")
     tuner = Tuner(program, folder, req.python, req.budget, req.rounds, say)
     try:
-        result = tuner.run(on_stage=lambda r: _write_json(folder, r))
+        result = tuner.run(on_stage=lambda r: _write_json(folder, {**r, "stopped": r["stopped"] or "running"}))
     except interrupts.Interrupted as exc:
         tuner.stopped = "interrupted"
-        if tuner.stages:
+        if tuner.stages or tuner.last_profile:  # a stage, or the first profile at least
             _write(folder, tuner.result(), json_out)
             exc.kept = (f"kept so far: {declared.text(tuner.kept) or 'nothing'}; the stages so far are in "
                         f"{folder / TUNE_JSON}")
@@ -625,7 +635,9 @@ def run_tune(req: TuneRequest) -> None:
                                 lambda: history.after_tune(result, program, folder, history_db, began))
     if not any(s["knobs"] for s in result["stages"]) and result["stopped"] != "nothing left":
         raise UsageError(f"nothing was tried ({result['stopped']}): the profile alone took "
-                         f"{result['elapsed_s']:.0f} s of the {req.budget:.0f} s budget; give a larger --budget")
+                         f"{result['elapsed_s']:.0f} s of the {req.budget:.0f} s budget, and a trial of "
+                         f"{2 * req.rounds} plain runs would take about {tuner.trial_s():.0f} s more; give a larger "
+                         f"--budget{' or fewer --rounds' if req.rounds > 2 else ''}")
 
 
 def _program(target: list[str]) -> tuple[list[str], Path | None]:
