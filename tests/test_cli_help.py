@@ -54,3 +54,18 @@ def test_output_that_is_no_terminal_is_not_wrapped_at_80_columns():
     narrow = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(sample)], capture_output=True,
                             text=True, timeout=300, env={**env, "COLUMNS": "100"})
     assert max(map(len, narrow.stdout.splitlines())) <= 100
+
+
+@pytest.mark.parametrize("args, said", [
+    (["run", "--warmup-step", "3", "train.py"], "No such option: --warmup-step (Possible options: --warmup-steps"),
+    (["tune", "--budgt", "600", "train.py"], "No such option: --budgt (Possible options: --budget)"),
+    (["try", "--rouds", "3", "tf32=1", "train.py"], "No such option: --rouds (Possible options: --rounds)"),
+    (["run", "--out=x", "--jsn", "y", "train.py"], "No such option: --jsn;"),
+])
+def test_a_mistyped_option_of_ours_is_said_as_one_before_anything_runs(args, said, tmp_path):
+    """Issue 52: run, try and tune pass everything after the script to it, so a typo landed where the script goes:
+    "--warmup-step: command not found", "got --budgt", "no knob given". Now as analyze says it, nothing made."""
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []

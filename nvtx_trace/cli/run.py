@@ -22,6 +22,7 @@ CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "a
 
 
 def run(
+    ctx: typer.Context,
     target: List[str] = typer.Argument(
         None, metavar="SCRIPT.py [ARGS]... | -m MODULE [ARGS]... | -- COMMAND [ARGS]...",
         help="What to run; every argument after it is passed to it unchanged."),
@@ -82,7 +83,9 @@ def run(
     nvtx-trace run --per-rank -- torchrun --nproc_per_node=2 train.py
     """
     from nvtx_trace.capture import interrupts
+    from nvtx_trace.cli.own_options import refuse_unknown
 
+    refuse_unknown(ctx, target, "run")
     with interrupts.Guard():  # SIGINT, SIGTERM, SIGHUP from here on: nothing started outlives the run (docs/run.md)
         return _run(target, module, out, force, warmup_steps, steps, keep_running, full, capture_mode, python,
                     no_autotrace, autotrace_depth, autotrace_budget, trace, nsys_args, nsys, min_gap_ms,

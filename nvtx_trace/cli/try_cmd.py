@@ -18,10 +18,18 @@ from nvtx_trace.errors import UsageError
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
+def _knob_names() -> str:
+    try:
+        return ", ".join(declared.names())
+    except ValueError as exc:  # a declaration of the user's that does not load: said when a knob is parsed
+        return f"(not listed: {exc})"
+
+
 def try_(
+    ctx: typer.Context,
     target: List[str] = typer.Argument(
         None, metavar="KNOB=VALUE... SCRIPT.py [ARGS]...",
-        help=f"Knobs, then the script and its arguments. Knobs: {', '.join(declared.names())}."),
+        help=f"Knobs, then the script and its arguments. Knobs: {_knob_names()}."),
     rounds: int = typer.Option(2, "--rounds", help="Runs of the baseline and of each variant, alternating."),
     each: bool = typer.Option(False, "--each", help="Try each knob on its own (default: all of them together)."),
     from_run: Optional[Path] = typer.Option(
@@ -46,8 +54,10 @@ def try_(
     Example: nvtx-trace try --from nvtx-trace-out/train-1 amp=bf16 tf32=1 train.py --epochs 1
     """
     from nvtx_trace.capture import interrupts
+    from nvtx_trace.cli.own_options import refuse_unknown
     from nvtx_trace.runner.try_runs import TryRequest, run_try
 
+    refuse_unknown(ctx, target, "try")
     knobs, program = _split(target or [], need_knobs=not advice)
     request = TryRequest(program, knobs, rounds=rounds, each=each, from_run=from_run, out=out, json_out=json_out,
                          force=force, python=python, advice=advice, history_path=history_path, no_history=no_history)

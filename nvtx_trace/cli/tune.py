@@ -16,6 +16,7 @@ CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "a
 
 
 def tune(
+    ctx: typer.Context,
     target: List[str] = typer.Argument(None, metavar="SCRIPT.py [ARGS]... | -m MODULE [ARGS]...",
                                        help="The training script (or -m module) and its arguments."),
     budget: Optional[float] = typer.Option(
@@ -38,8 +39,10 @@ def tune(
     Example: nvtx-trace tune --budget 900 train.py --epochs 1
     """
     from nvtx_trace.capture import interrupts
+    from nvtx_trace.cli.own_options import refuse_unknown
     from nvtx_trace.runner.tune import DEFAULT_BUDGET_S, TuneRequest, run_tune
 
+    refuse_unknown(ctx, target, "tune")
     request = TuneRequest(target or [], budget=DEFAULT_BUDGET_S if budget is None else budget, rounds=rounds,
                           out=out, json_out=json_out, force=force, python=python, history_path=history_path,
                           no_history=no_history)
