@@ -153,10 +153,10 @@ except ValueError as exc:  # a malformed NVTX_AUTOTRACE_* value must not kill th
     _registry.warn_once("env", f"not installed: {exc}")
 
 if os.environ.get(names.TRY_ENV):  # nvtx-trace try: the knobs that apply a fix without editing the script
-    from nvtx_autotrace import knobs as _knobs
-    from nvtx_trace import knobs as _declared
-
     try:
+        from nvtx_autotrace import knobs as _knobs
+        from nvtx_trace import knobs as _declared
+
         _knobs.install(_declared.from_json(os.environ[names.TRY_ENV]))
     except ValueError as exc:
         _registry.warn_once("try", f"no knob applied: {names.TRY_ENV}: {exc}")

@@ -117,7 +117,7 @@ def _loaders(loader: dict) -> None:
             if refused:
                 applied.pop("num_workers")
             if applied.get("num_workers", call.get("num_workers", 0)) == 0:
-                for k in WORKERS_ONLY:  # DataLoader refuses them without workers: ours, and the script's own
+                for k in workers_only():  # DataLoader refuses them without workers: ours, and the script's own
                     applied.pop(k, None)
                     call.pop(k, None)
             call.update(applied)
@@ -141,8 +141,10 @@ def _loaders(loader: dict) -> None:
     _wrap(dl.DataLoader, "__init__", make_init)
 
 
-# DataLoader arguments that need worker processes (persistent_workers, prefetch_factor): DataLoader refuses them
-WORKERS_ONLY = tuple(k.name for k in declared.registry().values() if k.needs_workers)
+def workers_only() -> tuple:
+    """DataLoader arguments that need worker processes (persistent_workers, prefetch_factor): DataLoader refuses
+    them without workers."""
+    return tuple(k.name for k in declared.registry().values() if k.needs_workers)
 
 
 def _single_device_data_parallel(value, say) -> None:

@@ -172,3 +172,26 @@ def test_the_flop_count_keeps_the_convolutions_apart():
             conv(torch.ones(2, 3, 16, 16))
             linear(torch.ones(5, 8))
     assert count.conv == 2 * 2 * 16 * 16 * 8 * 27 and count.total == count.conv + 2 * 5 * 8 * 4
+
+
+@pytest.mark.torch
+def test_a_declaration_of_the_user_s_that_does_not_load_never_harms_the_program(tmp_path):
+    """$NVTX_TRACE_KNOBS naming a module that is not there: the program runs to its end, one warning says why."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nprint('trained', torch.ones(2).sum().item())\n")
+    env = {**os.environ, declared.EXTRA_ENV: "no_such_knob_module", "NVTX_AUTOTRACE_TRY": '{"tf32": true}',
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "nvtx_autotrace", str(script)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "trained 2.0" in proc.stdout, proc.stderr[-2000:]
+    assert "no_such_knob_module" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_analyze_reads_no_declaration_of_the_user_s_that_does_not_load(monkeypatch):
+    """The analyzer names knobs in its fixes (the framework's own option): a broken $NVTX_TRACE_KNOBS leaves it to
+    this folder's declarations; the commands that apply knobs say the error in one line (above)."""
+    monkeypatch.setenv(declared.EXTRA_ENV, "no_such_knob_module")
+    assert declared.get("tf32") is not None and declared.get("no_such") is None
+    assert declared.sentence({"framework": {"name": "lightning"}}, {"amp": "bf16"}).startswith(" In Lightning")
+    with pytest.raises(ValueError, match="cannot import no_such_knob_module"):
+        declared.parse("tf32=1")

@@ -24,12 +24,24 @@ _found: dict = {}
 __all__ = ["APPLIED", "EXTRA_ENV", "PLAIN", "Knob", "template", "registry", "get", "parse", "text", "from_json"]
 
 
-def registry() -> dict[str, Knob]:
-    """Name -> declaration, in declared order: this folder's modules and those ``$NVTX_TRACE_KNOBS`` names."""
+def registry(strict: bool = True) -> dict[str, Knob]:
+    """Name -> declaration, in declared order: this folder's modules and those ``$NVTX_TRACE_KNOBS`` names; a
+    ValueError where one of those does not load, or (``strict=False``: what the analyzer reads) this folder's."""
     extra = os.environ.get(EXTRA_ENV, "")
     if extra not in _found:
-        _found[extra] = _discover(extra)
+        try:
+            _found[extra] = _discover(extra)
+        except ValueError:
+            if strict or not extra:
+                raise
+            return registry_of_this_folder()
     return _found[extra]
+
+
+def registry_of_this_folder() -> dict[str, Knob]:
+    if "" not in _found:
+        _found[""] = _discover("")
+    return _found[""]
 
 
 def _discover(extra: str) -> dict[str, Knob]:
@@ -53,16 +65,27 @@ def _discover(extra: str) -> dict[str, Knob]:
     return {k.name: k for k in sorted(found, key=lambda k: (k.order, k.name))}
 
 
+def check() -> None:
+    """The declarations load ($NVTX_TRACE_KNOBS's included); a UsageError naming the one that does not."""
+    from nvtx_trace.errors import UsageError
+
+    try:
+        registry()
+    except ValueError as exc:
+        raise UsageError(f"{exc}; fix it or unset ${EXTRA_ENV}") from None
+
+
 def names() -> list[str]:
     return list(registry())
 
 
 def get(name: str) -> Knob | None:
-    return registry().get(name)
+    return registry(strict=False).get(name)
 
 
 def parse(text: str) -> dict:
     """``"amp=bf16,num_workers=8"`` -> ``{"amp": "bf16", "num_workers": 8}``; ValueError says what is wrong."""
+    registry()  # a declaration of the user's that does not load is said, not taken for an unknown knob
     out: dict = {}
     for part in filter(None, (p.strip() for p in str(text).split(","))):
         key, sep, value = (x.strip() for x in part.partition("="))
@@ -92,6 +115,7 @@ def from_json(value: str) -> dict:
     """``$NVTX_AUTOTRACE_TRY`` read back: a JSON object (the runner's), or ``KNOB=VALUE,...`` (a user's)."""
     if not value.lstrip().startswith("{"):
         return parse(value)
+    registry()
     try:
         given = json.loads(value)
     except ValueError as exc:
@@ -135,7 +159,7 @@ def precision(knobs: dict) -> str | None:
 def observed(summary: dict) -> dict:
     """The values a report shows the knobs have (DataLoader workers per loader), for the history."""
     out = {}
-    for knob in registry().values():
+    for knob in registry(strict=False).values():
         if knob.observed is not None:
             value = knob.observed(summary)
             if value is not None:

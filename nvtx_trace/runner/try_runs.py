@@ -456,6 +456,7 @@ def run_try(req: TryRequest) -> None:
     from nvtx_trace.runner import history
 
     began = time.time()
+    declared.check()
     program, from_run, json_out = req.program, req.from_run, req.json_out
     if req.rounds < 1:
         raise UsageError("--rounds must be at least 1")

@@ -570,6 +570,7 @@ def run_tune(req: TuneRequest) -> None:
     from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, classify, fresh_folder, given_folder, run_name
 
     began = time.time()
+    declared.check()
     program, script = _program(req.program)
     if req.rounds < 1:
         raise UsageError("--rounds must be at least 1")
