@@ -315,45 +315,47 @@ def _loader(d) -> dict:
             "prefetch_factor": getattr(d, "prefetch_factor", None) if workers else None}
 
 
+def _each_module(roots: list):
+    """(path, module) of every module under the roots, each once (a module shared by two roots, or twice in one)."""
+    seen: set[int] = set()
+    for root in roots:
+        for path, m in root.named_modules():
+            if id(m) not in seen:
+                seen.add(id(m))
+                yield path, m
+
+
 def _conv_bias_before_bn(roots: list) -> dict:
     """Convolutions with a bias whose next sibling (in registration order) is a batch norm: the norm
     subtracts the mean, so the bias is computed, stored and differentiated for nothing."""
     convs = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
     norms = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm)
-    count, examples, seen = 0, [], set()
-    for root in roots:
-        for path, m in root.named_modules():
-            if id(m) in seen:
-                continue
-            seen.add(id(m))
-            kids = [(k, c) for k, c in vars(m)["_modules"].items() if c is not None]
-            for (name, a), (_, b) in zip(kids, kids[1:]):
-                if isinstance(a, convs) and a.bias is not None and isinstance(b, norms):
-                    count += 1
-                    if len(examples) < MAX_EXAMPLES:
-                        examples.append(f"{path}.{name}" if path else name)
+    count, examples = 0, []
+    for path, m in _each_module(roots):
+        kids = [(k, c) for k, c in vars(m)["_modules"].items() if c is not None]
+        for (name, a), (_, b) in zip(kids, kids[1:]):
+            if isinstance(a, convs) and a.bias is not None and isinstance(b, norms):
+                count += 1
+                if len(examples) < MAX_EXAMPLES:
+                    examples.append(f"{path}.{name}" if path else name)
     return {"count": count, "examples": examples}
 
 
 def _odd_dimensions(roots: list) -> list[dict]:
     """The matrix layers (Linear, Embedding) with a dimension that is not a multiple of 8, largest first (at most
     MAX_EXAMPLES): tensor-core GEMMs over them read one element at a time (the alignment finding names them)."""
-    found, seen = [], set()
-    for root in roots:
-        for path, m in root.named_modules():
-            if id(m) in seen:
-                continue
-            seen.add(id(m))
-            if isinstance(m, torch.nn.Linear):
-                dims = (m.in_features, m.out_features)
-            elif isinstance(m, torch.nn.Embedding):
-                dims = (m.num_embeddings, m.embedding_dim)
-            else:
-                continue
-            odd = [d for d in dims if d % 8]
-            if odd:
-                found.append({"module": path or type(m).__name__, "class": type(m).__name__, "dims": list(dims),
-                              "odd": max(odd), "elements": dims[0] * dims[1]})
+    found = []
+    for path, m in _each_module(roots):
+        if isinstance(m, torch.nn.Linear):
+            dims = (m.in_features, m.out_features)
+        elif isinstance(m, torch.nn.Embedding):
+            dims = (m.num_embeddings, m.embedding_dim)
+        else:
+            continue
+        odd = [d for d in dims if d % 8]
+        if odd:
+            found.append({"module": path or type(m).__name__, "class": type(m).__name__, "dims": list(dims),
+                          "odd": max(odd), "elements": dims[0] * dims[1]})
     found.sort(key=lambda d: -d["elements"])
     return [{k: v for k, v in d.items() if k != "elements"} for d in found[:MAX_EXAMPLES]]
 

@@ -21,7 +21,7 @@ FRAMEWORK_NAMES = {"hf_trainer": "Hugging Face Trainer", "lightning": "Lightning
 PRECISIONS = ("fp32", "tf32", "bf16")  # the math a step's matrix work runs in, least to most
 _found: dict = {}
 
-__all__ = ["APPLIED", "EXTRA_ENV", "PLAIN", "Knob", "template", "registry", "get", "parse", "text", "from_json"]
+__all__ = ["APPLIED", "EXTRA_ENV", "PLAIN", "Knob", "template", "registry", "get", "parse", "text", "from_json", "checked"]
 
 
 def registry(strict: bool = True) -> dict[str, Knob]:
@@ -115,11 +115,18 @@ def from_json(value: str) -> dict:
     """``$NVTX_AUTOTRACE_TRY`` read back: a JSON object (the runner's), or ``KNOB=VALUE,...`` (a user's)."""
     if not value.lstrip().startswith("{"):
         return parse(value)
-    registry()
     try:
         given = json.loads(value)
     except ValueError as exc:
         raise ValueError(f"not a JSON object of knobs: {exc}") from None
+    return checked(given)
+
+
+def checked(given: dict) -> dict:
+    """Values as JSON carries them (the runner's request, the program's variable), each checked by its knob."""
+    registry()
+    if not isinstance(given, dict):
+        raise ValueError(f"expected a JSON object of knobs, got {type(given).__name__}")
     out = {}
     for key, v in given.items():
         knob = get(key)

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         asked = json.loads(words[0])
         from nvtx_trace import knobs as declared
 
-        asked["knobs"] = declared.from_json(json.dumps(asked.get("knobs") or {}))
+        asked["knobs"] = declared.checked(asked.get("knobs") or {})
     except (IndexError, ValueError, TypeError, AttributeError) as exc:
         print(f"nvtx-trace: error: the profile child takes one JSON request ({exc})", file=sys.stderr)
         return 2

@@ -279,8 +279,8 @@ class Tuner:
             if self.trial_s() + self.reserve_s() > self.left():
                 self.stopped = "budget"
                 break
-            kept, via = self._trial(summary, c)
-            if not kept and via and self.stages and self.stages[-1]["why"].startswith("a run failed"):
+            kept, via, failed = self._trial(summary, c)
+            if not kept and via and failed:
                 # the program refused or crashed on its own option: the knob is tried as nvtx_autotrace applies it
                 self.say(f"stage {len(self.stages)}: the program's own option failed; "
                          f"{declared.text(c.knobs)} is tried as a knob instead")
@@ -359,9 +359,10 @@ class Tuner:
         return ",".join(declared.text({k: v}) + (f" ({' '.join(via[k])})" if k in via else "")
                         for k, v in knobs.items())
 
-    def _trial(self, summary: dict, c: Candidate) -> tuple[bool, dict]:
+    def _trial(self, summary: dict, c: Candidate) -> tuple[bool, dict, bool]:
         """The candidate timed plain against the configuration so far: through the program's own options where it
-        has them (what the user keeps), else by nvtx_autotrace; (kept, the options it set: knob -> words)."""
+        has them (what the user keeps), else by nvtx_autotrace; (kept, the options it set: knob -> words, whether a
+        run with it failed)."""
         n = len(self.stages) + 1
         via = {k: w for k, v in c.knobs.items() if (w := program_options.words_for(self.levers, k, v))}
         c.via = via
@@ -389,7 +390,7 @@ class Tuner:
             if self._baseline is None:
                 raise
             self.stopped = "the configuration so far stopped giving step times"
-            return False, via
+            return False, via, False
         runs = sum(len(x.rounds) for x in (base, v))
         self._trial_s = self.clock() - t0
         self._run_s = self._trial_s / max(1, runs)
@@ -406,7 +407,7 @@ class Tuner:
         self.say(f"stage {n}: {label} {'kept' if verdict['kept'] else 'rejected'}: {verdict['why']}")
         for k, words in via.items():
             self.option_trials.append({"knob": k, "value": c.knobs[k], "words": words, "kept": verdict["kept"]})
-        return verdict["kept"], via
+        return verdict["kept"], via, any(r.value_ms is None for r in v.rounds)
 
     def _check_final(self) -> None:
         """The original program against the tuned one, alternating: the cumulative speed-up measured, not
