@@ -102,7 +102,9 @@ def _on_boundary(n: int) -> None:
             capture_window.safely("record", lambda _m: capture_window.repeat_instrumentation_record(n), mode)
             # counted from when the capture runs: starting it can take nsys a good part of a second
             _state.update(phase="window", first=n, opened=time.perf_counter())
-            note("opened", step=n, why=why, at_s=round(now - _state["installed"], 3))
+            times = _state["times"]
+            note("opened", step=n, why=why, at_s=round(now - _state["installed"], 3),
+                 first_step_s=round(times[1] - _state["installed"], 3) if len(times) > 1 else None)
         return
     k, elapsed = n - _state["first"], now - _state["opened"]
     if _window_full(k, elapsed):
@@ -111,6 +113,7 @@ def _on_boundary(n: int) -> None:
         first, times = _state["first"], _state["times"]
         made = _state["graphs"]
         note("closed", step=n, steps=k, seconds=round(elapsed, 3), stopping=_state["exit"],
+             at_s=round(now - _state["installed"], 3),
               step_ms=[round((b - a) * 1000, 3) for a, b in zip(times[first:n], times[first + 1:n + 1])],
               compiled=[i for i in range(n - first) if made[first + i + 1] > made[first + i]])
         if _state["exit"]:

@@ -350,6 +350,10 @@ def test_a_loader_bound_script_tunes_through_its_own_workers_option(tmp_path):
     # the trial's runs got the option, not the knob: no DataLoader override was said
     assert not any("nvtx-trace try: num_workers" in p.read_text() for p in (tmp_path / "t").rglob("round-*.log"))
     assert f"run it as: python {script}" in proc.stdout
+    # where a plain run's time went: the parts add up to its wall time (each from the window's own notes)
+    part = d["time"]["per_run"]
+    assert part["window_s"] >= 5.0 and part["start_s"] > 0 and "a plain run (median): " in proc.stdout
+    assert sum(part[k] for k in ("start_s", "warmup_s", "window_s", "end_s")) <= part["wall_s"] * 1.1 + 0.5
     assert hashlib.sha256(script.read_bytes()).hexdigest() == digest
     assert not _left_running("slow_loader_train.py")
 
@@ -578,3 +582,41 @@ def test_a_program_that_never_steps_is_the_documented_line_not_a_missing_summary
     last = proc.stderr.strip().splitlines()[-1]
     assert "the profile found no training steps" in last and "nothing to analyze" in last, last
     assert not list((tmp_path / "t").rglob("*.outcome.json"))  # read, then removed
+
+
+@pytest.mark.parametrize("second, reused", [("dataloader_stall", True), ("fusion", False)])
+def test_a_knob_of_another_part_of_the_step_is_tried_on_the_last_profile(tmp_path, monkeypatch, second, reused):
+    """Issue 51, item 3: a loader setting after a precision setting needs no new profile (their areas differ),
+    a profile saved a stage; compile after a precision setting does (it rewrites every GPU part)."""
+    now, profiled = [0.0], []
+    knob_of = {"precision": {"tf32": True}, "dataloader_stall": {"num_workers": 8}, "fusion": {"compile": True}}
+
+    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
+        now[0] += 30
+        out.mkdir(parents=True, exist_ok=True)
+        found = [{**finding(k, ms, knob_of[k]), "predicted": {"step_ns": int(ms * 1e6), "saving_ns": int((100 - ms) * 1e6),
+                                                            "statistic": "median"}}
+                 for k, ms in (("precision", 50), (second, 80)) if not set(knob_of[k]) & set(knobs or {})]
+        (out / "summary.json").write_text(json.dumps(profile(*found, step_ms=100.0)))
+        profiled.append(out.parent.name)
+        return out
+
+    def fake_alternate(target, variants, rounds, python=None, progress=None, logs=None, settled=None):
+        for v in variants:
+            now[0] += 10
+            ms = 100.0 - 20 * len(v.knobs)
+            lines = [f"{declared.text({k: val})}: set" for k, val in v.knobs.items()]
+            v.rounds.append(Round([ms] * 20, "median", ms, knob_records(*lines), 0))
+        return variants
+
+    from nvtx_trace import knobs as declared
+
+    monkeypatch.setattr(tune, "profile", fake_profile)
+    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
+    said = []
+    d = tune.Tuner(["train.py"], tmp_path, budget_s=1000, clock=lambda: now[0], say=said.append).run()
+    assert [s["knobs"] for s in d["stages"][:2]] == [{"tf32": True}, knob_of[second]]
+    assert d["stages"][1]["profile_reused"] is reused and d["stages"][0]["profile_reused"] is False
+    assert profiled[:2] == (["stage-1", "stage-3"] if reused else ["stage-1", "stage-2"])
+    assert d["stages"][1]["profile_s"] is None if reused else d["stages"][1]["profile_s"] == 30
+    assert any("no new profile: tf32=1 changed another part" in m for m in said) is reused

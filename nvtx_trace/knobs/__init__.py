@@ -141,6 +141,18 @@ def loss_bound(knobs: dict) -> float:
     return max(((get(k).loss_bound if get(k) else 0.01) for k in knobs), default=0.0)
 
 
+def interact(knobs: dict, others: dict) -> bool:
+    """Whether setting ``others`` can change what ``knobs`` fix: they change the same part of a step, or one of
+    them changes every part (its area is "graph" or unknown); then a profile taken before ``others`` says nothing
+    true of ``knobs``."""
+    areas = {get(k).area if get(k) else "" for k in knobs}
+    theirs = {get(k).area if get(k) else "" for k in others}
+    if not areas or not theirs:
+        return False
+    everything = {"", "graph"}
+    return bool(areas & theirs or (areas | theirs) & everything)
+
+
 def numerics(knobs: dict) -> list[str]:
     """The knobs that change the program's arithmetic."""
     return sorted(k for k in knobs if get(k) is not None and get(k).numerics)

@@ -4,7 +4,7 @@ from nvtx_trace.knobs.knob import Knob, template
 
 KNOB = Knob(
     "amp", str, "torch.autocast(dtype=bfloat16) around the model's forward (and a LightningModule's training_step)",
-    applied="model", order=90,
+    applied="model", area="math", order=90,
     choices={"bf16": "bf16", "bfloat16": "bf16", "bf16-mixed": "bf16", "fp16": "fp16", "float16": "fp16"},
     loss_bound=0.02, numerics=True, fixes=("precision",),
     refused_by_tune=lambda value: "fp16 needs a GradScaler the program may not have" if value == "fp16" else "",

@@ -24,7 +24,7 @@ def _lightning(value) -> str:
 
 KNOB = Knob(
     "compile", bool, "model.compile() (or a mode: compile=reduce-overhead) on the models the optimizer trains",
-    applied="model", order=100, choices={m: m for m in MODES}, choices_are="a mode", loss_bound=0.01,
+    applied="model", area="graph", order=100, choices={m: m for m in MODES}, choices_are="a mode", loss_bound=0.01,
     numerics=True, fixes=("fusion", "cpu_overhead", "cuda_api"), pytorch=_lines,
     frameworks={"hf_trainer": _hf, "lightning": _lightning},
     option_words=("compile", "torch-compile", "torch_compile", "torch_compile_mode", "compile_mode"))

@@ -3,7 +3,7 @@
 from nvtx_trace.knobs.knob import Knob, template
 
 KNOB = Knob(
-    "cudnn_benchmark", bool, "torch.backends.cudnn.benchmark = True", applied="backend", order=60,
+    "cudnn_benchmark", bool, "torch.backends.cudnn.benchmark = True", applied="backend", area="math", order=60,
     backend=("backends.cudnn.benchmark",), loss_bound=0.01, fixes=("cudnn_benchmark",),
     pytorch=template("torch.backends.cudnn.benchmark = True"),
     frameworks={"lightning": "Trainer(..., benchmark=True)"},

@@ -22,6 +22,18 @@ APPLIED = {
     "call": "at start-up, by nvtx_autotrace or by the declaration's own ``install(value, report)``",
     "option": "only through the program's own option (tune reads its command line); nvtx_autotrace says so",
 }
+# what part of a step a knob changes: tune tries a knob on the last profile, without profiling again, where the
+# knobs kept since it change another part (a loader setting after a precision setting); "" (a declaration of
+# yours that says none) and "graph" (torch.compile rewrites every part on the GPU) change every part
+AREAS = {
+    "loader": "how batches are made and handed over (DataLoader workers, pinned memory)",
+    "math": "the kernels matrix work runs in (precision, layout, algorithm choice)",
+    "attention": "how attention is computed",
+    "graph": "every GPU part at once (torch.compile)",
+    "optimizer": "the optimizer step and gradient reset",
+    "host": "the host's own calls between kernels (an empty_cache, a DataParallel wrapper)",
+    "": "unknown: every part",
+}
 
 
 @dataclass(frozen=True)
@@ -51,10 +63,13 @@ class Knob:
     # where their declared choices include one of the knob's own words
     precision: Callable[[object], str | None] | None = None  # value -> the math a step's matrix work then runs in
     observed: Callable[[dict], object] | None = None  # summary.json -> the value the report shows it has
+    area: str = ""  # a key of AREAS: what part of a step it changes
 
     def __post_init__(self):
         if self.applied not in APPLIED:
             raise ValueError(f"knob {self.name}: applied={self.applied!r}, expected one of {', '.join(APPLIED)}")
+        if self.area not in AREAS:
+            raise ValueError(f"knob {self.name}: area={self.area!r}, expected one of {', '.join(a for a in AREAS if a)}")
         if self.value not in (bool, int, str):
             raise ValueError(f"knob {self.name}: value must be bool, int or str")
 

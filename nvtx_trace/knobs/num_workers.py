@@ -11,7 +11,7 @@ def _workers(summary: dict):
 
 
 KNOB = Knob(
-    "num_workers", int, "DataLoader(num_workers=N) for every DataLoader the script builds", applied="dataloader",
+    "num_workers", int, "DataLoader(num_workers=N) for every DataLoader the script builds", applied="dataloader", area="loader",
     order=10, minimum=0,
     # a worker count changes which worker seeds a sample's random augmentation, hence a bound above zero
     loss_bound=0.05, fixes=("dataloader_stall",),

@@ -4,7 +4,7 @@ from nvtx_trace.knobs.knob import Knob, template
 
 KNOB = Knob(
     "sdpa", bool, "fused attention through the program's own option (--flash, attn_implementation=sdpa); nvtx_autotrace "
-    "cannot rewrite hand-written attention", applied="option", order=150, loss_bound=0.02, numerics=True,
+    "cannot rewrite hand-written attention", applied="option", area="attention", order=150, loss_bound=0.02, numerics=True,
     fixes=("manual_attention",),
     pytorch=template("y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # instead of "
                      "softmax(q @ k.T) @ v"),

@@ -3,5 +3,5 @@
 from nvtx_trace.knobs.knob import Knob, template
 
 KNOB = Knob(
-    "set_to_none", bool, "every optimizer.zero_grad() with set_to_none=True", applied="call", order=120,
+    "set_to_none", bool, "every optimizer.zero_grad() with set_to_none=True", applied="call", area="optimizer", order=120,
     loss_bound=0.0, fixes=("optimizer",), pytorch=template("optimizer.zero_grad(set_to_none=True)"))

@@ -3,7 +3,7 @@
 from nvtx_trace.knobs.knob import Knob, template
 
 KNOB = Knob(
-    "tf32", bool, "TF32 tensor cores for fp32 matmuls and convolutions", applied="backend", order=50,
+    "tf32", bool, "TF32 tensor cores for fp32 matmuls and convolutions", applied="backend", area="math", order=50,
     backend=("backends.cuda.matmul.allow_tf32", "backends.cudnn.allow_tf32"),
     loss_bound=0.01, numerics=True, fixes=("precision",),
     pytorch=template("torch.backends.cuda.matmul.allow_tf32 = True", "torch.backends.cudnn.allow_tf32 = True"),

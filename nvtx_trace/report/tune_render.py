@@ -77,6 +77,8 @@ def notes(d: dict) -> list[str]:
         final = f", final check {mmss(t['final_check_s'])}" if t["final_check_s"] else ""
         out.append(f"Time: profiles {mmss(t['profiles_s'])}, trials {mmss(t['trials_s'])} ({t['trials']} trial(s), "
                    f"{t['runs']} plain run(s){early}){final}, of {mmss(d['elapsed_s'])} in all")
+        if t.get("per_run"):
+            out.append(f"  a plain run (median): {per_run_text(t['per_run'])}")
     fl = d.get("flops")
     if fl and fl.get("per_step"):
         out.append(f"Model FLOPs per step: {fl['per_step'] / 1e12:.3g} TFLOP ({fl['method']})")
@@ -184,13 +186,19 @@ def _left(d: dict) -> str:
             f"profile.</p><ul>{''.join(items)}</ul>")
 
 
+def per_run_text(p: dict) -> str:
+    return (f"{p['wall_s']:.1f} s: start-up and first step {p['start_s']:.1f} s, warm-up {p['warmup_s']:.1f} s, timed "
+            f"{p['window_s']:.1f} s, exit {p['end_s']:.1f} s")
+
+
 def html(d: dict) -> str:
     """tune.html: the headline, what to keep as code, the step (and share of peak) per configuration, the stages with
     a link to each profile's report, what is left, where the time went."""
     program = " ".join(d["program"])
     t = d.get("time") or {}
     spent = (f"<p class='time'>Time: profiles {mmss(t['profiles_s'])}, trials {mmss(t['trials_s'])}, final check "
-             f"{mmss(t['final_check_s'])}, of {mmss(d['elapsed_s'])} (budget {mmss(d['budget_s'])}).</p>"
+             f"{mmss(t['final_check_s'])}, of {mmss(d['elapsed_s'])} (budget {mmss(d['budget_s'])})"
+             + (f"; a plain run (median): {esc(per_run_text(t['per_run']))}" if t.get("per_run") else "") + ".</p>"
              if t else "")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>nvtx-trace tune: {esc(program)}</title>
 <style>body{{font:14px system-ui,sans-serif;margin:2em;max-width:1200px}}td,th{{padding:4px 8px;

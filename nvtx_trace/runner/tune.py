@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -226,6 +227,8 @@ class Tuner:
                                                  "trials": 0, "runs": 0, "stopped_early": 0})
     _fresh_profile_s: float | None = None
     _trial_s: float | None = None
+    _reused: bool = False  # this stage tries a knob on the last stage's profile (_independent)
+    _parts: list = field(default_factory=list)  # each plain run's parts (try_runs.run_parts)
 
     def __post_init__(self):
         self.options = program_options.read(script_of(self.program))
@@ -246,31 +249,37 @@ class Tuner:
         """Kept once a knob is kept: for the final check (the original against the tuned program, a trial's cost),
         so the speed-up is always measured in one sitting, and for a profile of the tuned program, so what is left
         comes from it."""
-        return self.trial_s() + (self._profile_s or 0.0) if self.kept else 0.0
+        return self.trial_s(rounds=1) + (self._profile_s or 0.0) if self.kept else 0.0
 
     def clock_text(self) -> str:
         used = self.clock() - self._began
         return f"{mmss(used)} used, {mmss(max(0.0, self.budget_s - used))} left"
 
-    def trial_s(self) -> float:
+    def trial_s(self, rounds: int | None = None) -> float:
         per_run = self._run_s if self._run_s is not None else 0.7 * (self._profile_s or 0)
-        return 2 * self.rounds * per_run
+        return 2 * (rounds or self.rounds) * per_run
 
     def run(self, on_stage=None) -> dict:
         """Stages until nothing is left or the budget is spent; ``on_stage(result)`` after each (tune.json
         written as it goes). Interrupted propagates, the result so far is ``self.result()``."""
         self._began = self.clock()
         stale, summary = True, {}
+        since: dict = {}  # the knobs kept since the profile in hand
         while True:
-            if stale:
+            found = self._independent(summary, since) if stale and summary else []
+            self._reused = bool(found)
+            if found:
+                self.say(f"stage {len(self.stages) + 1}: no new profile: {declared.text(since)} changed another part "
+                         f"of a step than {declared.text(found[0].knobs)} fixes, so the last profile still holds")
+            if stale and not found:
                 if self._profiles and self._profile_s + self.trial_s() + self.reserve_s() > self.left():
                     self.stopped = "budget"
                     break
                 summary = self._profile()
                 if summary is None:
                     break
-                stale = False
-            found = candidates(summary, self.kept, self.rejected, self._current, self.levers)
+                stale, since = False, {}
+            found = found or candidates(summary, self.kept, self.rejected, self._current, self.levers)
             if not found:
                 self._stage_row(summary, None, {"kept": False, "why": self._nothing_left(summary)})
                 self.stopped = "nothing left"
@@ -289,6 +298,7 @@ class Tuner:
                 continue
             if kept:
                 self.kept.update(c.knobs)
+                since.update(c.knobs)
                 for k in c.knobs:  # a knob now applied by an option, or by nvtx_autotrace instead of one
                     self.via.pop(k, None)
                 self.via.update(via)
@@ -298,11 +308,17 @@ class Tuner:
             if on_stage:
                 on_stage(self.result())
         if stale and self.kept and self.stopped == "budget" and self._profile_s is not None and (
-                self._profile_s <= self.left() - (self.trial_s() if len(self.kept) > 1 else 0.0)):
+                self._profile_s <= self.left() - (self.trial_s(rounds=1) if len(self.kept) > 1 else 0.0)):
             self._profile("final")  # what is left comes from the tuned program, not from before its last knob
         if len([s for s in self.stages if s["kept"]]) > 1:
             self._check_final()
         return self.result()
+
+    def _independent(self, summary: dict, since: dict) -> list[Candidate]:
+        """The last profile's candidates that the knobs kept since cannot change (they change another part of a
+        step: knobs.interact): tried without profiling again, a profile's time saved a stage."""
+        return [c for c in candidates(summary, self.kept, self.rejected, self._current, self.levers)
+                if not declared.interact(c.knobs, since)]
 
     def _profile(self, final: str | None = None) -> dict | None:
         """The program profiled with the configuration so far: a stage's (``stage-N/profile``), or ``final``'s."""
@@ -345,10 +361,11 @@ class Tuner:
             self.first_settings = summary.get("settings") or {}
         return summary
 
-    def _no_time_for_a_run(self) -> str | None:
+    def _no_time_for_a_run(self, final: bool = False) -> str | None:
         """The budget is a ceiling: a trial's next run is not started where it would leave too little for the final
-        check (judge then decides on the rounds run)."""
-        if self._run_s is not None and self.left() - self.reserve_s() < self._run_s:
+        check (judge then decides on the rounds run). One round of the final check is reserved; its later rounds
+        run where the budget still holds them."""
+        if self._run_s is not None and self.left() - (0.0 if final else self.reserve_s()) < self._run_s:
             return f"another run would pass the --budget of {self.budget_s:.0f} s"
         return None
 
@@ -392,6 +409,7 @@ class Tuner:
             self.stopped = "the configuration so far stopped giving step times"
             return False, via, False
         runs = sum(len(x.rounds) for x in (base, v))
+        self._parts += [r.parts for x in (base, v) for r in x.rounds if r.parts]
         self._trial_s = self.clock() - t0
         self._run_s = self._trial_s / max(1, runs)
         self.spent["trials_s"] += self._trial_s
@@ -420,8 +438,10 @@ class Tuner:
                                      via_options=dict(self.via))]
         t0 = self.clock()
         base, v = try_runs.alternate(self.program, variants, self.rounds, self.python,
-                                     progress=lambda m: self.say(f"final check: {m}"), logs=self.folder / "final")
+                                     progress=lambda m: self.say(f"final check: {m}"), logs=self.folder / "final",
+                                     settled=lambda vs: self._no_time_for_a_run(final=True))
         self.final_check = judge(base, v)
+        self._parts += [r.parts for x in (base, v) for r in x.rounds if r.parts]
         self.spent["final_check_s"] = self.clock() - t0
 
     def _stage_row(self, summary: dict, c: Candidate | None, verdict: dict) -> None:
@@ -452,7 +472,7 @@ class Tuner:
             **{k: verdict.get(k) for k in ("baseline_step_ms", "measured_step_ms", "speedup", "statistic",
                                            "rounds_ms", "changed", "loss_max_rel_diff", "loss_noise_rel",
                                            "loss_bound_rel", "logs")},
-            "kept": bool(verdict.get("kept")), "why": verdict["why"],
+            "kept": bool(verdict.get("kept")), "why": verdict["why"], "profile_reused": self._reused,
             "profile_s": round(self._fresh_profile_s, 1) if self._fresh_profile_s is not None else None,
             "trial_s": round(self._trial_s, 1) if c is not None and self._trial_s is not None else None,
             "elapsed_s": round(self.clock() - self._began, 1)})
@@ -489,7 +509,9 @@ class Tuner:
             "permanent": permanent.lines(self.kept, settings, self.levers, self.via),
             "command": self.current_program(),
             "options": self._options(),
-            "time": {k: round(v, 1) if isinstance(v, float) else v for k, v in self.spent.items()},
+            "time": {**{k: round(v, 1) if isinstance(v, float) else v for k, v in self.spent.items()},
+                     "per_run": {k: round(statistics.median(p[k] for p in self._parts), 2) for k in self._parts[0]}
+                     if self._parts else None},
             "flops": self._flops(base),
         }
 

@@ -10,6 +10,11 @@
 # by-hand run). Writes under $OUT: <name>.log, <name>.byhand.jsonl, <name>.tune.json.
 set -u
 O=${OUT:-/tmp/out}
+TIMED='import json, sys
+from nvtx_trace.runner import try_runs
+r = try_runs.time_once(sys.argv[1:], {})
+print(json.dumps({"step_ms": r.value_ms, "statistic": r.statistic, "parts": r.parts, "why": r.why}))'
+
 mkdir -p "$O"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-} TOKENIZERS_PARALLELISM=false WANDB_DISABLED=true
 BUDGET=$1
@@ -55,8 +60,12 @@ side() {  # gpu index, "name|args"
         [ "$what" = best ] && extra=$(best_of "$name")
         t0=$SECONDS
         # shellcheck disable=SC2086
-        line=$(taskset -c "$cpus" timeout 300 python3 "$script" $args $extra $(short_of "$name") 2>>"$O/$name.log" | tail -1)
-        echo "{\"round\": $round, \"what\": \"$what\", \"wall_s\": $((SECONDS - t0)), \"out\": $line}" >>"$O/$name.byhand.jsonl"
+        # timed as tune times a run (nvtx_autotrace's window, its statistic), and as the program prints it
+        # shellcheck disable=SC2086
+        timed=$(taskset -c "$cpus" timeout 300 python3 -c "$TIMED" "$script" $args $extra 2>>"$O/$name.log" | tail -1)
+        # shellcheck disable=SC2086
+        line=$(taskset -c "$cpus" timeout 300 python3 "$script" $args $extra $(short_of "$name") 2>>"$O/$name.log" | grep -E '^[{]' | tail -1)
+        echo "{\"round\": $round, \"what\": \"$what\", \"wall_s\": $((SECONDS - t0)), \"timed\": ${timed:-null}, \"out\": ${line:-null}}" >>"$O/$name.byhand.jsonl"
       done
     done
     t0=$SECONDS
