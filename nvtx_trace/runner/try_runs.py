@@ -131,7 +131,7 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
         cmd = command(target, python)
         log = log or Path(tmp) / "stderr.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        began = time.monotonic()
+        began, began_at = time.monotonic(), time.time()
         with open(log, "w", encoding="utf-8", errors="replace") as err:
             proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                     stderr=err, **processes.OWN_GROUP)  # a worker forked as it is ended dies with it
@@ -146,6 +146,9 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
                              log=log)
             finally:
                 if proc.returncode is not None:
+                    leftover = processes.group_members(proc.pid)  # its workers, where it left without them
+                    if leftover:
+                        interrupts.send(leftover, signal.SIGKILL)
                     line.release()
         wall = time.monotonic() - began
         stderr = log.read_text(encoding="utf-8", errors="replace")
@@ -171,21 +174,22 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
     median, mean = statistics.median(steps), statistics.fmean(steps)
     stat = typical_statistic(median, mean, None)
     return Round(steps, stat, median if stat == "median" else mean, changes, proc.returncode, "", losses, kept,
-                 compiled_ms, run_parts(events, wall))
+                 compiled_ms, run_parts(events, wall, began_at))
 
 
-def run_parts(events: list[dict], wall_s: float) -> dict:
-    """Where a timed run's wall time went, in seconds, from the window's own notes (counted from nvtx_autotrace's
-    import, a moment after the process starts): ``start_s`` until its first step ended (imports, building the
-    model and data, the first step's compilation), ``warmup_s`` until the pace settled, ``window_s`` timed,
-    ``end_s`` the exit after it (workers shut down); {} where the window never opened and closed."""
+def run_parts(events: list[dict], wall_s: float, began_at: float) -> dict:
+    """Where a timed run's wall time went, in seconds, from the window's own notes and the wall clock the run
+    began at: ``start_s`` until its first step ended (the interpreter, imports, building the model and data, the
+    first step's compilation), ``warmup_s`` until the pace settled, ``window_s`` timed, ``end_s`` its exit after
+    that; {} where the window never opened and closed."""
     opened = next((e for e in events if e.get("event") == "opened"), {})
     closed = next((e for e in events if e.get("event") == "closed"), {})
     first, at_open, at_close = opened.get("first_step_s"), opened.get("at_s"), closed.get("at_s")
     if first is None or at_open is None or at_close is None:
         return {}
-    return {"wall_s": round(wall_s, 2), "start_s": round(first, 2), "warmup_s": round(at_open - first, 2),
-            "window_s": round(at_close - at_open, 2), "end_s": round(max(0.0, wall_s - at_close), 2)}
+    before = max(0.0, (opened.get("installed_at") or began_at) - began_at)  # until nvtx_autotrace was imported
+    return {"wall_s": round(wall_s, 2), "start_s": round(before + first, 2), "warmup_s": round(at_open - first, 2),
+            "window_s": round(at_close - at_open, 2), "end_s": round(max(0.0, wall_s - before - at_close), 2)}
 
 
 def command(target: list[str], python: str | None = None) -> list[str]:
