@@ -180,10 +180,11 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
 def run_parts(events: list[dict], wall_s: float, began_at: float) -> dict:
     """Where a timed run's wall time went, in seconds, from the window's own notes and the wall clock the run
     began at: ``start_s`` until its first step ended (the interpreter, imports, building the model and data, the
-    first step's compilation), ``warmup_s`` until the pace settled, ``window_s`` timed, ``end_s`` its exit after
-    that; {} where the window never opened and closed."""
+    first step's compilation), ``warmup_s`` until the pace settled, ``window_s`` timed (until the window closed,
+    or the program ended), ``end_s`` its exit after that; {} where no window opened."""
     opened = next((e for e in events if e.get("event") == "opened"), {})
-    closed = next((e for e in events if e.get("event") == "closed"), {})
+    closed = next((e for e in events if e.get("event") == "closed"), None) or next(  # else the program ended first
+        (e for e in events if e.get("event") == "ended" and e.get("step_ms")), {})
     first, at_open, at_close = opened.get("first_step_s"), opened.get("at_s"), closed.get("at_s")
     if first is None or at_open is None or at_close is None:
         return {}

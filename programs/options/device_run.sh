@@ -21,7 +21,7 @@ BUDGET=$1
 shift
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$O/gpus.txt"
 ncores=$(nproc)
-half=$((ncores / 2))
+half=${CORES_PER_SIDE:-$((ncores / 2))}  # a one-GPU host of 16 cores: CORES_PER_SIDE=16 is a side of a 32-core pair
 script_of() {
   case $1 in
     gpt2) echo programs/options/gpt2_flags_train.py ;;
