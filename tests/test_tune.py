@@ -620,3 +620,44 @@ def test_a_knob_of_another_part_of_the_step_is_tried_on_the_last_profile(tmp_pat
     assert profiled[:2] == (["stage-1", "stage-3"] if reused else ["stage-1", "stage-2"])
     assert d["stages"][1]["profile_s"] is None if reused else d["stages"][1]["profile_s"] == 30
     assert any("no new profile: tf32=1 changed another part" in m for m in said) is reused
+
+
+def test_the_final_check_is_reserved_at_the_slowest_run_so_the_budget_is_a_ceiling(tmp_path, monkeypatch):
+    """Seen on an H200: the GPT-2 trainer's tune ended at 434.5 s on a 430 s budget, its final check's runs (the
+    original program, the tuned one compiling) slower than a trial's mean run. The slowest run is reserved: a
+    stand-in clock where the original program's runs take 20 s, a knob's 15 s and the configuration so far 5 s."""
+    now = [0.0]
+
+    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
+        now[0] += 30
+        out.mkdir(parents=True, exist_ok=True)
+        kind, knob = ("dataloader_stall", {"num_workers": 8}) if not knobs else ("pageable_h2d", {"pin_memory": True})
+        f = {**finding(kind, 50, knob), "predicted": {"step_ns": int(50e6), "saving_ns": int(50e6), "statistic": "median"}}
+        (out / "summary.json").write_text(json.dumps(profile(*([] if len(knobs or {}) > 1 else [f]), step_ms=100.0)))
+        return out
+
+    def fake_alternate(target, variants, rounds, python=None, progress=None, logs=None, settled=None):
+        for r in range(rounds):
+            for v in variants:
+                if settled and r and settled(variants):
+                    return variants
+                wall = 20.0 if not v.knobs else 15.0 if v.added else 5.0  # the original's runs are the slowest
+                now[0] += wall
+                ms = 100.0 / 2 ** len(v.knobs)
+                said = [f"{declared.text({k: x})}: set" for k, x in v.knobs.items()]
+                v.rounds.append(Round([ms] * 20, "median", ms, knob_records(*said), 0, parts={"wall_s": wall}))
+        return variants
+
+    from nvtx_trace import knobs as declared
+
+    monkeypatch.setattr(tune, "profile", fake_profile)
+    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
+    finals = 0
+    for budget in range(150, 260, 5):
+        now[0] = 1000.0  # a clock that began long ago
+        t = tune.Tuner(["train.py"], tmp_path / str(budget), budget_s=budget, clock=lambda: now[0], say=lambda m: None)
+        d = t.run()
+        assert d["elapsed_s"] <= budget, (budget, d["elapsed_s"], d["stopped"])
+        assert t.reserve_s() >= 2 * 20.0 + 30.0  # a round of the slowest runs and a profile, not the last mean
+        finals += d["final_check"] is not None
+    assert finals  # the final check ran within some of those budgets
