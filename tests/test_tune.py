@@ -661,3 +661,19 @@ def test_the_final_check_is_reserved_at_the_slowest_run_so_the_budget_is_a_ceili
         assert t.reserve_s() >= 2 * 20.0 + 30.0  # a round of the slowest runs and a profile, not the last mean
         finals += d["final_check"] is not None
     assert finals  # the final check ran within some of those budgets
+
+
+def test_which_knobs_a_kept_knob_leaves_the_last_profile_true_for():
+    """Each knob declares the part of a step it changes: attention or a loader setting after a precision setting
+    keep the profile (the GPT-2 trainer's --flash came at stage 2 on stage 1's profile); a precision setting after
+    a loader setting does not (the H200 image classifier's amp, 1.00x on 6 workers, tried on the profile before
+    them), nor anything next to compile, nor a knob of the same part."""
+    from nvtx_trace import knobs as declared
+
+    assert not declared.interact({"sdpa": True}, {"tf32": True})
+    assert not declared.interact({"num_workers": 8, "pin_memory": True}, {"amp": "bf16"})
+    assert not declared.interact({"fused_optimizer": True}, {"amp": "bf16"})
+    assert declared.interact({"amp": "bf16"}, {"num_workers": 6, "pin_memory": True})
+    assert declared.interact({"channels_last": True}, {"amp": "bf16"})
+    assert declared.interact({"tf32": True}, {"compile": True}) and declared.interact({"compile": True}, {"tf32": True})
+    assert declared.interact({"num_workers": 12}, {"num_workers": 6})

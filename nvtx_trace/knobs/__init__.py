@@ -142,15 +142,16 @@ def loss_bound(knobs: dict) -> float:
 
 
 def interact(knobs: dict, others: dict) -> bool:
-    """Whether setting ``others`` can change what ``knobs`` fix: they change the same part of a step, or one of
-    them changes every part (its area is "graph" or unknown); then a profile taken before ``others`` says nothing
-    true of ``knobs``."""
+    """Whether setting ``others`` (kept since a profile) can change what ``knobs`` fix, so that the profile says
+    nothing true of them: they change the same part of a step, or one of them changes every part (its area is
+    "graph" or unknown), or ``others`` changed the loader, whose pace, while it still binds, hides what any other
+    knob saves (an H200 image classifier: amp 1.00x on 6 workers; the reverse holds, a loader setting after a
+    precision setting needs no new profile)."""
     areas = {get(k).area if get(k) else "" for k in knobs}
     theirs = {get(k).area if get(k) else "" for k in others}
     if not areas or not theirs:
         return False
-    everything = {"", "graph"}
-    return bool(areas & theirs or (areas | theirs) & everything)
+    return bool(areas & theirs or (areas | theirs) & {"", "graph"} or "loader" in theirs)
 
 
 def numerics(knobs: dict) -> list[str]:

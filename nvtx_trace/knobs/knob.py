@@ -23,8 +23,9 @@ APPLIED = {
     "option": "only through the program's own option (tune reads its command line); nvtx_autotrace says so",
 }
 # what part of a step a knob changes: tune tries a knob on the last profile, without profiling again, where the
-# knobs kept since it change another part (a loader setting after a precision setting); "" (a declaration of
-# yours that says none) and "graph" (torch.compile rewrites every part on the GPU) change every part
+# knobs kept since it change another part (a loader setting after a precision setting, not the reverse: a loader
+# that still binds hides any other saving); "" (a declaration of yours that says none) and "graph" (torch.compile
+# rewrites every part on the GPU) change every part (knobs.interact)
 AREAS = {
     "loader": "how batches are made and handed over (DataLoader workers, pinned memory)",
     "math": "the kernels matrix work runs in (precision, layout, algorithm choice)",
