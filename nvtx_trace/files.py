@@ -266,7 +266,10 @@ def write_atomically(path, text: str) -> None:
     path = Path(path)
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        # named after the file where that fits the folder's name limit (a legal 255-byte name has no room for
+        # ".NAME.xxxxxxxx.tmp": the analysis was lost after it ran)
+        prefix = f".{path.name}." if len(os.fsencode(path.name)) <= 200 else ".nvtx-trace-"
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent or ".")
         os.fchmod(fd, 0o666 & ~_umask())  # the mode a plain open() would give, not mkstemp's 0600
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -193,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nvtx-trace: error: {words[0]} is not a command; to profile it: nvtx-trace run "
               f"{' '.join(words)}", file=sys.stderr)
         return 2
+    from nvtx_trace.cli import encoding
+
+    encoding.fit(sys.stdout, sys.stderr)
     stdout = sys.stdout
     sys.stdout = _GuardedStdout(stdout)
     try:

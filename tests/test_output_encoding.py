@@ -1,0 +1,39 @@
+"""Issue 52, item 2: what the tool prints and writes is never lost to a name or a terminal. An ASCII-only stdout
+(PYTHONIOENCODING=ascii) lost the whole report at its first "µ"; a legal 255-byte --json name passed the check
+up front, then failed after the analysis (the temporary name beside it was too long)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import SAMPLES
+
+GPT2 = SAMPLES / "gpt2_window_h100.sqlite"
+
+
+def _analyze(tmp_path, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(GPT2), *args], cwd=tmp_path,
+                          capture_output=True, env={**os.environ, **(env or {})}, timeout=300)
+
+
+def test_an_ascii_terminal_gets_the_whole_report_spelled_in_ascii(tmp_path):
+    utf8 = _analyze(tmp_path, env={"PYTHONIOENCODING": "utf-8"})
+    ascii_ = _analyze(tmp_path, env={"PYTHONIOENCODING": "ascii"})
+    assert utf8.returncode == 0 and ascii_.returncode == 0, ascii_.stderr.decode(errors="replace")[-500:]
+    text = ascii_.stdout.decode("ascii")  # every byte is ASCII
+    full = utf8.stdout.decode("utf-8")
+    assert "µs" in full and " us " in text
+    assert len(text.splitlines()) == len(full.splitlines())  # every line of it
+    plain = [ln for ln in full.splitlines() if ln.isascii() or set(ln) - set("µ") <= set(map(chr, range(128)))]
+    assert plain and all(ln.replace("µ", "u") in text.splitlines() for ln in plain)  # µ spelled u, the rest as is
+
+
+def test_a_255_byte_json_name_is_written(tmp_path):
+    name = "j" * 250 + ".json"
+    proc = _analyze(tmp_path, "--json", name)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-500:]
+    assert json.loads((tmp_path / name).read_text())["findings"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no temporary file left beside it
