@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import SAMPLES
 
 GPT2 = SAMPLES / "gpt2_window_h100.sqlite"
@@ -37,3 +38,23 @@ def test_a_255_byte_json_name_is_written(tmp_path):
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-500:]
     assert json.loads((tmp_path / name).read_text())["findings"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no temporary file left beside it
+
+
+@pytest.mark.nsys
+def test_a_script_name_near_the_file_name_limit_gets_a_default_folder_that_fits(tmp_path):
+    """Issue 52, item 7: a 243-byte script name made the default output folder (name, time stamp) longer than
+    the file-name limit: an OSError traceback in run, try and tune. The folder's stem is cut to fit."""
+    from conftest import installed_nsys
+
+    from nvtx_trace.runner import plan
+
+    installed_nsys()
+    script = tmp_path / ("s" * 240 + ".py")
+    script.write_text("print('hi')\n")
+    for stem in (plan.run_name([script.name], "script"), plan.run_name([script.name], "script") + "-tune"):
+        assert len(plan.fresh_folder(tmp_path / "out", stem).name) <= 255
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "run", script.name], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr and "File name too long" not in proc.stderr, proc.stderr[-800:]
+    (folder,) = (tmp_path / "nvtx-trace-out").iterdir()
+    assert folder.name.startswith("s" * 100 + "-") and (folder / "report.nsys-rep").is_file()

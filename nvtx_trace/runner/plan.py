@@ -142,7 +142,12 @@ def run_name(target: Sequence[str], mode: str) -> str:
         script = next((Path(a).stem for a in target[1:] if a.endswith(".py")), None)
         if script and script != name:
             name = f"{name}-{script}"
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "run"
+    # at most STEM_MAX characters: the folder adds a time stamp (and tune "-tune"), and a name past the file-name
+    # limit (255 bytes) failed run, try and tune with a traceback
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:STEM_MAX].rstrip("._") or "run"
+
+
+STEM_MAX = 100
 
 
 def output_dir(opts: RunOptions, mode: str, now: float | None = None) -> Path:
