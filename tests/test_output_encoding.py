@@ -58,3 +58,21 @@ def test_a_script_name_near_the_file_name_limit_gets_a_default_folder_that_fits(
     assert "Traceback" not in proc.stderr and "File name too long" not in proc.stderr, proc.stderr[-800:]
     (folder,) = (tmp_path / "nvtx-trace-out").iterdir()
     assert folder.name.startswith("s" * 100 + "-") and (folder / "report.nsys-rep").is_file()
+
+
+@pytest.mark.nsys
+@pytest.mark.parametrize("verb", ["run", "tune"])
+def test_a_script_name_s_control_characters_never_reach_the_terminal(tmp_path, verb):
+    """Issue 52, item 11: an ESC or BEL in a script's name reached the terminal raw (the echoed nsys command,
+    tune's header, "Wrote NAME"): a name could retitle the window or forge a line. Each is shown escaped."""
+    from conftest import installed_nsys
+
+    installed_nsys()
+    script = tmp_path / "a\x1b]0;owned\x07b.py"
+    script.write_text("print('hi')\n")
+    args = ["--budget", "120"] if verb == "tune" else []
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", verb, *args, script.name], cwd=tmp_path,
+                          capture_output=True, timeout=600)
+    said = proc.stdout + proc.stderr
+    assert b"a\\x1b]0;owned\\x07b.py" in said, said.decode(errors="replace")[-1500:]  # named, escaped
+    assert b"\x1b" not in said and b"\x07" not in said

@@ -16,6 +16,7 @@ from typing import List, Optional
 import typer
 
 from nvtx_trace.report.console import console
+from nvtx_trace.report.sections import printable
 
 # Options stop at the first argument: the rest is the program's, even names we also use.
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -127,11 +128,14 @@ def _run(target, module, out, force, warmup_steps, steps, keep_running, full, ca
         autotrace_budget=autotrace_budget, per_rank=per_rank, tried=tried)
     plan = runner.plan_run(opts)
     history.check(history_db, inputs=[Path(t) for t in opts.target[:1]], written=plan.owns)  # before it runs
+    from rich.markup import escape
+
     for note in plan.notes:
-        err.print(f"[yellow]warning:[/yellow] {note}", soft_wrap=True)
-    err.print(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in {plan.out_dir}"
-              + (f"; knobs applied: {declared.text(tried)}" if tried else ""), soft_wrap=True, markup=False)
-    err.print(f"$ {shlex.join(plan.nsys_command())}", style="dim", soft_wrap=True, markup=False)
+        err.print(f"[yellow]warning:[/yellow] {escape(printable(note))}", soft_wrap=True)
+    err.print(printable(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in "
+                        f"{plan.out_dir}" + (f"; knobs applied: {declared.text(tried)}" if tried else "")),
+              soft_wrap=True, markup=False)
+    err.print(printable(f"$ {shlex.join(plan.nsys_command())}"), style="dim", soft_wrap=True, markup=False)
 
     progress = Progress(err)
     try:
@@ -189,7 +193,7 @@ def _report(result, err) -> None:
     for problem in result.problems:
         err.print(f"[red]nvtx-trace: {problem}[/red]", soft_wrap=True)  # one line, however long
     for path in result.written:
-        print(f"Wrote {runner.display(path)}", file=sys.stderr)
+        print(f"Wrote {printable(runner.display(path))}", file=sys.stderr)
     if result.exit_code != 0:
         from nvtx_trace.capture.interrupts import signal_name
 

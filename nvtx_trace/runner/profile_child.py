@@ -21,6 +21,7 @@ from pathlib import Path
 from nvtx_trace.capture import interrupts, lifeline
 from nvtx_trace.capture.processes import OWN_GROUP
 from nvtx_trace.errors import NvtxTraceError
+from nvtx_trace.report.sections import printable
 
 
 class ProfileFailed(NvtxTraceError):
@@ -105,7 +106,7 @@ def run_request(asked: dict) -> int:
     from nvtx_trace import runner
 
     def say(message: str) -> None:
-        print(f"nvtx-trace: {message[:1].lower()}{message[1:]}", file=sys.stderr, flush=True)
+        print(f"nvtx-trace: {printable(message[:1].lower() + message[1:])}", file=sys.stderr, flush=True)
 
     program = list(asked["program"])
     module = program[:1] == ["-m"]
@@ -121,7 +122,7 @@ def run_request(asked: dict) -> int:
     for problem in result.problems:
         say(problem)
     for path in result.written:
-        print(f"Wrote {path}", file=sys.stderr)
+        print(f"Wrote {printable(path)}", file=sys.stderr)
     code = result.exit_code if result.exit_code != 0 else (result.error.exit_code if result.error else 0)
     _say_outcome(asked, exit_code=code, program_exit_code=result.exit_code, problems=list(result.problems),
                  error=str(result.error) if result.error else None)

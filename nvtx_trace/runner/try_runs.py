@@ -27,6 +27,7 @@ from nvtx_trace.analyzer.measures.step_times import typical_statistic
 from nvtx_trace.capture import interrupts, lifeline, processes
 from nvtx_trace.errors import NvtxTraceError, UsageError
 from nvtx_trace.files import variant_folder
+from nvtx_trace.report.sections import printable
 from nvtx_trace.runner import default_window
 
 RUN_TIMEOUT_S = 900  # one run: start-up and compilation, warm-up (at most 30 s once steps run), the window
@@ -518,7 +519,7 @@ def _measure(req: TryRequest, folder: Path, profile: dict, script_hash: str, his
     from nvtx_trace.runner import history
 
     def say(message: str) -> None:
-        print(f"nvtx-trace try: {message}", file=sys.stderr, flush=True)
+        print(f"nvtx-trace try: {printable(message)}", file=sys.stderr, flush=True)
 
     if req.advice:
         from_run, profile, sets = advice(program, req.python, folder / "profile", say)
@@ -556,7 +557,7 @@ def said_after_writing(say, written: list[Path], script: Path | None, digest: st
     if script is not None and file_digest(script) != digest:
         say(f"warning: {script} changed while it was {verb} (not by nvtx-trace: it writes only to {folder})")
     for path in written:
-        print(f"Wrote {path}", file=sys.stderr)
+        print(f"Wrote {printable(path)}", file=sys.stderr)
     warning = record()
     if warning:
         say(f"warning: {warning}")

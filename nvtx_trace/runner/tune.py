@@ -23,6 +23,7 @@ from pathlib import Path
 from nvtx_trace import knobs as declared
 from nvtx_trace import names
 from nvtx_trace.errors import NvtxTraceError, UsageError
+from nvtx_trace.report.sections import printable
 from nvtx_trace.report.tune_render import mmss
 from nvtx_trace.runner import program_options, try_runs
 from nvtx_trace.runner.profile_child import ProfileFailed, profile
@@ -630,7 +631,7 @@ def run_tune(req: TuneRequest) -> None:
     make_folder(folder)
 
     def say(message: str) -> None:
-        print(f"nvtx-trace tune: {message}", file=sys.stderr, flush=True)
+        print(f"nvtx-trace tune: {printable(message)}", file=sys.stderr, flush=True)
 
     say(f"{' '.join(program)}: budget {req.budget:.0f} s; each stage profiles (nsys) and times one knob plain, "
         f"{req.rounds} round(s) a side; outputs in {folder}")
