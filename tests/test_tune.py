@@ -677,3 +677,39 @@ def test_which_knobs_a_kept_knob_leaves_the_last_profile_true_for():
     assert declared.interact({"channels_last": True}, {"amp": "bf16"})
     assert declared.interact({"tf32": True}, {"compile": True}) and declared.interact({"compile": True}, {"tf32": True})
     assert declared.interact({"num_workers": 12}, {"num_workers": 6})
+
+
+def test_a_stage_whose_profile_fails_ends_tune_with_its_reason_and_a_failing_exit(tmp_path, monkeypatch):
+    """Issue 52, items 8 and 13: a stage's profile failed (the disk full, the folder turned read-only) and tune
+    ended with exit 0, nothing said. What was kept is written; the stop is one line and a non-zero exit."""
+    from nvtx_trace.errors import NvtxTraceError
+    from nvtx_trace.runner.profile_child import ProfileFailed
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    calls = []
+
+    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
+        calls.append(out)
+        if knobs:
+            raise ProfileFailed("the profile run failed (exit status 5): nsys: the disk is full; its log: x.log")
+        out.mkdir(parents=True, exist_ok=True)
+        f = {**finding("dataloader_stall", 50, {"num_workers": 8}),
+             "predicted": {"step_ns": int(50e6), "saving_ns": int(50e6), "statistic": "median"}}
+        (out / "summary.json").write_text(json.dumps(profile(f, step_ms=100.0)))
+        return out
+
+    def fake_alternate(target, variants, rounds, python=None, progress=None, logs=None, settled=None):
+        for v in variants:
+            ms = 50.0 if v.knobs else 100.0
+            v.rounds.append(Round([ms] * 20, "median", ms, knob_records("num_workers=8: DataLoader created"), 0))
+        return variants
+
+    monkeypatch.setattr(tune, "profile", fake_profile)
+    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
+    with pytest.raises(NvtxTraceError, match="tune stopped after 1 stage.*the disk is full.*; kept so far: "
+                                             "num_workers=8") as err:
+        tune.run_tune(tune.TuneRequest([str(script)], out=tmp_path / "t", no_history=True))
+    assert err.value.exit_code != 0 and len(calls) == 2
+    d = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert d["stopped"].startswith("profile failed") and d["kept_knobs"] == {"num_workers": 8}

@@ -210,6 +210,7 @@ class Tuner:
     rejected: list = field(default_factory=list)
     stages: list = field(default_factory=list)
     stopped: str | None = None
+    failed: bool = False  # it stopped on a failure (a profile, the configuration's runs), not by choice
     final_check: dict | None = None
     last_profile: dict = field(default_factory=dict)
     first_settings: dict = field(default_factory=dict)  # the program as it is: its FLOPs were counted there
@@ -342,7 +343,7 @@ class Tuner:
             if not self._profiles:
                 raise UsageError(f"{script_of(self.program) or self.program[0]}: {exc}") from None
             if not final:  # a failed final profile leaves what is left as the last stage's profile said
-                self.stopped = f"profile failed: {exc}"
+                self.stopped, self.failed = f"profile failed: {exc}", True
             return None
         self._profile_s = self.clock() - t0
         self._fresh_profile_s = self._profile_s  # the next stage row's: it profiled anew
@@ -355,7 +356,7 @@ class Tuner:
                                  "steps (nothing called optimizer.step() or nvtx_autotrace.mark_step()): tune needs a "
                                  f"training loop of at least ~30 steps; the profile is in {out}")
             if not final:
-                self.stopped = "the profile found no training steps"
+                self.stopped, self.failed = "the profile found no training steps", True
             return None
         self.last_profile = {"path": str(out), "summary": summary, "configuration": dict(self.kept)}
         if self._profiles == 1:
@@ -407,7 +408,7 @@ class Tuner:
         except NvtxTraceError:
             if self._baseline is None:
                 raise
-            self.stopped = "the configuration so far stopped giving step times"
+            self.stopped, self.failed = "the configuration so far stopped giving step times", True
             return False, via, False
         runs = sum(len(x.rounds) for x in (base, v))
         self._parts += [r.parts for x in (base, v) for r in x.rounds if r.parts]
@@ -661,6 +662,10 @@ def run_tune(req: TuneRequest) -> None:
     written = _write(folder, result, json_out)
     try_runs.said_after_writing(say, written, script or None, digest, "tuned", folder,
                                 lambda: history.after_tune(result, program, folder, history_db, began))
+    if tuner.failed:  # what was kept is written; the stop itself is a failure to say (a full disk, a folder
+        # turned read-only, a configuration that stopped stepping), never an exit 0 with nothing said
+        raise NvtxTraceError(f"tune stopped after {len(result['stages'])} stage(s): {result['stopped']}; kept so far: "
+                             f"{declared.text(tuner.kept) or 'nothing'} (in {folder / TUNE_JSON})")
     if not any(s["knobs"] for s in result["stages"]) and result["stopped"] != "nothing left":
         raise UsageError(f"nothing was tried ({result['stopped']}): the profile alone took "
                          f"{result['elapsed_s']:.0f} s of the {req.budget:.0f} s budget, and a trial of "
