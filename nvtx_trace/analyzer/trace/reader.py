@@ -155,6 +155,10 @@ class Reader:
         launch lookups and the copy analysis need (NULL for a column this export lacks). ``long_names_of``:
         short-name ids whose kernels also bring their demangled name's id (``long_id``, -1 for the others)."""
         table = GPU_OP_TABLES[table_key]
+        lacking = [c for c in ("start", "end") if not self.has(table, c)]
+        if lacking:  # read as NULL times, its rows were dropped: the GPU's work analyzed as none, nothing said
+            raise BadReportError(f"{self.info.path}: {table} has no {' or '.join(lacking)} column, so its "
+                                 f"{table_key} rows have no times; export the report again with nsys")
         extra = {}
         if table_key == "kernel" and long_names_of and self.has(table, "shortName") and self.has(table, "demangledName"):
             extra["long_id"] = f"CASE WHEN shortName IN ({','.join(map(str, long_names_of))}) THEN demangledName END"

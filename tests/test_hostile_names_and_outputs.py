@@ -1,6 +1,6 @@
-"""Issue 52, item 2: what the tool prints and writes is never lost to a name or a terminal. An ASCII-only stdout
-(PYTHONIOENCODING=ascii) lost the whole report at its first "µ"; a legal 255-byte --json name passed the check
-up front, then failed after the analysis (the temporary name beside it was too long)."""
+"""Issue 52: what the tool prints and writes is never lost to a name or a terminal, nor a report misread. An
+ASCII-only stdout (PYTHONIOENCODING=ascii) lost the whole report at its first "µ"; a legal 255-byte --json name
+passed the check up front, then failed after the analysis (the temporary name beside it was too long)."""
 
 from __future__ import annotations
 
@@ -76,3 +76,24 @@ def test_a_script_name_s_control_characters_never_reach_the_terminal(tmp_path, v
     said = proc.stdout + proc.stderr
     assert b"a\\x1b]0;owned\\x07b.py" in said, said.decode(errors="replace")[-1500:]  # named, escaped
     assert b"\x1b" not in said and b"\x07" not in said
+
+
+def test_a_kernel_table_without_times_is_refused_not_analyzed_as_no_kernels(tmp_path):
+    """Issue 52, item 3: a crafted export whose kernel table had lost its start column was analyzed as one with no
+    kernels (GPU busy <1 %, a launch-bound finding) without a word. A real H100 export, that column renamed."""
+    import hashlib
+    import shutil
+    import sqlite3
+
+    report = tmp_path / "crafted.sqlite"
+    shutil.copy(GPT2, report)
+    with sqlite3.connect(report) as conn:
+        conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME COLUMN start TO begin")
+    digest = hashlib.sha256(report.read_bytes()).hexdigest()
+    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(report)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3 and proc.stdout == "", proc.stdout[-500:]
+    assert proc.stderr.strip().splitlines() == [
+        f"nvtx-trace: error: {report}: CUPTI_ACTIVITY_KIND_KERNEL has no start column, so its kernel rows have no "
+        "times; export the report again with nsys"]
+    assert hashlib.sha256(report.read_bytes()).hexdigest() == digest
