@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import types
 
 USAGE = "usage: python -m nvtx_autotrace [-m module | script.py] [args...]"
 
@@ -22,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     import nvtx_autotrace
 
     nvtx_autotrace.install()  # idempotent; importing already installed it
+    sys.excepthook = _interrupt_without_our_frames(sys.excepthook)
     if argv[0] == "-m" and len(argv) < 2:
         print(USAGE, file=sys.stderr)
         return 2
@@ -41,6 +43,28 @@ def main(argv: list[str] | None = None) -> int:
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # the hook prints the exception's own traceback
         return 1
     return 0
+
+
+def _interrupt_without_our_frames(hook):
+    """A Ctrl-C lands wherever the program is, often inside our wrappers (a module's forward, a DataLoader's
+    next): its traceback is the program's own, printed without our and runpy's frames (45 lines of them were)."""
+    ours = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+    def without(kind, exc, tb):
+        if issubclass(kind, KeyboardInterrupt):
+            kept = []
+            while tb is not None:
+                name = tb.tb_frame.f_code.co_filename
+                if not (os.path.abspath(name).startswith(ours) or tb.tb_frame.f_globals.get("__name__") == "runpy"):
+                    kept.append(tb)
+                tb = tb.tb_next
+            tb = None
+            for t in reversed(kept):
+                tb = types.TracebackType(tb, t.tb_frame, t.tb_lasti, t.tb_lineno)
+            exc = exc.with_traceback(tb)  # Python prints the exception's own traceback, not the one passed
+        return hook(kind, exc, tb)
+
+    return without
 
 
 def _from_the_program(tb):

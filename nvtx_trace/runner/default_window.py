@@ -136,8 +136,10 @@ def outcome(path: Path | None, exit_code: int) -> Outcome | None:
         return Outcome(f"profiled steps {first}-{last} ({closed['steps']} steps, {closed['seconds']:.1f} s) after "
                        f"{first} warm-up steps: {opened['why']}{tail}", True, True)
     last = f"-{ended['steps'] - 1}" if ended and ended.get("steps") else ""
-    return Outcome(f"profiled steps {first}{last} (to the program's end) after {first} warm-up steps: "
-                   f"{opened['why']}", True, True)
+    end = ("to the program's end" if exit_code == 0 else
+           f"until the program was stopped, {status}" if exit_code in (-2, -15, -1, 130, 143, 129)
+           else f"until the program ended, {status}")
+    return Outcome(f"profiled steps {first}{last} ({end}) after {first} warm-up steps: {opened['why']}", True, True)
 
 
 def ran_again(outcome: Outcome) -> tuple[str, Outcome]:

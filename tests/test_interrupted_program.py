@@ -1,0 +1,47 @@
+"""Issue 52, item 16: Ctrl-C during `run` printed a 45-line KeyboardInterrupt traceback through nvtx_autotrace's
+frames in the program's output, and the closing line said "to the program's end". The traceback is the program's
+own; the line says it was stopped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+PROGRAM = """
+import os, signal, threading, torch
+m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+while True:
+    y = m(torch.ones(2, 4))
+"""
+
+
+@pytest.mark.torch
+def test_a_ctrl_c_s_traceback_is_the_program_s_own(tmp_path):
+    script = tmp_path / "spin.py"
+    script.write_text(PROGRAM)
+    proc = subprocess.run([sys.executable, "-m", "nvtx_autotrace", str(script)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.stderr.rstrip().endswith("KeyboardInterrupt"), proc.stderr[-1000:]
+    assert f'File "{script}", line 6' in proc.stderr  # where the program was
+    assert "nvtx_autotrace" not in proc.stderr and "runpy" not in proc.stderr, proc.stderr
+
+
+def test_a_window_a_stopped_program_ended_says_it_was_stopped(tmp_path):
+    from nvtx_trace.runner import default_window
+
+    def outcome(exit_code):
+        path = tmp_path / "w.jsonl"  # read once, then removed: as the program wrote it, for each case
+        path.write_text("\n".join(json.dumps(e) for e in (
+            {"event": "opened", "pid": 1, "rank": None, "step": 8, "why": "the step pace settled", "at_s": 3.0},
+            {"event": "ended", "pid": 1, "rank": None, "steps": 20, "phase": "window", "at_s": 6.0})) + "\n")
+        return default_window.outcome(path, exit_code).line
+
+    assert "(to the program's end)" in outcome(0)
+    stopped = outcome(-2)
+    assert "profiled steps 8-19 (until the program was stopped, signal 2)" in stopped, stopped
+    assert "(until the program ended, status 1)" in outcome(1)
