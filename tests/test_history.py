@@ -105,6 +105,21 @@ def test_the_next_run_of_the_same_script_prints_what_changed(tmp_path):
     assert history.query(db, script="no-such-script") == []
 
 
+def test_a_run_is_compared_with_the_last_complete_one_and_says_which(tmp_path):
+    """Issue 52, item 17: after an interrupted run, the next compared itself with it ("+31 %, improved:
+    dataloader_stall"). An interrupted or crashed run is skipped, and the line says so; an interrupted run itself
+    says how it ended."""
+    db = tmp_path / "h.db"
+    history.after_run(finished(tmp_path / "a", "resnet50_2workers_h100"), db, started=1_000.0)
+    change, _ = history.after_run(finished(tmp_path / "b", "resnet50_8workers_h100", exit_code=130), db, started=2_000.0)
+    assert change.startswith("since the last run of this script (") and str(tmp_path / "a") in change
+    assert ", this run ending with status 130:" in change
+    change, _ = history.after_run(finished(tmp_path / "c", "resnet50_8workers_h100"), db, started=3_000.0)
+    assert change.startswith("since the last complete run of this script (") and str(tmp_path / "a") in change
+    assert "the 1 later run(s) ended early)" in change and str(tmp_path / "b") not in change
+    assert "resolved:" in change  # against a's findings, not b's (the same as c's: "unchanged")
+
+
 def test_a_history_that_cannot_be_written_is_one_warning_not_a_failure(tmp_path):
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"this is not a database" * 100)

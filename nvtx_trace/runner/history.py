@@ -481,9 +481,16 @@ def _typed(row, table: str) -> dict:
 def _latest(conn, script: str) -> dict | None:
     if RUNS not in _tables(conn):
         return None
-    rows = conn.execute(f"SELECT * FROM {RUNS} WHERE script = ? AND (kind IS NULL OR kind = 'run') "
-                        "ORDER BY id DESC LIMIT 1", [script]).fetchall()
-    return as_summary(conn, _typed(rows[0], RUNS)) if rows else None
+    """The last complete run of the script (exit 0, steps measured), with how many runs after it ended early
+    (interrupted, crashed: a comparison with one said "+31 %, improved" or "not comparable"); the last run of
+    any kind where none is complete."""
+    rows = [_typed(r, RUNS) for r in conn.execute(
+        f"SELECT * FROM {RUNS} WHERE script = ? AND (kind IS NULL OR kind = 'run') ORDER BY id DESC LIMIT 100",
+        [script])]
+    if not rows:
+        return None
+    later = next((i for i, r in enumerate(rows) if r.get("exit_code") == 0 and r.get("step_ns_median")), 0)
+    return {**as_summary(conn, rows[later]), "ended_early_after": later}
 
 
 def _findings_of(conn, run_id: int) -> list[dict]:
@@ -553,14 +560,18 @@ def _literal(text: str) -> str:
 # ---------------------------------------------------------------- what changed since the last run
 
 
-def change_line(previous: dict, summary: dict | None) -> str:
-    """One line: this run against the previous run of the same script (nvtx_trace.runner.diff.compare)."""
+def change_line(previous: dict, summary: dict | None, exit_code: int | None = None) -> str:
+    """One line: this run (it ended with ``exit_code``) against the last complete run of the same script
+    (nvtx_trace.runner.diff.compare), saying which run that is."""
     from nvtx_trace.runner.diff import compare
 
     run = previous["run"]
     when = str(run.get("started_at") or "")[:16].replace("T", " ")
     commit = f", commit {run['git_commit'][:8]}" if run.get("git_commit") else ""
-    head = f"since the last run of this script ({when}{commit}, {run.get('out_dir')}):"
+    early = previous.get("ended_early_after") or 0
+    which = (f"the last complete run of this script ({when}{commit}, {run.get('out_dir')}; the {early} later "
+             f"run(s) ended early)" if early else f"the last run of this script ({when}{commit}, {run.get('out_dir')})")
+    head = f"since {which}" + (f", this run ending with status {exit_code}" if exit_code else "") + ":"
     if not summary:
         return f"{head} no comparison, this run wrote no summary"
     result = compare(previous, summary)
@@ -606,7 +617,7 @@ def after_run(result, path: Path | None, started: float) -> tuple[str | None, st
         tried = result.plan.options.tried if result.plan.options else None
         row = run_row(result.plan, result.exit_code, started, summary, window=window, tried=tried)
         _, previous = record(path, row, finding_rows(summary))
-        return (change_line(previous, summary) if previous else None), None
+        return (change_line(previous, summary, result.exit_code) if previous else None), None
     except HistoryError as exc:
         return None, f"{exc} (run not recorded)"
     except Exception as exc:  # noqa: BLE001 - a history bug must not turn a finished run into a failure
