@@ -34,14 +34,16 @@ _PACKAGE_ROOTS = tuple(sorted({p.rstrip(os.sep) + os.sep for p in sys.path if p.
 
 
 def shown(filename: str) -> str:
-    """A file as a user finds it: from the current folder, from its package's root, else its whole path."""
+    """A file as a user finds it: an installed package's from its package's root (wherever its environment lives:
+    a virtual environment inside the project gave ``.venv/lib/python3.11/site-packages/lightning/...``), else
+    from the current folder, else its whole path."""
     path = os.path.abspath(filename)
-    here = os.getcwd() + os.sep
-    if path.startswith(here):
-        return path[len(here):]
     for root in _PACKAGE_ROOTS:
         if path.startswith(root):
             return path[len(root):]
+    here = os.getcwd() + os.sep
+    if path.startswith(here):
+        return path[len(here):]
     return path
 
 

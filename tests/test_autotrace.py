@@ -470,7 +470,7 @@ def test_a_sync_range_names_the_line_that_asked_and_the_tool_s_own_syncs_get_non
 
 
 @pytest.mark.torch
-def test_a_line_is_shown_from_the_current_folder_or_its_package_and_can_be_switched_off(tmp_path):
+def test_a_line_is_shown_from_the_current_folder_or_its_package_and_can_be_switched_off(tmp_path, monkeypatch):
     """Issue 43: a user finds `src/loop.py:12` from where they ran, and a framework's line from its package root
     (`lightning/pytorch/...`), not a bare `result.py:450` that several packages hold."""
     import os
@@ -483,6 +483,12 @@ def test_a_line_is_shown_from_the_current_folder_or_its_package_and_can_be_switc
     assert sites.shown(installed) == os.path.join("lightning", "pytorch", "core", "module.py")
     elsewhere = str(tmp_path / "job.py")
     assert sites.shown(elsewhere) == elsewhere  # outside both: whole
+    # issue 52, item 19: an environment inside the current folder (the README's .venv in the clone)
+    inside = os.path.join(here, ".venv", "lib", "python3.11", "site-packages") + os.sep
+    monkeypatch.setattr(sites, "_PACKAGE_ROOTS", (inside, *sites._PACKAGE_ROOTS))
+    assert sites.shown(inside + os.path.join("lightning", "pytorch", "core", "module.py")) == os.path.join(
+        "lightning", "pytorch", "core", "module.py")
+    assert sites.shown(os.path.join(here, "src", "loop.py")) == os.path.join("src", "loop.py")
     code = "from nvtx_autotrace import syncs\ndef f():\n    return syncs.sync_label('item')\nprint(f())\n"
     for flag, said in (("0", "\nsync item"), ("1", "\nsync item at <string>:4")):
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
