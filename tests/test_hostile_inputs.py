@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, edited_copy
 from test_analyzer_gpu_reports import sql, sql_union_busy
-from test_bad_input import assert_one_clear_line, digest, run_cli
+from test_bad_input import assert_one_clear_line, digest, run_cli, run_cli_here
 
 from nvtx_trace.analyzer import analyze
 
@@ -423,8 +423,8 @@ def test_diff_of_a_damaged_summary_names_the_file_and_the_field(tmp_path, good_s
     good.write_text(json.dumps(good_summary))
     bad.write_text(edit if isinstance(edit, str) else json.dumps(_edited(good_summary, edit)))
     before = {p: digest(p) for p in (good, bad)}
-    assert_one_clear_line(run_cli("diff", good, bad), str(bad), words)
-    assert_one_clear_line(run_cli("diff", bad, good), str(bad), words)
+    assert_one_clear_line(run_cli_here("diff", good, bad), str(bad), words)
+    assert_one_clear_line(run_cli_here("diff", bad, good), str(bad), words)
     assert {p: digest(p) for p in (good, bad)} == before
 
 

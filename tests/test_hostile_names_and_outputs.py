@@ -41,6 +41,7 @@ def test_a_255_byte_json_name_is_written(tmp_path):
 
 
 @pytest.mark.nsys
+@pytest.mark.slow
 def test_a_script_name_near_the_file_name_limit_gets_a_default_folder_that_fits(tmp_path):
     """Issue 52, item 7: a 243-byte script name made the default output folder (name, time stamp) longer than
     the file-name limit: an OSError traceback in run, try and tune. The folder's stem is cut to fit."""
@@ -61,6 +62,7 @@ def test_a_script_name_near_the_file_name_limit_gets_a_default_folder_that_fits(
 
 
 @pytest.mark.nsys
+@pytest.mark.slow
 @pytest.mark.parametrize("verb", ["run", "tune"])
 def test_a_script_name_s_control_characters_never_reach_the_terminal(tmp_path, verb):
     """Issue 52, item 11: an ESC or BEL in a script's name reached the terminal raw (the echoed nsys command,
