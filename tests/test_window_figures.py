@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 from conftest import SAMPLES, sample_analysis
 
-from nvtx_trace.analyzer.questions.layout import TRANSPOSE_RE
+from nvtx_trace.analyzer.measures.kernel_kinds import TRANSPOSE_RE
 
 REPORTS = sorted(p for p in SAMPLES.glob("*.sqlite"))
 

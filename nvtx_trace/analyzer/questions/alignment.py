@@ -12,31 +12,11 @@ The precision finding covers those GEMMs; under TF32 or bf16 a real misalignment
 
 from __future__ import annotations
 
-import re
-
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.measures.kernel_kinds import ALIGNED_RATIO, misaligned_kernels, saved_per_step
+from nvtx_trace.analyzer.measures.provenance import facts
 from nvtx_trace.analyzer.question import Question
-from nvtx_trace.analyzer.questions.settings import facts
-
-MISALIGNED = re.compile(r"align[ac]?1(?!\d)")
-# Measured on an H100 (programs/busy, bf16): the HF-style model's LM head over 50257 ran as three align1 GEMMs,
-# 15.46 ms a step; the GPT program's over 50304, same shapes otherwise, about 2.5 ms: 6x. Padding the HF-style
-# model's vocabulary to 50304 took its plain step from 46.6 to 34.0 ms (predicted 34.7 ms).
-ALIGNED_RATIO = 6.0
-TENSOR_CORE = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8")  # where that ratio was measured (bf16)
-
-
-def misaligned_kernels(k):
-    """(the tensor-core align1 GEMM kernels by name, their time) in the window."""
-    names = k.by_name
-    bad = names[names["category"].isin(TENSOR_CORE) & names["name"].str.contains(MISALIGNED)]
-    return bad, int(bad["time_ns"].sum())
-
-
-def saved_per_step(k, tensor_core_ns: int) -> float:
-    """What aligned kernels would save per step of those misaligned tensor-core GEMMs."""
-    return k.per_step(tensor_core_ns) * (1 - 1 / ALIGNED_RATIO)
 
 
 def _pad_words(analysis) -> str:

@@ -16,8 +16,8 @@ import numpy as np
 
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.measures.provenance import facts
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.questions.settings import facts
 from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.analyzer.trace.tables import SLOW_API_NS, SYNC_API_RE, api_base_name
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import Finding, ms
+from nvtx_trace.analyzer.measures.provenance import RECORDED
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.questions.settings import RECORDED
 from nvtx_trace.analyzer.trace.tables import name_mask
 
 MIN_OPERATOR_RANGES = 50  # `aten::` ranges per step from which emit_nvtx is taken as on

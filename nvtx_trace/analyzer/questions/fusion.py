@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.measures import kernel_kinds as alignment
+from nvtx_trace.analyzer.measures.provenance import facts
 from nvtx_trace.analyzer.question import Question
-from nvtx_trace.analyzer.questions import alignment
-from nvtx_trace.analyzer.questions.settings import facts
 
 FUSABLE = ("elementwise", "norm_softmax", "reduction")
 # Calibrated on an H100 (programs/busy/gpt_train.py, GPT-2-small class, bf16 autocast, nsys captures eager and

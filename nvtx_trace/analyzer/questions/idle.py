@@ -6,20 +6,15 @@ import pandas as pd
 
 from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.measures.gpu_idle import analyze_idle
+from nvtx_trace.analyzer.measures.kernel_kinds import gpu_missing
 from nvtx_trace.analyzer.question import Context, Question
-
-
-def gpu_missing(ctx: Context) -> str:
-    """Why an analysis of GPU activity cannot run on this report."""
-    return ctx.trace.info.why_missing("Cuda", "CUDA", "GPU activity (kernels, memory copies or memsets with valid times)",
-                                 "-t cuda on a machine with a GPU")
 
 
 def _run(ctx: Context) -> None:
     if ctx.trace.has_gpu_activity:
         ctx.result.idle = analyze_idle(ctx.trace, ctx.min_gap_ns, ctx.loader_pattern)
     else:
-        ctx.result.skipped["gpu_idle"] = gpu_missing(ctx)
+        ctx.result.skipped["gpu_idle"] = gpu_missing(ctx.trace)
 
 
 def _json(analysis) -> dict:

@@ -22,9 +22,8 @@ import pandas as pd
 
 from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.measures.collectives import COMM_KERNEL_RE
+from nvtx_trace.analyzer.measures.kernel_kinds import gpu_missing, is_transpose
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.questions.idle import gpu_missing
-from nvtx_trace.analyzer.questions.layout import is_transpose
 from nvtx_trace.analyzer.trace.tables import GPU_OP_KINDS
 
 # category -> words shown to a reader
@@ -154,7 +153,7 @@ PERSISTENT = ("gemm", "conv", "attention", "triton")  # categories whose kernels
 def _run(ctx: Context) -> None:
     analysis = ctx.result
     if not ctx.trace.has_gpu_activity:
-        analysis.skipped["kernels"] = gpu_missing(ctx)
+        analysis.skipped["kernels"] = gpu_missing(ctx.trace)
         return
     ops = ctx.trace.gpu_ops
     w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]

@@ -18,20 +18,10 @@ import pandas as pd
 from nvtx_trace import names
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.measures.kernel_kinds import TRANSPOSE_HINTS, TRANSPOSE_RE, gpu_missing, is_transpose
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.questions.idle import gpu_missing
 from nvtx_trace.analyzer.trace.attribution import attribute
 from nvtx_trace.analyzer.trace.tables import Trace, name_mask
-
-# Transpose kernels seen in cuDNN, PyTorch and TensorRT names; deliberately not the
-# NHWC convolution kernels themselves (``..._nhwckrsc_nhwc_...``).
-TRANSPOSE_RE = re.compile(
-    r"(?i)(nchw_?(to|2)_?nhwc|nhwc_?(to|2)_?nchw|nchw(to|2)nhwc|nhwc(to|2)nchw"
-    r"|(nchw|nhwc|nc\dhw\d*)_?(transpose|permute)|transpose_?(nchw|nhwc)"
-    r"|convert_?(nchw|nhwc)_?(to|2)_?(nchw|nhwc))"
-)
-
-TRANSPOSE_HINTS = ("%nchw%", "%nhwc%", "%nc_hw%")  # every match of TRANSPOSE_RE contains one of these
 
 # Batch norm over NCHW tensors runs kernels that its channels_last form runs faster, part of what channels_last
 # gains beyond the transposes it removes: (name rule, how much faster in channels_last). Measured on ResNet-50,
@@ -57,10 +47,6 @@ class LayoutResult:
     @property
     def kernel_time_fraction(self) -> float:
         return self.time_ns / self.kernel_time_ns if self.kernel_time_ns else 0.0
-
-
-def is_transpose(name: str) -> bool:
-    return bool(TRANSPOSE_RE.search(name))
 
 
 def launch_filter(trace: Trace) -> tuple[str, str, list[int]] | None:
@@ -171,7 +157,7 @@ def _run(ctx: Context) -> None:
         ctx.result.layout = analyze_layout(ctx.trace, (w["start_ns"], w["end_ns"]) if w else None,
                                            (ctx.result.settings or {}).get("module_sites"))
     else:
-        ctx.result.skipped["layout_transpose"] = gpu_missing(ctx)
+        ctx.result.skipped["layout_transpose"] = gpu_missing(ctx.trace)
 
 
 def _json(analysis) -> dict:

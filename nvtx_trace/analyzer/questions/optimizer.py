@@ -21,8 +21,8 @@ from __future__ import annotations
 from nvtx_trace import names
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.measures.provenance import RECORDED, facts
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.questions.settings import RECORDED, facts
 from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.analyzer.trace.tables import name_mask
 

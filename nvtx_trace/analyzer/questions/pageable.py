@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, size
+from nvtx_trace.analyzer.measures.kernel_kinds import gpu_missing
 from nvtx_trace.analyzer.measures.pageable_copies import analyze_pageable, launch_filter
 from nvtx_trace.analyzer.measures.pageable_copies import per_step as per_step_pageable
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.questions.idle import gpu_missing
 
 
 def _run(ctx: Context) -> None:
     if not ctx.trace.has_gpu_activity:
-        ctx.result.skipped["pageable_h2d"] = gpu_missing(ctx)
+        ctx.result.skipped["pageable_h2d"] = gpu_missing(ctx.trace)
         return
     ctx.result.pageable = analyze_pageable(ctx.trace)
     if ctx.result.pageable is None:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.measures.provenance import facts
 from nvtx_trace.analyzer.question import Question
-from nvtx_trace.analyzer.questions.settings import facts
 
 
 @dataclass(frozen=True)

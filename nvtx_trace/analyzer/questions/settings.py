@@ -11,9 +11,6 @@ from nvtx_trace import names
 from nvtx_trace.analyzer.measures.instrumentation_cost import read_record
 from nvtx_trace.analyzer.question import Context, Question
 
-RECORDED = "recorded by nvtx_autotrace"
-INFERRED = "inferred from kernel names (the report carries no settings record)"
-
 
 def _run(ctx: Context) -> None:
     ranges = ctx.trace.ranges
@@ -30,11 +27,6 @@ def _cpus_allowed(analysis) -> None:
     if isinstance(allowed, int) and allowed > 0 and (analysis.cpu_cores is None or allowed < analysis.cpu_cores):
         analysis.cpus_host = analysis.cpu_cores or (analysis.settings or {}).get("cpus_host")
         analysis.cpu_cores = allowed
-
-
-def facts(analysis) -> str:
-    """Where a finding's facts about the program come from, for its evidence."""
-    return RECORDED if analysis.settings else INFERRED
 
 
 def lines(s: dict) -> list[str]:
