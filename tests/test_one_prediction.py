@@ -11,6 +11,7 @@ import pytest
 from question_snapshots import SAMPLES, recorded_summary, recorded_text
 
 from nvtx_trace.analyzer.findings import ms
+from nvtx_trace.analyzer.questions import host_kinds
 from nvtx_trace.runner import history, try_runs, tune
 from nvtx_trace.runner.diff import compare
 
@@ -68,7 +69,7 @@ def test_each_command_shows_the_finding_s_one_saving(report, tmp_path):
         extra = pred["step_ns"] - more["step_ns"] if more else 0
         after = max(plain - (net + extra) / 1e6, (more.get("loader_pace_ns") or pred.get("loader_pace_ns") or 0) / 1e6)
         assert r["predicted_step_ms"] == pytest.approx(after)
-        if f["kind"] not in try_runs.CPU_BOUND_KINDS:
+        if f["kind"] not in host_kinds():
             assert r["tool_cost_ms"] == 0
         c = next((c for c in tune.candidates({**summary, "findings": [f]}, {}, [], plain)), None)
         if c is not None:

@@ -46,6 +46,8 @@ class Question:
     findings: Callable | None = None  # (Analysis, Basis) -> list[Finding]; Basis: the figures findings share
     idle_kinds: tuple[str, ...] = ()  # its finding kinds whose impact is GPU time lost idle in the window
     work_kinds: tuple[str, ...] = ()  # its finding kinds whose impact is GPU work: it shortens a GPU-bound step only
+    host_kinds: tuple[str, ...] = ()  # its finding kinds whose idle the tool's own CPU time lengthens (try's
+    # plain runs show that cost, and take it out of their saving)
     predicts: dict = field(default_factory=dict)  # kind -> (Analysis, Finding) -> predicted, once all are built
     knobs: dict = field(default_factory=dict)  # kind -> (finding dict) -> the knobs `try` applies for its fix
     json_keys: tuple[str, ...] = ()  # the summary.json keys it owns, in its order (docs/json-schema.md)

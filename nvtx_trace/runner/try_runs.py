@@ -328,11 +328,6 @@ def own_cost_ns(profile: dict) -> int:
     return sum(int(((profile.get(key) or {}).get("cost_ns_per_step")) or 0) for key in ("instrumentation", "profiler"))
 
 
-# The findings whose idle the tool's own CPU time lengthens: where a plain pace shows the tool cost more than the
-# profile could take out, the rest of that cost is in their saving too, and comes out of it.
-CPU_BOUND_KINDS = frozenset({"cpu_overhead", "cuda_api"})
-
-
 def plain_cost_ns(profile: dict, finding: dict, plain_ms: float) -> int:
     """The tool's own cost per step that a plain pace shows beyond what the profile took out already: the
     profile's step (in the prediction's statistic) less the plain one, less ``own_cost_ns``; never below 0."""
@@ -344,8 +339,12 @@ def plain_cost_ns(profile: dict, finding: dict, plain_ms: float) -> int:
 def net_saving_ns(finding: dict, profile: dict, plain_ms: float | None = None) -> int:
     """The finding's one prediction, the saving a step (``predicted.saving_ns``, the same number in run, analyze,
     try, tune, diff and the history), less the tool's cost a plain pace showed, for a CPU-bound finding."""
+    # the questions' host_kinds: where a plain pace shows the tool cost more than the profile could take out, the
+    # rest of that cost is in their saving too, and comes out of it
+    from nvtx_trace.analyzer.questions import host_kinds
+
     saving = int((finding.get("predicted") or {}).get("saving_ns") or 0)
-    if plain_ms is None or finding.get("kind") not in CPU_BOUND_KINDS:
+    if plain_ms is None or finding.get("kind") not in host_kinds():
         return saving
     return max(0, saving - plain_cost_ns(profile, finding, plain_ms))
 

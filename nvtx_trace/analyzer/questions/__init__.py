@@ -53,6 +53,10 @@ def work_kinds() -> tuple[str, ...]:
     return tuple(k for q in REGISTRY for k in q.work_kinds)
 
 
+def host_kinds() -> frozenset[str]:
+    return frozenset(k for q in REGISTRY for k in q.host_kinds)
+
+
 def prediction_rules() -> dict:
     """Finding kind -> the rule its question predicts its fix by (``Question.predicts``)."""
     return {k: rule for q in REGISTRY for k, rule in q.predicts.items()}

@@ -103,5 +103,5 @@ def _launch_bound(analysis, basis) -> list[Finding]:
 QUESTION = Question(
     name="cpu_bound", order=114, needs=("window_figures", "instrumentation", "optimizer"),
     thresholds={"launch_bound_fraction": 0.20},  # idle in gaps shorter than --min-gap-ms covering 20 % of the window
-    findings=_findings, idle_kinds=("cpu_overhead", "cuda_api"),
+    findings=_findings, idle_kinds=("cpu_overhead", "cuda_api"), host_kinds=("cpu_overhead", "cuda_api"),
 )
