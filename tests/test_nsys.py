@@ -252,6 +252,29 @@ def test_ensure_sqlite_imports_a_bare_qdstrm(real_nsys, profiled, tmp_path):
     assert export.ensure_sqlite(qd, real_nsys) == db and db.stat().st_mtime_ns == stamp  # made from it: reused
 
 
+@pytest.mark.parametrize("other_is", ["older", "newer"])
+def test_a_qdstrm_beside_another_report_of_its_name_never_touches_or_reads_it(real_nsys, profiled, tmp_path,
+                                                                               monkeypatch, other_is):
+    """Issue 52, item 1: beside an older real report of the same name, the import replaced the user's .nsys-rep;
+    beside a newer unrelated one, that report was analyzed in the capture's place. The other report here is an
+    empty file's export: no NVTX range of the capture's, so reading it would lose RANGE."""
+    import os
+
+    if profiled.qdstrm is None:
+        pytest.skip("this nsys imported the capture itself and removed the .qdstrm")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    qd = tmp_path / "cap.qdstrm"
+    shutil.copy(profiled.qdstrm, qd)
+    other = tmp_path / "cap.nsys-rep"
+    other.write_bytes(export.REPORT_MAGIC + b" somebody else's report")
+    stamp = qd.stat().st_mtime + (-100 if other_is == "older" else 100)
+    os.utime(other, (stamp, stamp))
+    before = other.read_bytes()
+    db = export.ensure_sqlite(qd, real_nsys)
+    assert RANGE in nvtx_ranges(db)  # the capture's own
+    assert other.read_bytes() == before and other.stat().st_mtime == stamp  # the user's report as it was
+
+
 def test_ensure_sqlite_without_nsys_says_where_to_export(profiled, tmp_path, no_nsys_anywhere):
     rep = tmp_path / "r.nsys-rep"
     shutil.copy(profiled.rep, rep)

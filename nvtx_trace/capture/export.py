@@ -195,8 +195,7 @@ def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
             ) from None
     # never over a file we did not make from this report (a text file, a link, another export): the user's own
     # file named like our export stays as it is, and the export goes to the private cache instead, said
-    beside_rep = with_suffix(stem, ".nsys-rep") if suffix == ".qdstrm" else None
-    taken = [p for p in (beside, beside_rep) if p is not None and _taken(p, path)]
+    taken = [beside] if _taken(beside, path) else []
     target = beside if _writable(path.parent) and not taken else cached
     if taken:
         print(f"nvtx-trace: {taken[0]} is not an export nvtx-trace made of {path.name}, so it is left as it is; the "
@@ -204,9 +203,13 @@ def ensure_sqlite(path: str | os.PathLike, nsys: Nsys | None = None, *,
     target.parent.mkdir(parents=True, exist_ok=True)
     rep = path
     if suffix == ".qdstrm":
+        # imported beside it where no file has the name; else privately: a report of that name, older or newer,
+        # is somebody's (it was overwritten, or analyzed in the capture's place: 40 steps where it holds 60)
         rep = target.with_suffix(".nsys-rep")
-        if not (_looks_like_report(rep) and rep.stat().st_mtime >= path.stat().st_mtime):
-            rep = import_copy(nsys, path, rep, progress=progress)  # the importer appends to its input
+        if rep.exists() or rep.is_symlink():
+            rep = _cached_name(path, ".nsys-rep")
+            rep.parent.mkdir(parents=True, exist_ok=True)
+        rep = import_copy(nsys, path, rep, progress=progress)  # the importer appends to its input
     return export_sqlite(nsys, rep, target, progress=progress, source=path)
 
 
