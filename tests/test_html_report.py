@@ -741,3 +741,20 @@ def test_tune_page_shows_what_to_keep_as_code_the_bars_and_each_stage_s_report(t
     for s in (s for s in d["stages"] if s["profile"]):  # a stage that reused a profile links to that one
         assert f"href=\"{Path(s['profile']).parent.name}/profile/summary.html\"" in dom
     assert html.escape(tune_render.headline(d), quote=False) in dom and "<li>  stage" not in dom
+
+
+def test_the_timeline_colours_ranges_by_the_loader_pattern_the_user_gave():
+    """Issue 54, item 2: the HTML classified NVTX ranges with the default loader pattern, whatever --loader-pattern
+    said, so the page could disagree with the analysis. The analysis gives each range name its colour key; the
+    renderer looks it up. Here a pattern that makes `optimizer.zero_grad` a loader wait (a contrived one: the
+    shipped CPU sample has no range only a custom pattern would name)."""
+    from nvtx_trace.report import nvtx_lanes
+
+    sample = ROOT / "sample_reports" / "cpu_slow_loader.sqlite"
+    default, custom = analyze(sample), analyze(sample, loader_pattern=r"^optimizer\.zero_grad")
+    name = "optimizer.zero_grad (SGD)"
+    assert default.nvtx_categories[name] == "optimizer" and custom.nvtx_categories[name] == "dataloader"
+    assert custom.nvtx_categories["dataloader.next [slow_loader_train.py:53]"] == "dataloader"
+    for a, want in ((default, "optimizer"), (custom, "dataloader")):
+        lanes, _ = nvtx_lanes.build(a.nvtx_ranges, a.nvtx_threads, 500, [], [], 0, categories=a.nvtx_categories)
+        assert set(lanes.loc[lanes["name"].astype(str) == name, "cat"]) == {want}

@@ -15,7 +15,6 @@ import pandas as pd
 
 from nvtx_trace import names
 from nvtx_trace.analyzer.findings import ms
-from nvtx_trace.analyzer.measures.gpu_idle import category_masks
 
 MAX_DEPTH = 4  # NVTX nesting levels drawn per thread
 MAX_THREADS = 24  # NVTX thread lanes drawn
@@ -34,24 +33,13 @@ def nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return out
 
 
-def range_categories(range_names: pd.Series) -> np.ndarray:
-    """Colour key per NVTX range: the gap cause it stands for, or 'step'/'fetch'."""
-    masks = category_masks(range_names.astype("category"), names.DEFAULT_USER_LOADER_PATTERN)
-    out = np.full(len(range_names), "other_range", dtype=object)
-    for key in ("forward", "backward", "optimizer", "copy", "sync", "dataloader"):
-        out[masks[key]] = key
-    cats = range_names.astype("category").cat.categories
-    codes = range_names.astype("category").cat.codes.to_numpy()
-    is_step = np.array([bool(names.STEP_RE.match(c)) for c in cats], dtype=bool)
-    is_fetch = np.array([bool(names.WORKER_FETCH_RE.match(c)) for c in cats], dtype=bool)
-    if len(cats):
-        out[is_step[codes]] = "step"
-        out[is_fetch[codes]] = "dataloader"
-    return out
+def categories_of(range_names: pd.Series, categories: dict[str, str]) -> np.ndarray:
+    """Each range's colour key, as the analysis gave it (``nvtx_categories``)."""
+    return range_names.astype(str).map(categories).fillna("other_range").to_numpy(dtype=object)
 
 
 def build(ranges: pd.DataFrame, thread_labels: dict[int, str], cap: int, labels: list[str],
-          notes: list[str], t0: int, steps_drawn: pd.DataFrame | None = None):
+          notes: list[str], t0: int, steps_drawn: pd.DataFrame | None = None, categories: dict | None = None):
     """Assign each range a lane (thread x depth), keep the longest per lane within ``cap`` in total. The tool's
     own capture range and records are not the program's work: they get no lane; nor do the step ranges the
     steps lane already draws (``steps_drawn``: start_ns, end_ns), so each step is drawn and labelled once."""
@@ -62,7 +50,7 @@ def build(ranges: pd.DataFrame, thread_labels: dict[int, str], cap: int, labels:
         drawn = pd.MultiIndex.from_arrays([steps_drawn["start_ns"].to_numpy(np.int64),
                                            steps_drawn["end_ns"].to_numpy(np.int64)])
         at = pd.MultiIndex.from_arrays([ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64)])
-        ranges = ranges[~(at.isin(drawn) & (range_categories(ranges["name"].astype(str)) == "step"))]
+        ranges = ranges[~(at.isin(drawn) & (categories_of(ranges["name"], categories or {}) == "step"))]
     per_thread = ranges.groupby("gtid").size().sort_values(ascending=False)
     threads = list(per_thread.index[:MAX_THREADS])
     if len(per_thread) > MAX_THREADS:
@@ -91,7 +79,7 @@ def build(ranges: pd.DataFrame, thread_labels: dict[int, str], cap: int, labels:
         notes.append(f"{total:,} NVTX ranges drawn as {len(lanes):,} bars: ranges shorter than about "
                      f"1/{per_lane // 2:,} of a lane's time span are grouped ({merged:,} grouped bars, paler; "
                      "hover one for what it holds)")
-    lanes["cat"] = range_categories(lanes["name"].astype(str))
+    lanes["cat"] = categories_of(lanes["name"], categories or {})
     texts = []
     for n, s0, e0, k, top in zip(lanes["name"].astype(str), lanes["start_ns"], lanes["end_ns"], lanes["n"],
                                  lanes["top"]):

@@ -53,7 +53,7 @@ WARMUP_COLOR = "#ffe082"
 BOUNDARY_COLOR = "rgba(55,71,79,0.35)"
 WINDOW_COLOR = "rgba(46,125,50,0.06)"
 UTILIZATION_FILL = "rgba(46,125,50,0.55)"
-NVTX_NAMES = {  # NVTX ranges by colour category (nvtx_lanes.range_categories)
+NVTX_NAMES = {  # NVTX ranges by colour category (measures.gpu_idle.range_categories, the analysis's nvtx_categories)
     "dataloader": "data-loading ranges (waits, worker fetches)", "sync": "sync ranges", "copy": "copy ranges",
     "optimizer": "optimizer ranges", "backward": "backward ranges", "forward": "forward ranges",
     "other_range": "other NVTX ranges", "step": "step ranges",
@@ -208,7 +208,8 @@ def build(analysis, ranges: pd.DataFrame | None, thread_labels: dict[int, str],
     if ranges is not None and len(ranges):
         steps_drawn = analysis.steps.table if step_lane is not None else None
         lanes, texts = nvtx_lanes.build(ranges, thread_labels, max(50, max_points // 4), labels, notes, t0,
-                                        steps_drawn=steps_drawn)
+                                        steps_drawn=steps_drawn,
+                                        categories=getattr(analysis, "nvtx_categories", None) or {})
         if lanes is not None and len(lanes):
             texts = np.asarray(texts, dtype=object)
             for cat in NVTX_NAMES:

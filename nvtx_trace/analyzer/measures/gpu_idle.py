@@ -94,6 +94,19 @@ def category_masks(range_names: pd.Series, user_loader_pattern: str) -> dict[str
             "forward": forward, "other_range": ~claimed, "closure": closure}
 
 
+def range_categories(range_names: pd.Series, user_loader_pattern: str) -> dict[str, str]:
+    """Each NVTX range name's colour key in the timeline: the gap cause it stands for (with the user's loader
+    pattern, as the analysis counts it), 'step', or 'other_range'."""
+    unique = pd.Series(pd.unique(range_names.astype(str)), dtype="object")
+    masks = category_masks(unique.astype("category"), user_loader_pattern)
+    out = np.full(len(unique), "other_range", dtype=object)
+    for key in ("forward", "backward", "optimizer", "copy", "sync", "dataloader"):
+        out[masks[key]] = key
+    out[unique.map(lambda c: bool(names.STEP_RE.match(c))).to_numpy(bool)] = "step"
+    out[unique.map(lambda c: bool(names.WORKER_FETCH_RE.match(c))).to_numpy(bool)] = "dataloader"
+    return dict(zip(unique, out))
+
+
 def analyze_idle(trace: Trace, min_gap_ns: int, user_loader_pattern: str) -> IdleResult:
     ops = trace.gpu_ops
     devices: list[DeviceIdle] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from nvtx_trace.analyzer.measures.gpu_idle import range_categories
 from nvtx_trace.analyzer.question import Context, Question
 
 
@@ -13,9 +14,12 @@ def _run(ctx: Context) -> None:
     ctx.result.nvtx_ranges = ranges
     ctx.result.nvtx_threads = {int(g): ctx.trace.thread_label(int(g)) for g in pd.unique(ranges["gtid"])} \
         if len(ranges) else {}
+    # each range name's colour, by the loader pattern the user gave (the renderer drew the default's)
+    ctx.result.nvtx_categories = range_categories(ranges["name"], ctx.loader_pattern) if len(ranges) else {}
 
 
 QUESTION = Question(
     name="lanes", order=130, run=_run,
-    results={"nvtx_ranges": None, "nvtx_threads": {}},  # every NVTX range; their threads' labels
+    results={"nvtx_ranges": None, "nvtx_threads": {}, "nvtx_categories": {}},  # every NVTX range; their threads'
+    # labels; each range name's colour key
 )
