@@ -434,3 +434,32 @@ def test_no_variant_runs_once_the_baseline_gave_no_step_times(monkeypatch):
     with pytest.raises(NvtxTraceError, match="the baseline run gave no step times"):
         try_runs.compare(["train.py"], [{"tf32": True}], rounds=2)
     assert ran == [{}]
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_at_80_columns_try_and_tune_print_each_row_as_a_block_with_every_cell_whole(width):
+    """Issue 52, item 14: at 80 columns try's table lost a column and cut every cell (`116.32…`, `confir…`), and
+    tune's split words (`configurat`/`ion`). Below 110 columns each row is a block; wider, the table."""
+    import io
+    import json
+
+    from rich.console import Console
+
+    from nvtx_trace.report import try_render, tune_render
+    from nvtx_trace.runner.try_runs import Round, Variant, result
+
+    base = Variant({}, [Round([116.32] * 3, "median", 116.32, [], 0)])
+    variant = Variant({"tf32": True}, [Round([58.1] * 3, "median", 58.1, knob_records("tf32=1: set at start-up"), 0)])
+    finding = {"kind": "precision", "recommend": {"tf32": True}, "predicted": {"step_ns": 60_000_000,
+                                                                                "saving_ns": 56_320_000}}
+    tried = result(["train.py"], 1, [base, variant], {"findings": [finding]}, "run/summary.json")
+    tuned = json.loads((ROOT / "sample_reports" / "tune" / "gpt2_flags_h200.tune.json").read_text())
+    for render, d, cells in ((try_render.text, tried, [try_render.cells(r) for r in tried["variants"]]),
+                             (tune_render.text, tuned, [tune_render.cells(s)[:-1] for s in tuned["stages"]])):
+        out = io.StringIO()
+        render(d, Console(file=out, width=width, force_terminal=False))
+        text = out.getvalue()
+        assert "…" not in text
+        if width == 80:
+            assert all(c in text for row in cells for c in row if c), text  # every cell, whole
+            assert not any(ch in text for ch in "┃│━─")  # no table

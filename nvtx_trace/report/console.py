@@ -24,3 +24,21 @@ def console(stderr: bool = False, **options):
     if not terminal and not os.environ.get("COLUMNS"):
         options.setdefault("width", WIDE)
     return Console(stderr=stderr, **options)
+
+
+NARROW = 110  # below this many columns a wide table is printed as one block per row
+
+
+def table_or_blocks(console, table, title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """``table`` where the terminal is wide enough; below NARROW columns, one block per row (its first cell,
+    then each other cell under its column's name), so no cell is cut and no word split (80 columns cut every
+    cell of try's table to ``116.32…`` and split tune's words)."""
+    if console.width >= NARROW:
+        console.print(table)
+        return
+    console.print(title, soft_wrap=True, markup=False, highlight=False)
+    for row in rows:
+        console.print(f"- {columns[0]}: {row[0]}", soft_wrap=True, markup=False, highlight=False)
+        for name, cell in zip(columns[1:], row[1:]):
+            if cell not in ("", None):
+                console.print(f"    {name}: {cell}", soft_wrap=True, markup=False, highlight=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from html import escape as esc
 
+from nvtx_trace.report.console import table_or_blocks
+
 TITLE = ("Measured without the profiler (step: each round's median of its steady steps, or mean if uneven; "
          "median of rounds)")
 COLUMNS = ("variant", "rounds", "step", "speed-up", "finding", "predicted", "verdict")
@@ -91,7 +93,7 @@ def text(d: dict, console) -> None:
                          no_wrap=col != "rounds", min_width=min(widest, 40) if col == "variant" else None)
     for r in d["variants"]:
         table.add_row(*cells(r))
-    console.print(table)
+    table_or_blocks(console, table, TITLE, list(COLUMNS), [list(cells(r)) for r in d["variants"]])
     for line in notes(d):
         console.print(line, soft_wrap=True, markup=False, highlight=False)
 

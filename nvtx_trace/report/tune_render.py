@@ -6,6 +6,7 @@ import shlex
 from html import escape as esc
 from pathlib import Path
 
+from nvtx_trace.report.console import table_or_blocks
 from nvtx_trace.report.try_render import _ms, predicted_cell
 
 COLUMNS = ("stage", "configuration", "top findings", "tried", "predicted", "measured", "kept", "why")
@@ -100,7 +101,7 @@ def text(d: dict, console) -> None:
                          overflow="fold")
     for s in d["stages"]:
         table.add_row(*cells(s)[:len(shown)])
-    console.print(table)
+    table_or_blocks(console, table, table.title, list(shown), [list(cells(s)[:len(shown)]) for s in d["stages"]])
     for s in d["stages"]:
         console.print(f"  stage {s['stage']}: {s['why']}", soft_wrap=True, markup=False, highlight=False)
     console.print(headline(d), soft_wrap=True, markup=False, highlight=False)
