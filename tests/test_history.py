@@ -200,3 +200,18 @@ def test_the_same_script_is_its_path_its_module_and_folder_or_its_command_up_to_
     one = history.script_key(["torchrun", "--nproc_per_node=2", "train.py", "--lr", "1"], "command", tmp_path)
     two = history.script_key(["torchrun", "--nproc_per_node=2", "train.py", "--lr", "2"], "command", tmp_path)
     assert one == two == f"torchrun --nproc_per_node=2 {tmp_path / 'train.py'}"
+
+
+def test_history_lists_a_tune_stage_as_a_tune_trial_with_its_verdict(tmp_path, capsys):
+    """Issue 52, item 18: `history` showed a tune stage as "no findings", never saying it was a tune trial, kept
+    or not. A real H200 tune.json, recorded as tune records it."""
+    db = tmp_path / "h.db"
+    result = json.loads((ROOT / "sample_reports" / "tune" / "image_folder_h200.tune.json").read_text())
+    assert history.after_tune(result, ["programs/options/image_folder_train.py", "-j", "4"], tmp_path / "t", db,
+                              1.0) is None
+    assert cli_main(["history", "--history", str(db)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("#")]
+    stages = [s for s in result["stages"] if s["knobs"]]
+    assert len(lines) == len(stages) and not any("no findings" in ln for ln in lines)
+    for line, s in zip(reversed(lines), stages):  # newest first
+        assert "  tune " in line and line.endswith("kept" if s["kept"] else "rejected"), line

@@ -75,7 +75,7 @@ def _table(runs: list[dict], where: Path, console) -> None:
         busy = run.get("gpu_busy_fraction")
         when = [f"#{run['id']}", str(run.get("started_at") or "")[:16].replace("T", " "),
                 _short(run.get("script") or ""), *([commit] if commit else [])]
-        if run.get("kind") == "try":
+        if run.get("kind") in ("try", "tune"):  # plain timings: no findings to list, a verdict to say
             console.print("  ".join([*when, _tried(run)]), soft_wrap=True, markup=False, highlight=False)
             continue
         kinds = ", ".join(f"{f['kind']} {ms(f['impact_ns'])}" if f.get("impact_ns") is not None
@@ -87,14 +87,17 @@ def _table(runs: list[dict], where: Path, console) -> None:
 
 
 def _tried(run: dict) -> str:
-    """A variant nvtx-trace try timed: its step, against the baseline, and the prediction it was judged by."""
+    """A variant nvtx-trace try timed, or a stage tune did: its step, against the baseline, and the prediction it
+    was judged by (tune's: kept or rejected)."""
     step = run.get("step_ns_mean") or run.get("step_ns_median")
     stat = "mean" if run.get("step_ns_mean") else "median"
-    text = f"try {run.get('tried')}: " + (f"step {stat} {ms(step)} (plain)" if step else "no step time")
+    text = f"{run.get('kind')} {run.get('tried')}: " + (f"step {stat} {ms(step)} (plain)" if step else "no step time")
     if run.get("try_speedup"):
         text += f", {float(run['try_speedup']):.2f}x the baseline"
     if run.get("try_predicted_step_ns"):
         text += f"; {run.get('try_finding')} predicted {ms(run['try_predicted_step_ns'])}: {run.get('try_verdict')}"
+    elif run.get("kind") == "tune" and run.get("try_verdict"):
+        text += f": {run['try_verdict']}"
     return text
 
 
