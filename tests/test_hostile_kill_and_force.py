@@ -98,6 +98,9 @@ def _wait_for(child: subprocess.Popen, text: str, timeout: float = 120) -> list[
     ("run", "step 3 loss"),  # in the capture, the program's workers busy
     ("try", "round 1/2: num_workers=3"),  # a timed plain run
     ("tune", "stage 1: trying"),  # tune's trial (its profile child is tied the same way)
+    # issue 52, item 4: tune during its profile left nsys's scratch (the raw capture, injection files): the outer
+    # watchdog killed the profile run's own watchdog, which removes them
+    ("tune", "stage 1: profiling"),
 ])
 def test_a_sigkill_takes_nsys_the_program_and_its_workers_with_it(tmp_path, verb, wait_for):
     from conftest import installed_nsys
@@ -116,6 +119,10 @@ def test_a_sigkill_takes_nsys_the_program_and_its_workers_with_it(tmp_path, verb
     child = _start(words, tmp_path, TMPDIR=str(tmp))
     try:
         _wait_for(child, wait_for)
+        if "profiling" in wait_for:  # the program and its 2 workers running under nsys: nsys has started
+            deadline = time.monotonic() + 60
+            while len([m for m in _matching(marker) if "nsys" not in m]) < 3 and time.monotonic() < deadline:
+                time.sleep(0.2)
         time.sleep(2.0)  # its processes up and busy
         from nvtx_trace.capture.processes import descendants
 

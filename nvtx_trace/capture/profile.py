@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from nvtx_trace import names
 from nvtx_trace.capture import interrupts, lifeline, nsys_files, own_output, stuck
 from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
@@ -222,8 +223,10 @@ def profile(
                         handover.close()
                     raise NsysFailedError(f"could not start {cmd[0]}: {exc}") from exc
                 born = started_at(proc.pid)
-                # killed with SIGKILL, we still take nsys, the program and our temporary folder with us
-                line = lifeline.tie(proc, [scratch] if scratch else [])
+                # killed with SIGKILL, we still take nsys, the program and our temporary folder with us, and the
+                # window file the program writes its decisions to (read, then removed, after a run that ends)
+                window = (env or {}).get(names.WINDOW_FILE_ENV)
+                line = lifeline.tie(proc, [p for p in (scratch, window) if p])
                 capture = guard.start_capture(proc, handover.started if handover is not None and not launcher
                                               else None)
             pumps = []
