@@ -713,3 +713,32 @@ def test_a_stage_whose_profile_fails_ends_tune_with_its_reason_and_a_failing_exi
     assert err.value.exit_code != 0 and len(calls) == 2
     d = json.loads((tmp_path / "t" / "tune.json").read_text())
     assert d["stopped"].startswith("profile failed") and d["kept_knobs"] == {"num_workers": 8}
+
+
+def test_a_trial_s_first_baseline_round_is_the_configuration_s_last_timed_run(tmp_path, monkeypatch):
+    """Issue 51, item 3: the configuration so far was timed in the last trial, so that run is the next trial's first
+    baseline round (A B, then B A): a run saved a stage, and a clear first round (15 % faster) costs one run. The
+    real alternation, with stand-in runs whose step halves with each knob."""
+    from nvtx_trace.runner import try_runs as tr
+
+    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
+        out.mkdir(parents=True, exist_ok=True)
+        kind, knob = ("dataloader_stall", {"num_workers": 8}) if not knobs else ("pageable_h2d", {"pin_memory": True})
+        f = {**finding(kind, 50, knob), "predicted": {"step_ns": int(50e6), "saving_ns": int(50e6), "statistic": "median"}}
+        (out / "summary.json").write_text(json.dumps(profile(*([] if len(knobs or {}) > 1 else [f]), step_ms=100.0)))
+        return out
+
+    ran = []
+
+    def fake_time_once(target, knobs, python=None, cwd=None, timeout=None, log=None):
+        ran.append(dict(knobs))
+        ms = 100.0 / 2 ** len(knobs)
+        return Round([ms] * 20, "median", ms, knob_records(*[f"{k}={int(v)}: set" for k, v in knobs.items()]), 0)
+
+    monkeypatch.setattr(tune, "profile", fake_profile)
+    monkeypatch.setattr(tr, "time_once", fake_time_once)
+    d = tune.Tuner(["train.py"], tmp_path, budget_s=10_000, say=lambda m: None).run()
+    first, second = d["stages"][:2]
+    assert first["kept"] and second["kept"] and second["rounds_ms"]["baseline"] == [50.0]  # stage 1's variant run
+    assert d["time"]["runs"] == 3  # 2 for stage 1 (A B, then clear), 1 for stage 2 (its A reused, B clear)
+    assert ran[:3] == [{}, {"num_workers": 8}, {"num_workers": 8, "pin_memory": True}]

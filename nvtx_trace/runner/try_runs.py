@@ -251,7 +251,7 @@ def alternate(target: list[str], variants: list[Variant], rounds: int, python: s
     for r in range(rounds):
         order = variants if r % 2 == 0 else list(reversed(variants))
         for v in order:
-            if v.inert:
+            if v.inert or len(v.rounds) > r:  # inert, or this round of it was measured already (tune: reused)
                 continue
             why = settled(variants) if settled and r else None
             if why:
