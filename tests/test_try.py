@@ -463,3 +463,38 @@ def test_at_80_columns_try_and_tune_print_each_row_as_a_block_with_every_cell_wh
         if width == 80:
             assert all(c in text for row in cells for c in row if c), text  # every cell, whole
             assert not any(ch in text for ch in "┃│━─")  # no table
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_timed_run_leaves_as_its_window_closes_and_nothing_in_the_temporary_folder(tmp_path, monkeypatch, deep):
+    """A timed run leaves as its window closes (its exit was 4.5 s of a 16-s run on an H200 host), which left each
+    DataLoader worker's multiprocessing folder (pymp-*) in the user's temporary folder (89 over the suite): the
+    program's temporary files go to the run's own folder, removed after it; Inductor's cache stays put. Where the
+    temporary folder's path is long, they stay where they were: multiprocessing's socket paths in our deeper folder
+    passed the Unix limit, and the workers failed to start."""
+    import shutil
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from nvtx_trace.runner.try_runs import time_once
+
+    # deep: a folder the program alone can use (its sockets' paths fit), but not one nested in it
+    tmp = Path(tempfile.mkdtemp(prefix="t", dir="/tmp")) if not deep else tmp_path / "x"
+    assert not deep or 60 <= len(str(tmp)) + 36 <= 107 < len(str(tmp)) + 25 + 36
+    tmp.mkdir(exist_ok=True)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    try:
+        r = time_once([str(ROOT / "programs" / "slow_loader_train.py"), "--sleep-fetch", "--workers", "2",
+                       "--work-ms", "10", "--batch", "4", "--step-ms", "2", "--steps", "4000"], {}, timeout=300,
+                      log=tmp_path / "run.log")
+        assert r.value_ms is not None and r.parts["end_s"] < 1.0, (r.why, r.parts)
+        assert "AF_UNIX" not in (tmp_path / "run.log").read_text()
+        time.sleep(1.0)
+        if not deep:
+            assert [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -35,7 +35,8 @@ def nesting_depth(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def categories_of(range_names: pd.Series, categories: dict[str, str]) -> np.ndarray:
     """Each range's colour key, as the analysis gave it (``nvtx_categories``)."""
-    return range_names.astype(str).map(categories).fillna("other_range").to_numpy(dtype=object)
+    return range_names.astype(str).map(categories).astype(object).where(lambda c: c.notna(), "other_range").to_numpy(
+        dtype=object)
 
 
 def build(ranges: pd.DataFrame, thread_labels: dict[int, str], cap: int, labels: list[str],

@@ -125,6 +125,7 @@ def time_once(target: list[str], knobs: dict, python: str | None = None, cwd: Pa
             env.pop(key, None)
         env.update({names.AUTO_WINDOW_ENV: "time:exit", names.WINDOW_FILE_ENV: str(window),
                     names.AUTOTRACE_ENV: "auto", names.LOSSES_ENV: str(LOSSES), "PYTHONUNBUFFERED": "1"})
+        _private_tmp(env, tmp)
         if knobs:
             env[names.TRY_ENV] = declared.to_json(knobs)
         root = str(Path(__file__).resolve().parents[2])
@@ -192,6 +193,30 @@ def run_parts(events: list[dict], wall_s: float, began_at: float) -> dict:
     before = max(0.0, (opened.get("installed_at") or began_at) - began_at)  # until nvtx_autotrace was imported
     return {"wall_s": round(wall_s, 2), "start_s": round(before + first, 2), "warmup_s": round(at_open - first, 2),
             "window_s": round(at_close - at_open, 2), "end_s": round(max(0.0, wall_s - before - at_close), 2)}
+
+
+SOCKET_MAX, SOCKET_TAIL = 107, 40  # a Unix socket path's limit; what multiprocessing adds (/pymp-x/listener-x)
+
+
+def _private_tmp(env: dict, tmp: str) -> None:
+    """The timed program's temporary files go to our folder, removed after the run: it leaves as its window closes
+    (auto_window), and its DataLoader workers' multiprocessing folders (pymp-*, one a worker) stayed behind in the
+    user's. Inductor's compile cache stays where it was (its default is under the temporary folder): warm across
+    the runs of one tune, as without the tool. Not where the folder's path is long: multiprocessing's sockets live in
+    it (``pymp-*/listener-*``), and a Unix socket's path has 107 bytes at most (the workers failed to start)."""
+    if len(os.fsencode(tmp)) + SOCKET_TAIL > SOCKET_MAX:
+        return
+    if "TORCHINDUCTOR_CACHE_DIR" not in env:
+        import getpass
+        import re
+
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):  # no name for this uid: Inductor falls back the same way
+            user = str(os.getuid())
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(),
+                                                      "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    env["TMPDIR"] = tmp
 
 
 def command(target: list[str], python: str | None = None) -> list[str]:
