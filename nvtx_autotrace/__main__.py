@@ -48,14 +48,11 @@ def main(argv: list[str] | None = None) -> int:
 def _interrupt_without_our_frames(hook):
     """A Ctrl-C lands wherever the program is, often inside our wrappers (a module's forward, a DataLoader's
     next): its traceback is the program's own, printed without our and runpy's frames (45 lines of them were)."""
-    ours = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
     def without(kind, exc, tb):
         if issubclass(kind, KeyboardInterrupt):
             kept = []
             while tb is not None:
-                name = tb.tb_frame.f_code.co_filename
-                if not (os.path.abspath(name).startswith(ours) or tb.tb_frame.f_globals.get("__name__") == "runpy"):
+                if not _ours(tb.tb_frame):
                     kept.append(tb)
                 tb = tb.tb_next
             tb = None
@@ -67,12 +64,17 @@ def _interrupt_without_our_frames(hook):
     return without
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _ours(frame) -> bool:
+    """A frame of runpy's (frozen, named by its module) or of nvtx_autotrace's, not the program's."""
+    return frame.f_globals.get("__name__") == "runpy" or os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE)
+
+
 def _from_the_program(tb):
-    """The traceback from the program's first frame on: runpy's (frozen, named by its module) and this file's
-    frames before it are ours."""
-    here = os.path.abspath(__file__)
-    while tb is not None and tb.tb_next is not None and (
-            tb.tb_frame.f_globals.get("__name__") == "runpy" or tb.tb_frame.f_code.co_filename == here):
+    """The traceback from the program's first frame on: runpy's and this package's frames before it are ours."""
+    while tb is not None and tb.tb_next is not None and _ours(tb.tb_frame):
         tb = tb.tb_next
     return tb
 

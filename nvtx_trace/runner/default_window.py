@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from nvtx_trace import names
+from nvtx_trace.capture import interrupts
 
 AUTO_ENV = names.AUTO_WINDOW_ENV  # read by nvtx_autotrace.auto_window
 FILE_ENV = names.WINDOW_FILE_ENV
@@ -136,8 +137,9 @@ def outcome(path: Path | None, exit_code: int) -> Outcome | None:
         return Outcome(f"profiled steps {first}-{last} ({closed['steps']} steps, {closed['seconds']:.1f} s) after "
                        f"{first} warm-up steps: {opened['why']}{tail}", True, True)
     last = f"-{ended['steps'] - 1}" if ended and ended.get("steps") else ""
+    stopped = {int(s) for s in interrupts.SIGNALS}  # by a signal of those the tool passes on, or its 128 + N
     end = ("to the program's end" if exit_code == 0 else
-           f"until the program was stopped, {status}" if exit_code in (-2, -15, -1, 130, 143, 129)
+           f"until the program was stopped, {status}" if -exit_code in stopped or exit_code - 128 in stopped
            else f"until the program ended, {status}")
     return Outcome(f"profiled steps {first}{last} ({end}) after {first} warm-up steps: {opened['why']}", True, True)
 

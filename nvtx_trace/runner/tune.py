@@ -415,13 +415,14 @@ class Tuner:
                 raise
             self.stopped, self.failed = "the configuration so far stopped giving step times", True
             return False, via, False
-        runs = sum(len(x.rounds) for x in (base, v)) - len(reused)
-        self._parts += [r.parts for x in (base, v) for r in x.rounds if r.parts and not any(r is o for o in reused)]
+        timed = base.rounds[len(reused):] + v.rounds  # the runs this trial made
+        runs = len(timed)
+        self._parts += [r.parts for r in timed if r.parts]
         self._trial_s = self.clock() - t0
         # the slowest run yet: the budget is a ceiling, and the final check's runs (the original program, the tuned
         # one compiling) are no shorter than a trial's (an H200 run went 4.5 s past 430 s on the mean)
         self._run_s = max([self._run_s or 0.0, self._trial_s / max(1, runs),
-                           *(r.parts["wall_s"] for x in (base, v) for r in x.rounds if r.parts)])
+                           *(r.parts["wall_s"] for r in timed if r.parts)])
         self.spent["trials_s"] += self._trial_s
         self.spent["runs"] += runs
         self.spent["trials"] += 1
