@@ -58,9 +58,11 @@ def _install(opts: Options, ranges: bool) -> None:
         steps.configure(active=True, emit=False)
         optim.install(emit_ranges=False)
         return
-    from nvtx_autotrace import autograd, budget, copies, dataloader, modules, settings, sites, syncs
+    from nvtx_autotrace import autograd, budget, copies, dataloader, memory, modules, settings, sites, syncs
 
     steps.configure(active=True, emit=opts.steps)
+    if opts.memory:  # first of the step-boundary callbacks: a window's last step is recorded before it closes
+        memory.install()
     if opts.settings:
         settings.install()
     optim.install(emit_ranges=opts.optimizer, note_zero_grad=settings.saw_zero_grad if opts.settings else None)

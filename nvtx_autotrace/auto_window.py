@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from nvtx_autotrace import _registry, capture_window, steps
+from nvtx_autotrace import _registry, capture_window, memory, steps
 from nvtx_autotrace.window_file import note
 from nvtx_trace import names
 
@@ -98,6 +98,7 @@ def _on_boundary(n: int) -> None:
             if why:
                 _state["phase"] = "opening"
         if why:
+            memory.window_opening(n)
             capture_window.safely("start", capture_window.start, mode)
             capture_window.safely("record", lambda _m: capture_window.repeat_instrumentation_record(n), mode)
             # counted from when the capture runs: starting it can take nsys a good part of a second
@@ -116,7 +117,8 @@ def _on_boundary(n: int) -> None:
         note("closed", step=n, steps=k, seconds=round(elapsed, 3), stopping=_state["exit"],
              at_s=round(now - _state["installed"], 3),
               step_ms=[round((b - a) * 1000, 3) for a, b in zip(times[first:n], times[first + 1:n + 1])],
-              compiled=[i for i in range(n - first) if made[first + i + 1] > made[first + i]])
+              compiled=[i for i in range(n - first) if made[first + i + 1] > made[first + i]],
+              peak_allocated_bytes=memory.peak_allocated())
         if _state["exit"]:
             what = "timed" if mode == "time" else "recorded"
             print(f"nvtx-trace: the program was stopped after step {n - 1}: its {'timing' if mode == 'time' else 'capture'}"

@@ -26,7 +26,7 @@ import threading
 
 import torch
 
-from nvtx_autotrace import _backend, _registry, steps
+from nvtx_autotrace import _backend, _registry, memory, steps
 from nvtx_autotrace._compile import compiling
 from nvtx_trace import names
 
@@ -134,6 +134,7 @@ def install(emit_backward: bool) -> None:
             steps.touch()
             if getattr(depth, "n", 0) or not emit_backward:
                 return original(*args, **kwargs)
+            memory.at_phase("backward")
             depth.n = 1
             _backend.push(names.BACKWARD)
             try:

@@ -24,7 +24,7 @@ import multiprocessing
 import os
 import sys
 
-from nvtx_autotrace import _registry, steps
+from nvtx_autotrace import _registry, memory, steps
 from nvtx_trace import names
 
 ENV = names.CAPTURE_ENV
@@ -107,6 +107,7 @@ def repeat_instrumentation_record(step: int) -> None:
     if record is not None:
         budget.emit(record)
     settings.emit_if_read()
+    memory.emit_lines()
 
 
 def _on_boundary(step: int) -> None:
@@ -115,6 +116,7 @@ def _on_boundary(step: int) -> None:
         return
     first, count, mode = window
     if step == first and not _state["started"]:
+        memory.window_opening(step)
         safely("start", start, mode)
         _state["started"] = True
         safely("record", lambda _mode: repeat_instrumentation_record(step), mode)

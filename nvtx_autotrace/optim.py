@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from nvtx_autotrace import _backend, _registry, steps
+from nvtx_autotrace import _backend, _registry, memory, steps
 from nvtx_autotrace._compile import compiling
 from nvtx_trace import names
 
@@ -26,6 +26,7 @@ def install(emit_ranges: bool, note_zero_grad: Callable[[tuple, dict], None] | N
             return
         steps.touch()
         if emit_ranges:
+            memory.at_phase("optimizer")
             stack = _tls.__dict__.setdefault("open", [])
             stack.append(optimizer)
             _backend.push(names.optimizer_step(type(optimizer).__name__))

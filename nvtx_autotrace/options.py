@@ -26,6 +26,7 @@ class Options:
     copies: bool = True  # NVTX_AUTOTRACE_COPIES: host-to-device copies and pin_memory
     syncs: bool = True  # NVTX_AUTOTRACE_SYNCS: .item() / .cpu() / ... on CUDA tensors, cuda.synchronize
     settings: bool = True  # NVTX_AUTOTRACE_SETTINGS: one record of the program's settings (precision, optimizer...)
+    memory: bool = True  # NVTX_AUTOTRACE_MEMORY: GPU memory per step, growing lines, out-of-memory errors explained
 
     @classmethod
     def from_env(cls, environ=os.environ, **overrides) -> "Options":

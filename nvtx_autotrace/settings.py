@@ -17,6 +17,7 @@ Per step it costs only three notes (``torch.autocast`` entries, ``zero_grad``'s
 from __future__ import annotations
 
 import gc
+import os
 import time
 
 import torch
@@ -280,8 +281,13 @@ def _device() -> dict | None:
         return None
     i = torch.cuda.current_device()
     p = torch.cuda.get_device_properties(i)
+    try:
+        free = int(torch.cuda.mem_get_info(i)[0])  # the driver's count: other processes' memory included
+    except Exception:  # noqa: BLE001 - a note we can do without
+        free = None
     return {"name": p.name, "capability": f"{p.major}.{p.minor}", "sm_count": int(p.multi_processor_count),
-            "memory_total_bytes": int(p.total_memory)}
+            "memory_total_bytes": int(p.total_memory), "memory_free_bytes": free,
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")}
 
 
 def _parameter_dtypes(roots: list) -> dict:

@@ -29,6 +29,7 @@ _emit = False  # emit `step N` ranges (option `steps`)
 _active = False  # count at all (off in DataLoader workers)
 _lead = None  # weakref to the lead optimizer
 _callbacks: list[Callable[[int], None]] = []
+_starting: list[Callable[[], None]] = []  # called once, at the first sign of training
 
 
 def current_step() -> int:
@@ -65,6 +66,31 @@ def on_step_boundary_once(n: int, fn: Callable[[], None]) -> Callable[[], None]:
     return remove
 
 
+def on_training_start(fn: Callable[[], None]) -> Callable[[], None]:
+    """Call ``fn()`` once, at the first sign of training (step 0 begins). Returns a function that unregisters it."""
+    _starting.append(fn)
+
+    def remove() -> None:
+        try:
+            _starting.remove(fn)
+        except ValueError:
+            pass
+
+    return remove
+
+
+def _training_started() -> None:
+    for fn in list(_starting):
+        try:
+            _starting.remove(fn)
+        except ValueError:
+            continue
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - the training step must go on
+            _drop_callback(fn, exc)
+
+
 def configure(active: bool, emit: bool) -> None:
     global _active, _emit
     _active, _emit = active, emit
@@ -72,6 +98,8 @@ def configure(active: bool, emit: bool) -> None:
 
 def touch() -> None:
     """Training activity seen: open step 0's range if none is open yet (cheap when open)."""
+    if _starting and _active:
+        _training_started()
     if _range is None and _emit and _active:
         with _lock:
             _open()
@@ -100,6 +128,8 @@ def boundary() -> int:
     global _step
     if not _active:
         return _step
+    if _starting:
+        _training_started()
     with _lock:
         if _range is None:
             _open()  # a step with no earlier sign of activity still gets its range

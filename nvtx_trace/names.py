@@ -25,6 +25,9 @@ prefix, so the analyzer can tell it from a user's own ranges by name alone.
 | the instrumentation's own cost | ``nvtx_autotrace.instrumentation {json}``      | training thread (once)      |
 | its cost calibration           | ``nvtx_autotrace.calibration``                 | training thread (once)      |
 | the program's settings         | ``nvtx_autotrace.settings {json}``             | training thread (step 1, window start) |
+| a step's GPU memory            | ``nvtx_autotrace.memory {json}``               | training thread (as the next step begins) |
+| lines whose memory grew        | ``nvtx_autotrace.memory_lines {json}``         | training thread (window start) |
+| an out-of-memory error         | ``nvtx_autotrace.oom {json}``                  | the thread that allocated |
 
 The loader label in brackets is the creation site (``file:line``) of the
 DataLoader, or the ``nvtx_name`` attribute a user set on it.
@@ -52,6 +55,11 @@ INSTRUMENTATION_PREFIX = "nvtx_autotrace.instrumentation "
 CALIBRATION = "nvtx_autotrace.calibration"
 SETTINGS_PREFIX = "nvtx_autotrace.settings "
 WINDOW_PREFIX = "nvtx_autotrace.window "  # the capture window opened at a step boundary, after warm-up
+MEMORY_PREFIX = "nvtx_autotrace.memory "  # one step's allocator counters (nvtx_autotrace/memory.py)
+MEMORY_LINES_PREFIX = "nvtx_autotrace.memory_lines "  # the loop's lines whose live memory grew in warm-up
+OOM_PREFIX = "nvtx_autotrace.oom "  # the allocator ran out of memory: what was asked, what was live
+ONCE_RECORDS = (INSTRUMENTATION_PREFIX, CALIBRATION, SETTINGS_PREFIX, WINDOW_PREFIX, MEMORY_LINES_PREFIX, OOM_PREFIX)
+"""Records written once, not ranges of the program's work (the per-step memory record is a cost of every step)."""
 
 # The capture window (nvtx-trace run --warmup-steps N --steps M): the variable nvtx_autotrace.capture_window
 # reads, and the NVTX range it opens for nsys --capture-range=nvtx (domain "nvtx-trace").
@@ -177,6 +185,25 @@ def window(record: dict) -> str:
     return WINDOW_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True)
 
 
+def _record(prefix: str, record: dict) -> str:
+    import json
+
+    return prefix + json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def memory(record: dict) -> str:
+    """One step's GPU memory: allocated and reserved at its start, its peaks, the peak by backward and optimizer."""
+    return _record(MEMORY_PREFIX, record)
+
+
+def memory_lines(record: dict) -> str:
+    return _record(MEMORY_LINES_PREFIX, record)
+
+
+def oom(record: dict) -> str:
+    return _record(OOM_PREFIX, record)
+
+
 def settings(record: dict) -> str:
     """One range whose name carries the program's settings (precision, optimizer, loaders...) as JSON."""
     import json
@@ -210,5 +237,5 @@ def is_auto_range(name: str) -> bool:
         or name.startswith((LOADER_WAIT_PREFIX, WORKER_FETCH_PREFIX, WORKER_CPU_PREFIX, FORWARD_PREFIX,
                             BACKWARD_PREFIX, OPTIMIZER_STEP_PREFIX, OPTIMIZER_CLOSURE_PREFIX, ZERO_GRAD_PREFIX,
                             H2D_COPY_PREFIX, PIN_MEMORY_PREFIX, SYNC_PREFIX, INSTRUMENTATION_PREFIX, CALIBRATION,
-                            SETTINGS_PREFIX, WINDOW_PREFIX))
+                            SETTINGS_PREFIX, WINDOW_PREFIX, MEMORY_PREFIX, MEMORY_LINES_PREFIX, OOM_PREFIX))
     )

@@ -46,7 +46,7 @@ def build(ranges: pd.DataFrame, thread_labels: dict[int, str], cap: int, labels:
     steps lane already draws (``steps_drawn``: start_ns, end_ns), so each step is drawn and labelled once."""
     own = ranges["name"].astype(str)
     ranges = ranges[~(own.isin([names.CAPTURE_RANGE]) | own.str.startswith(
-        (names.INSTRUMENTATION_PREFIX, names.CALIBRATION, names.SETTINGS_PREFIX, names.WINDOW_PREFIX)))]
+        names.ONCE_RECORDS + (names.MEMORY_PREFIX,)))]
     if steps_drawn is not None and len(steps_drawn) and len(ranges):
         drawn = pd.MultiIndex.from_arrays([steps_drawn["start_ns"].to_numpy(np.int64),
                                            steps_drawn["end_ns"].to_numpy(np.int64)])

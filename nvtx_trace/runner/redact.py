@@ -77,7 +77,7 @@ _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASS|KEY|AUTH|CRED|COOKIE|SESSION|PRIVA
 # nvtx_autotrace's ranges that may carry a path of the user's: the settings record's folder, lines of syncs,
 # copies and DataLoader creation sites outside that folder
 PATH_CARRYING_RANGES = (names.SETTINGS_PREFIX, names.SYNC_PREFIX, names.H2D_COPY_PREFIX, names.LOADER_WAIT_PREFIX,
-                        names.WORKER_FETCH_PREFIX)
+                        names.WORKER_FETCH_PREFIX, names.MEMORY_LINES_PREFIX, names.OOM_PREFIX)
 _UNIX_PATH = re.compile(r"(?<![\w.~/-])(?:/[\w.+~@%-]+)+/?")
 _WIN_PATH = re.compile(r"\b[A-Za-z]:\\(?:[^\\\s'\"<>|:;]+\\)*([^\\\s'\"<>|:;]*)")
 _UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")

@@ -115,7 +115,7 @@ def analyze_instrumentation(ranges: pd.DataFrame, window: tuple[int, int], pid: 
     if not len(ranges) or steady_steps <= 0:
         return None
     own = name_mask(ranges["name"], lambda n: names.is_auto_range(n) and not n.startswith(
-        (names.INSTRUMENTATION_PREFIX, names.CALIBRATION, names.SETTINGS_PREFIX, names.WINDOW_PREFIX)))
+        names.ONCE_RECORDS))
     start = ranges["start_ns"].to_numpy()
     inside = own & (start >= window[0]) & (start < window[1])
     if pid is not None:

@@ -57,6 +57,10 @@ class MergedReader:
         """Whether CUDA API calls (the runtime table) were recorded: syncs and launches need them."""
         return self.has(RUNTIME)
 
+    def memory_usage(self) -> None:
+        """Several ranks: each rank's memory comes from its own allocator records, not nsys's trace."""
+        return None
+
     def strings(self, ids) -> dict[int, str]:
         return {int(i): self._strings.get(int(i), f"<string {int(i)}>") for i in ids}
 

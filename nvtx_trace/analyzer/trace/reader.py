@@ -28,6 +28,8 @@ GPU_OP_TABLES = {
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX = "NVTX_EVENTS"
 MEMCPY_OPER_ENUM, MEM_KIND_ENUM = "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND"
+MEMORY_USAGE, MEMORY_OPER_ENUM = "CUDA_GPU_MEMORY_USAGE_EVENTS", "ENUM_CUDA_DEV_MEM_EVENT_OPER"
+FALLBACK_MEMORY_OPERS = {0: "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", 1: "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION"}
 ENUM_TABLES = (MEMCPY_OPER_ENUM, MEM_KIND_ENUM)  # the enums whose codes the analyses compare
 PROBED_TABLES = (RUNTIME, *GPU_OP_TABLES.values(), NVTX)  # whose columns the analyses ask about
 RUNTIME_COLUMNS = {"start_ns": "start", "end_ns": "end", "gtid": "globalTid", "corr": "correlationId",
@@ -362,6 +364,33 @@ class Reader:
             if lab.lower() in wanted:
                 return i
         return None
+
+    def memory_usage(self) -> dict | None:
+        """nsys's CUDA memory trace (``--cuda-memory-usage=true``): device memory the driver handed out and took
+        back in the capture, per GPU; its high-water mark above what was in use when the capture began (None
+        without the table)."""
+        if not (self.has(MEMORY_USAGE, "bytes") and self.has(MEMORY_USAGE, "memoryOperationType")
+                and self.has(MEMORY_USAGE, "start")):
+            return None
+        opers = self.enum(MEMORY_OPER_ENUM, FALLBACK_MEMORY_OPERS)
+        sign = {i: (-1 if "DEALLOC" in lab.upper() or "FREE" in lab.upper() else
+                    1 if "ALLOC" in lab.upper() else 0) for i, lab in opers.items()}
+        device = "deviceId" if self.has(MEMORY_USAGE, "deviceId") else "0"
+        rows = self.conn.execute(f"SELECT {device}, bytes, memoryOperationType FROM {MEMORY_USAGE} "
+                                 "ORDER BY start").fetchall()
+        if not rows:
+            return None
+        peak: dict[int, int] = {}
+        now: dict[int, int] = {}
+        allocations = frees = 0
+        for dev, nbytes, oper in rows:
+            s = sign.get(oper, 0)
+            allocations, frees = allocations + (s > 0), frees + (s < 0)
+            now[dev] = now.get(dev, 0) + s * int(nbytes or 0)
+            peak[dev] = max(peak.get(dev, 0), now[dev])
+        top = max(peak, key=peak.get)
+        return {"peak_bytes": int(peak[top]), "device": int(top) if isinstance(top, int) else None,
+                "events": len(rows), "allocations": int(allocations), "frees": int(frees)}
 
     def nvtx_ranges(self) -> tuple[dict[str, np.ndarray], dict[int, str]] | None:
         """NVTX push/pop and start/end ranges as columns (start_ns, end_ns: -1 when never closed, gtid, key,

@@ -1,0 +1,79 @@
+"""What nvtx_autotrace's memory record costs a step, on the GPU machine (prints figures; asserts nothing).
+
+1. The counters themselves: one read of the allocator's stats and one peak reset, in µs (what each step pays).
+2. The step, as the program times it with CUDA events: programs/memory/memory_train.py under
+   ``python -m nvtx_autotrace`` with ranges on, memory record off / on (stacks in warm-up only) / on with stacks
+   recorded every step; interleaved repeats, the median of each run's steps after warm-up, then the median.
+
+    python benchmarks/bench_memory.py --repeats 3 --steps 80
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROGRAM = os.path.join(HERE, "..", "programs", "memory", "memory_train.py")
+VARIANTS = {
+    "memory off": {"NVTX_AUTOTRACE_MEMORY": "0"},
+    "memory on (stacks in warm-up)": {"NVTX_AUTOTRACE_MEMORY": "1"},
+    "memory on, stacks every step": {"NVTX_AUTOTRACE_MEMORY": "1", "NVTX_AUTOTRACE_MEMORY_HISTORY": "all"},
+}
+
+
+def counters(n: int = 2000) -> dict:
+    import torch
+
+    x = torch.randn(1 << 20, device="cuda")
+    del x
+    t0 = time.perf_counter()
+    for _ in range(n):
+        torch._C._cuda_memoryStats(0)
+    read = (time.perf_counter() - t0) / n
+    t0 = time.perf_counter()
+    for _ in range(n):
+        torch._C._cuda_resetPeakMemoryStats(0)
+    reset = (time.perf_counter() - t0) / n
+    t0 = time.perf_counter()
+    for _ in range(n):
+        torch.cuda.max_memory_allocated()
+    public = (time.perf_counter() - t0) / n
+    return {"stats_read_us": round(read * 1e6, 2), "peak_reset_us": round(reset * 1e6, 2),
+            "max_memory_allocated_us": round(public * 1e6, 2)}
+
+
+def one(env: dict, steps: int, skip: int, extra: list[str]) -> float:
+    cmd = [sys.executable, "-m", "nvtx_autotrace", PROGRAM, "--steps", str(steps), *extra]
+    out = subprocess.run(cmd, env={**os.environ, "NVTX_AUTOTRACE": "1", **env}, capture_output=True, text=True,
+                         check=True).stdout
+    ms = [json.loads(line)["ms"] for line in out.splitlines() if line.startswith("{")]
+    return statistics.median(ms[skip:])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--skip", type=int, default=20, help="warm-up steps left out of each run's median")
+    p.add_argument("--program-args", default="--micro-batch 8")
+    args = p.parse_args()
+    print(json.dumps({"counters": counters()}))
+    runs: dict[str, list[float]] = {k: [] for k in VARIANTS}
+    for _ in range(args.repeats):
+        for name, env in VARIANTS.items():
+            runs[name].append(one(env, args.steps, args.skip, args.program_args.split()))
+    base = statistics.median(runs["memory off"])
+    for name, values in runs.items():
+        med = statistics.median(values)
+        print(json.dumps({"variant": name, "step_ms_median": round(med, 3), "runs": values,
+                          "vs_off_pct": round(100 * (med / base - 1), 2)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""GPU memory per step, what keeps growing and where, and why a run died of out-of-memory.
+
+Per step, from the caching allocator's own counters (host-side: no sync): allocated and reserved bytes at the
+step's start, the step's peaks, and the peak allocated by the time backward began and by the time the optimizer
+step began (which part of the step set the peak). One range per step, ``nvtx_autotrace.memory {json}``, written
+when the next step begins.
+
+A per-step peak needs the allocator's peak counters reset each step, which a program reading
+``torch.cuda.max_memory_allocated()`` would see; so every peak reset here is carried and folded back into what
+``torch.cuda.memory_stats()`` (and everything built on it) returns: the program sees its peaks since its start,
+as without us, and its own ``reset_peak_memory_stats()`` still resets them.
+
+In warm-up only (from the first sign of training until the capture window opens, or step ``HISTORY_UNTIL``
+without one), the allocator records the Python stack of each live block (``_record_memory_history``, live blocks
+only): the bytes still alive per line of the training loop at step 2 and where it stops say which lines leak
+(``nvtx_autotrace.memory_lines``), and an out-of-memory error names its largest live allocations by line. The
+window itself runs without it, unless ``NVTX_AUTOTRACE_MEMORY_HISTORY=all`` (``0``: never).
+An out-of-memory error is written (window file and range ``nvtx_autotrace.oom {json}``) from the allocator's
+out-of-memory observer, before the program sees the exception.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+
+from nvtx_autotrace import _backend, _registry, steps, window_file
+from nvtx_trace import names
+
+LEAK_FROM_STEP = 2  # steps 0 and 1 create what lasts (optimizer state, cuDNN workspaces): growth is counted after
+HISTORY_UNTIL = 12  # without a capture window, the stacks are recorded until this step
+HISTORY_ENV = "NVTX_AUTOTRACE_MEMORY_HISTORY"  # warmup (default) | all | 0
+TOP_LINES = 5
+_state: dict = {}
+_lock = threading.Lock()
+_guard = _registry.Guard("memory")
+
+
+def install() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    _state.clear()
+    mode = os.environ.get(HISTORY_ENV, "warmup").strip().lower() or "warmup"
+    _state.update(device=None, start=None, forward_peak=None, backward_peak=None, carried={}, phase="forward",
+                  history=False, history_mode=mode, loop=None, lines_at=None, lines=None, observer=False,
+                  window_coming=bool(os.environ.get(names.CAPTURE_ENV) or os.environ.get(names.AUTO_WINDOW_ENV)))
+    _fold_peaks_back(torch)
+    _registry.on_undo(steps.on_training_start(_guard.hook(_started)))
+    _registry.on_undo(steps.on_step_boundary(_guard.hook(_boundary)))
+    _registry.on_undo(_uninstall)
+
+
+def _uninstall() -> None:
+    stop_history()
+    _state.clear()  # the observer cannot be detached: it does nothing without state
+
+
+def _stats(torch, device: int) -> dict:
+    return torch._C._cuda_memoryStats(device)
+
+
+def _read(torch, device: int) -> tuple[int, int, int, int]:
+    s = _stats(torch, device)
+    a, r = s["allocated_bytes"]["all"], s["reserved_bytes"]["all"]
+    return a["current"], a["peak"], r["current"], r["peak"]
+
+
+def _started() -> None:
+    """The first sign of training: the device is the training thread's, and warm-up's history begins."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return
+    device = torch.cuda.current_device()
+    _state["device"] = device
+    a, _ap, r, _rp = _read(torch, device)
+    _reset_peaks(torch, device)
+    _state["start"] = (a, r)
+    _attach_observer(torch)
+    if _state["history_mode"] in ("0", "off", "false", "no"):
+        return
+    try:
+        torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python", device=device)
+        _state["history"] = True
+    except Exception:  # noqa: BLE001 - an older torch, or a build without it: no lines, nothing else lost
+        _state["history"] = False
+
+
+def at_phase(phase: str) -> None:
+    """backward began, or the optimizer step began: the step's peak so far belongs to what came before."""
+    if not _state or _state.get("start") is None or _guard.off:
+        return
+    try:
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return
+        peak = _stats(torch, _state["device"])["allocated_bytes"]["all"]["peak"]
+        if phase == "backward" and _state["phase"] == "forward":
+            _state["forward_peak"] = peak
+        elif phase == "optimizer":
+            _state["backward_peak"] = peak
+        _state["phase"] = phase
+    except Exception:  # noqa: BLE001 - a note we can do without
+        pass
+
+
+def _boundary(n: int) -> None:
+    import torch
+
+    if _state.get("start") is None:
+        if n == 1:  # no sign of training came first (a loop that only steps): start now
+            _started()
+        return
+    if torch.cuda.is_current_stream_capturing():
+        return
+    device = _state["device"]
+    a, ap, r, rp = _read(torch, device)
+    _reset_peaks(torch, device)
+    (a0, r0), fwd, bwd = _state["start"], _state["forward_peak"], _state["backward_peak"]
+    record = {"step": n - 1, "allocated": a0, "reserved": r0, "peak_allocated": ap, "peak_reserved": rp,
+              "end_allocated": a}
+    if fwd is not None:
+        record["forward_peak"] = fwd
+    if bwd is not None:
+        record["backward_peak"] = bwd
+    _backend.push(names.memory(record))
+    _backend.pop()
+    _state.update(start=(a, r), forward_peak=None, backward_peak=None, phase="forward")
+    if n == LEAK_FROM_STEP and _state["history"]:
+        _state["loop"] = _loop_function()
+        _state["lines_at"] = (n, _live_by_line(torch))
+    elif n == HISTORY_UNTIL and _state["history"] and _state["history_mode"] != "all":
+        _lines_at_window(n)
+        stop_history()
+        if not _state["window_coming"]:
+            emit_lines()
+
+
+def window_opening(step: int) -> None:
+    """Just before a capture window starts: the lines whose live bytes grew in warm-up, and history off."""
+    if not _state or _guard.off or not _state.get("history"):
+        return
+    _guard.hook(_lines_at_window)(step)
+    if _state["history_mode"] != "all":
+        stop_history()
+
+
+def _lines_at_window(step: int) -> None:
+    import torch
+
+    before = _state.get("lines_at")
+    if not before or step - before[0] < 2:
+        return
+    first, then = before
+    now = _live_by_line(torch)
+    grew = sorted(((now[k] - then.get(k, 0)) / (step - first), k) for k in now if now[k] > then.get(k, 0))
+    _state["lines"] = {"from_step": first, "to_step": step,
+                       "lines": [{"where": where, "code": code, "bytes_per_step": round(per)}
+                                 for per, (where, code) in sorted(grew, reverse=True)[:TOP_LINES]]}
+
+
+def emit_lines() -> None:
+    """Inside the window: the growing lines found just before it."""
+    if _state.get("lines") and not _guard.off:
+        _backend.push(names.memory_lines(_state["lines"]))
+        _backend.pop()
+
+
+def stop_history() -> None:
+    if _state.get("history"):
+        _state["history"] = False
+        try:
+            import torch
+
+            torch.cuda.memory._record_memory_history(enabled=None)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def peak_allocated() -> int | None:
+    """The program's peak since its start (as it would read it): for a timed run's window note."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        return int(torch.cuda.max_memory_allocated())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# ---- the peaks the program reads --------------------------------------------------------------------------
+
+def _reset_peaks(torch, device: int) -> None:
+    """Carry every peak the reset drops, then reset."""
+    carried = _state["carried"].setdefault(device, {})
+    _carry(_stats(torch, device), carried)
+    torch._C._cuda_resetPeakMemoryStats(device)
+
+
+def _carry(stats: dict, into: dict) -> None:
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            if "peak" in value and isinstance(value["peak"], int):
+                into[key] = max(into.get(key, 0), value["peak"])
+            else:
+                _carry(value, into.setdefault(key, {}))
+
+
+def _fold(stats: dict, carried: dict) -> None:
+    for key, value in stats.items():
+        if key not in carried or not isinstance(value, dict):
+            continue
+        if "peak" in value and isinstance(carried[key], int):
+            value["peak"] = max(value["peak"], carried[key])
+        elif isinstance(carried[key], dict):
+            _fold(value, carried[key])
+
+
+def _fold_peaks_back(torch) -> None:
+    memory_module = torch.cuda.memory
+
+    def make_stats(original):
+        def memory_stats_as_nested_dict(device=None):
+            stats = original(device=device)
+            if _state and _state.get("carried"):
+                index = torch.cuda._utils._get_device_index(device, optional=True)
+                carried = _state["carried"].get(index)
+                if carried:
+                    _fold(stats, carried)
+            return stats
+
+        return memory_stats_as_nested_dict
+
+    def make_reset(original):
+        def reset_peak_memory_stats(device=None):
+            if _state and _state.get("carried"):
+                _state["carried"].pop(torch.cuda._utils._get_device_index(device, optional=True), None)
+            return original(device=device)
+
+        return reset_peak_memory_stats
+
+    for owner in (memory_module, torch.cuda):
+        _registry.patch(owner, "memory_stats_as_nested_dict", make_stats)
+        _registry.patch(owner, "reset_peak_memory_stats", make_reset)
+
+
+# ---- lines ------------------------------------------------------------------------------------------------
+
+_NOT_USER = (os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+
+
+def _loop_function() -> tuple[str, str] | None:
+    """(file, function) of the training loop: the first frame past torch and us, from the step boundary."""
+    import torch
+
+    skip = _NOT_USER + (os.path.dirname(torch.__file__) + os.sep,)
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename.startswith(skip) or
+                                 frame.f_code.co_filename.endswith("_registry.py")):
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_code.co_name) if frame is not None else None
+
+
+def _line_of(frames: list, loop, torch_dir: str) -> tuple[str, str] | None:
+    """The loop's own line that made a block (where it has one), else the first line past torch."""
+    first = None
+    for f in frames:  # innermost first
+        name = f.get("filename") or ""
+        if loop and name == loop[0] and f.get("name") == loop[1]:
+            return _named(name, f.get("line"))
+        if first is None and name and not name.startswith(torch_dir) and not name.startswith(_NOT_USER) \
+                and not name.startswith("<"):
+            first = (name, f.get("line"))
+    return _named(*first) if first else None
+
+
+def _named(filename: str, line) -> tuple[str, str]:
+    from nvtx_autotrace import sites  # imports torch: only once a block is named
+
+    return f"{sites.shown(filename)}:{line}", linecache.getline(filename, int(line or 0)).strip()[:120]
+
+
+def _live_by_line(torch) -> dict:
+    """Bytes of live blocks per line, from the allocator's snapshot (blocks allocated while history ran)."""
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    out: dict = {}
+    loop = _state.get("loop")
+    for seg in torch.cuda.memory._snapshot().get("segments", []):
+        for block in seg.get("blocks", []):
+            if block.get("state") != "active_allocated" or not block.get("frames"):
+                continue
+            where = _line_of(block["frames"], loop, torch_dir)
+            if where:
+                out[where] = out.get(where, 0) + int(block.get("requested_size") or block.get("size") or 0)
+    return out
+
+
+# ---- out of memory ----------------------------------------------------------------------------------------
+
+def _attach_observer(torch) -> None:
+    if _state.get("observer"):
+        return
+    attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+    if attach is None:
+        return
+    attach(_out_of_memory)
+    _state["observer"] = True
+
+
+def _out_of_memory(device, requested, device_allocated, device_free) -> None:
+    """The allocator failed: what it asked for, what was live, and by which lines (written before the error)."""
+    if not _state:
+        return
+    try:
+        import torch
+
+        a, ap, r, _rp = _read(torch, device)
+        total = int(torch.cuda.get_device_properties(device).total_memory)
+        record = {"step": steps.current_step(), "phase": _state.get("phase"), "requested_bytes": int(requested),
+                  "allocated_bytes": a, "reserved_bytes": r, "peak_allocated_bytes": ap,
+                  "device_used_bytes": int(device_allocated), "device_free_bytes": int(device_free),
+                  "device_total_bytes": total, "largest": _largest(torch)}
+        window_file.note("oom", **record)
+        _backend.push(names.oom(record))
+        _backend.pop()
+    except Exception:  # noqa: BLE001 - the program's own error follows: ours must not replace it
+        pass
+
+
+def _largest(torch) -> list[dict]:
+    """The largest live allocations: by line where history recorded them, else by block."""
+    by_line = _live_by_line(torch)
+    if by_line:
+        return [{"where": w, "code": c, "bytes": b}
+                for (w, c), b in sorted(by_line.items(), key=lambda kv: -kv[1])[:TOP_LINES]]
+    sizes = sorted((int(b.get("size") or 0) for seg in torch.cuda.memory._snapshot().get("segments", [])
+                    for b in seg.get("blocks", []) if b.get("state") == "active_allocated"), reverse=True)
+    return [{"where": None, "code": None, "bytes": s} for s in sizes[:TOP_LINES]]

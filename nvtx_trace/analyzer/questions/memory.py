@@ -1,0 +1,269 @@
+"""Where does GPU memory go: how full the GPU gets, what the allocator holds unused, whether it grows step after
+step, which part of the step sets the peak, and why a run died of out-of-memory.
+
+nvtx_autotrace writes one record per step from the caching allocator's counters (nvtx_autotrace/memory.py:
+allocated and reserved at the step's start, the step's peaks, the peak by the time backward and the optimizer
+step began), the loop's lines whose live bytes grew in warm-up, and an out-of-memory error as the allocator saw
+it. Where nsys traced CUDA memory (``--cuda-memory-usage=true``), the driver-level high-water mark comes from
+the export too: PyTorch's reserve plus what libraries allocate beside it (cuBLAS workspaces, NCCL buffers).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from nvtx_trace import names
+from nvtx_trace.analyzer.findings import THRESHOLDS as T
+from nvtx_trace.analyzer.findings import Finding, size
+from nvtx_trace.analyzer.question import Context, Question
+from nvtx_trace.analyzer.trace.tables import name_mask
+
+THRESHOLDS = {
+    "memory_growth_min_bytes": 1 << 20,  # a step's start grows by >= 1 MiB a step on average ...
+    "memory_growth_rising_share": 0.75,  # ... and rises from one step to the next in >= 75 % of them
+    "memory_growth_min_steps": 4,  # over at least this many recorded steps
+    "memory_unused_reserved_fraction": 0.25,  # the allocator holds >= 25 % of its reserve unused at the peak ...
+    "memory_unused_reserved_min_bytes": 1 << 30,  # ... and >= 1 GiB of it
+    "memory_tight_fraction": 0.9,  # the peak reserve is >= 90 % of the device: fragmentation can end the run
+}
+FRAGMENTATION_FIX = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+
+
+def _records(ranges, prefix: str, pid: int | None) -> list[dict]:
+    hit = name_mask(ranges["name"], lambda n: n.startswith(prefix))
+    if pid is not None and "pid" in ranges and (hit & (ranges["pid"] == pid)).any():
+        hit &= ranges["pid"] == pid
+    out = []
+    for text in ranges["name"][hit].astype(str).tolist():
+        try:
+            record = json.loads(text[len(prefix):])
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def _phase(r: dict) -> str | None:
+    peak, fwd, bwd = r.get("peak_allocated"), r.get("forward_peak"), r.get("backward_peak")
+    if peak is None or (fwd is None and bwd is None):
+        return None
+    if fwd is not None and fwd >= peak:
+        return "forward"
+    if bwd is not None and bwd >= peak:
+        return "backward"
+    return "optimizer" if bwd is not None else "backward"
+
+
+def _run(ctx: Context) -> None:
+    analysis, ranges = ctx.result, ctx.trace.ranges
+    pid = analysis.steps.pid if analysis.steps else None
+    per_step = _records(ranges, names.MEMORY_PREFIX, pid) if len(ranges) else []
+    ooms = _records(ranges, names.OOM_PREFIX, pid) if len(ranges) else []
+    lines = _records(ranges, names.MEMORY_LINES_PREFIX, pid) if len(ranges) else []
+    usage = ctx.reader.memory_usage()
+    if not per_step and not ooms and usage is None:
+        analysis.memory = None
+        return
+    by_step = {}
+    for r in per_step:
+        if isinstance(r.get("step"), int):
+            by_step[r["step"]] = r
+    rows = [by_step[k] for k in sorted(by_step)]
+    steady = _steady_steps(analysis)
+    kept = [r for r in rows if steady is None or r["step"] in steady] or rows
+    device = (analysis.settings or {}).get("device") or {}
+    total = device.get("memory_total_bytes") or (ooms[-1].get("device_total_bytes") if ooms else None)
+    peak_a = max((r["peak_allocated"] for r in kept), default=None)
+    peak_r = max((r["peak_reserved"] for r in kept), default=None)
+    at_peak = max(kept, key=lambda r: r["peak_allocated"]) if kept else None
+    analysis.memory = {
+        "source": "allocator" if rows else "nsys" if usage is not None else "oom",
+        "peak_allocated_bytes": peak_a,
+        "peak_reserved_bytes": peak_r,
+        "device_total_bytes": total,
+        "headroom_bytes": (total - peak_r) if total and peak_r is not None else None,
+        "unused_reserved_bytes": (peak_r - peak_a) if peak_r is not None and peak_a is not None else None,
+        "peak_phase": _phase(at_peak) if at_peak else None,
+        "growth_bytes_per_step": _growth(kept),
+        "growth_rising_share": _rising(kept),
+        "growing_lines": (lines[-1].get("lines") or []) if lines else [],
+        "growing_lines_steps": [lines[-1].get("from_step"), lines[-1].get("to_step")] if lines else None,
+        "alloc_conf": device.get("alloc_conf"),
+        "device_free_bytes": device.get("memory_free_bytes"),
+        "per_step": [{"step": r["step"], "allocated_bytes": r.get("allocated"), "reserved_bytes": r.get("reserved"),
+                      "peak_allocated_bytes": r.get("peak_allocated"), "peak_reserved_bytes": r.get("peak_reserved"),
+                      "peak_phase": _phase(r), "steady": steady is None or r["step"] in steady} for r in rows],
+        "nsys": usage,
+        "oom": ooms[-1] if ooms else None,
+    }
+
+
+def _steady_steps(analysis) -> set[int] | None:
+    """Step indices of the steady state, as the step records number them (None: unknown)."""
+    if not analysis.steps or not len(analysis.steps.steady):
+        return None
+    return {int(s) for s in analysis.steps.steady["step"].tolist()}
+
+
+def _growth(rows: list[dict]) -> float | None:
+    """Bytes allocated at a step's start, gained per step (least squares over the steps recorded)."""
+    pts = [(r["step"], r["allocated"]) for r in rows if isinstance(r.get("allocated"), int)]
+    if len(pts) < 2:
+        return None
+    x, y = np.array(pts, dtype=np.float64).T
+    return float(np.polyfit(x, y, 1)[0]) if np.ptp(x) > 0 else None
+
+
+def _rising(rows: list[dict]) -> float | None:
+    a = [r["allocated"] for r in rows if isinstance(r.get("allocated"), int)]
+    if len(a) < 2:
+        return None
+    d = np.diff(np.array(a, dtype=np.float64))
+    return float((d > 0).mean())
+
+
+def _findings(analysis, basis) -> list[Finding]:
+    m = analysis.memory
+    if not m:
+        return []
+    out = []
+    if m.get("oom"):
+        out.append(_oom_finding(m))
+    growth, rising = m.get("growth_bytes_per_step"), m.get("growth_rising_share")
+    recorded = sum(1 for r in m["per_step"] if r["steady"])
+    if (growth is not None and growth >= T["memory_growth_min_bytes"] and rising is not None
+            and rising >= T["memory_growth_rising_share"] and recorded >= T["memory_growth_min_steps"]):
+        out.append(_growth_finding(m, growth, recorded))
+    unused, reserved, total = m.get("unused_reserved_bytes"), m.get("peak_reserved_bytes"), m.get("device_total_bytes")
+    expandable = "expandable_segments:true" in (m.get("alloc_conf") or "").replace(" ", "").lower()
+    if (unused is not None and reserved and not expandable and unused >= T["memory_unused_reserved_min_bytes"]
+            and unused >= T["memory_unused_reserved_fraction"] * reserved):
+        out.append(_fragmentation_finding(m, unused, reserved, total))
+    return out
+
+
+def _where(lines: list[dict]) -> str:
+    return "; ".join(f"{x['where']} `{x['code']}` {size(x['bytes_per_step'])} a step" if x.get("code") else
+                     f"{x['where']} {size(x['bytes_per_step'])} a step" for x in lines[:3])
+
+
+def _growth_finding(m: dict, growth: float, recorded: int) -> Finding:
+    headroom = m.get("headroom_bytes")
+    left = (f"; at this pace the {size(headroom)} left on the GPU are gone in about {int(headroom / growth):,} steps"
+            if headroom and headroom > 0 else "")
+    lines = m.get("growing_lines") or []
+    named = f" Lines whose live memory grew in warm-up (steps {m['growing_lines_steps'][0]}-" \
+            f"{m['growing_lines_steps'][1]}): {_where(lines)}." if lines else ""
+    return Finding(
+        kind="memory_growth",
+        title=f"GPU memory grows {size(growth)} a step: allocated at each step's start rises in "
+              f"{m['growth_rising_share']:.0%} of {recorded} steps{left}",
+        impact_ns=0,
+        fix="Keep nothing that holds a step's tensors (and its autograd graph) past the step: accumulate "
+            "`loss.item()` or `loss.detach()`, not `loss`; append `.item()`s or CPU copies to lists of metrics; "
+            "clear per-step caches. Effect: memory at the step's start stays flat (the step time is unchanged "
+            "until the GPU fills)." + named,
+        threshold=f"allocated at the step's start grows >= {size(T['memory_growth_min_bytes'])} a step, rising "
+                  f"from one step to the next in >= {T['memory_growth_rising_share']:.0%} of >= "
+                  f"{T['memory_growth_min_steps']} steady steps",
+        evidence={"growth_bytes_per_step": growth, "steps": recorded, "lines": lines,
+                  "headroom_bytes": headroom},
+    )
+
+
+def _fragmentation_finding(m: dict, unused: int, reserved: int, total) -> Finding:
+    tight = bool(total) and reserved >= T["memory_tight_fraction"] * total
+    return Finding(
+        kind="memory_fragmentation",
+        title=f"The caching allocator holds {size(unused)} it does not use at the peak ({unused / reserved:.0%} "
+              f"of its {size(reserved)} reserve" + (f", {reserved / total:.0%} of the GPU" if total else "") + ")",
+        impact_ns=0,
+        fix=f"Set {FRAGMENTATION_FIX} (before the program starts CUDA): segments grow in place instead of "
+            "splitting, so freed blocks are reused. Predicted: the reserve falls toward the "
+            f"{size(m['peak_allocated_bytes'])} allocated at the peak" +
+            (" and the run is further from out-of-memory" if tight else "") + "; the step time is unchanged.",
+        threshold=f">= {T['memory_unused_reserved_fraction']:.0%} of the reserve and >= "
+                  f"{size(T['memory_unused_reserved_min_bytes'])} unused at the peak, without expandable segments",
+        evidence={"unused_reserved_bytes": unused, "peak_reserved_bytes": reserved,
+                  "peak_allocated_bytes": m["peak_allocated_bytes"], "alloc_conf": m.get("alloc_conf")},
+    )
+
+
+OOM_LEVERS = ("a smaller micro-batch with more gradient-accumulation steps (the effective batch unchanged)",
+              "activation checkpointing (torch.utils.checkpoint) on the largest blocks",
+              "bf16 autocast (activations in half the bytes)",
+              "zero_grad(set_to_none=True) (gradients freed between steps)",
+              f"{FRAGMENTATION_FIX} where the reserve holds much unused")
+
+
+def _oom_finding(m: dict) -> Finding:
+    o = m["oom"]
+    total = o.get("device_total_bytes") or m.get("device_total_bytes")
+    largest = o.get("largest") or []
+    named = "; ".join((f"{x['where']} `{x['code']}` {size(x['bytes'])}" if x.get("where") else size(x["bytes"]))
+                      for x in largest[:5])
+    where = f"step {o.get('step')}" + (f", in {o['phase']}" if o.get("phase") else "")
+    return Finding(
+        kind="out_of_memory",
+        title=f"The program ran out of GPU memory at {where}: it asked for {size(o.get('requested_bytes') or 0)} "
+              f"with {size(o.get('allocated_bytes') or 0)} allocated and {size(o.get('reserved_bytes') or 0)} "
+              "reserved by PyTorch" + (f", {size(o.get('device_free_bytes') or 0)} free of {size(total)}"
+                                       if total else ""),
+        impact_ns=0,
+        fix="In order: " + "; ".join(f"({i}) {x}" for i, x in enumerate(OOM_LEVERS, 1)) + "."
+            + (f" Largest live allocations{' by line' if any(x.get('where') for x in largest) else ''}: {named}."
+               if named else ""),
+        threshold="the allocator's out-of-memory observer fired",
+        evidence=o,
+    )
+
+
+def _text(analysis, view) -> None:
+    m = analysis.memory
+    if not m:
+        if analysis.steps and analysis.settings is not None:
+            view.print("GPU memory: not recorded (no CUDA device in the program, or a capture from before "
+                       "nvtx_autotrace recorded it)", highlight=False)
+        return
+    if m.get("peak_allocated_bytes") is not None:
+        total = m.get("device_total_bytes")
+        of = f" of {size(total)}" if total else ""
+        growth = m.get("growth_bytes_per_step")
+        view.print(f"GPU memory (allocator, per step): peak {size(m['peak_allocated_bytes'])} allocated, "
+                   f"{size(m['peak_reserved_bytes'])} reserved{of}"
+                   + (f", {size(m['headroom_bytes'])} left" if m.get("headroom_bytes") is not None else "")
+                   + (f"; the peak is reached in {m['peak_phase']}" if m.get("peak_phase") else "")
+                   + (f"; {size(growth)} more each step" if growth and growth >= T['memory_growth_min_bytes']
+                      else "; flat from step to step" if growth is not None else ""), highlight=False)
+    if m.get("nsys"):
+        view.print(f"GPU memory (nsys, CUDA allocations): high-water mark {size(m['nsys']['peak_bytes'])} "
+                   f"over {m['nsys']['events']:,} allocation events", highlight=False)
+
+
+def _html(analysis, d, view) -> str:
+    m = analysis.memory
+    if not m or not m.get("per_step"):
+        return ""
+    import pandas as pd
+
+    rows = pd.DataFrame(m["per_step"])
+    for c in ("allocated_bytes", "reserved_bytes", "peak_allocated_bytes", "peak_reserved_bytes"):
+        rows[c] = rows[c].map(lambda v: size(v) if v is not None else "-")
+    total = m.get("device_total_bytes")
+    return view.table(rows[["step", "allocated_bytes", "reserved_bytes", "peak_allocated_bytes",
+                            "peak_reserved_bytes", "peak_phase"]],
+                      "GPU memory per step" + (f" (device: {size(total)})" if total else ""),
+                      {"step": "step", "allocated_bytes": "allocated at start", "reserved_bytes": "reserved at start",
+                       "peak_allocated_bytes": "peak allocated", "peak_reserved_bytes": "peak reserved",
+                       "peak_phase": "peak in"},
+                      "the caching allocator's counters, recorded by nvtx_autotrace as each step ended")
+
+
+QUESTION = Question(
+    name="memory", order=96, run=_run, needs=("steps", "settings"), thresholds=THRESHOLDS, findings=_findings,
+    json_keys=("memory",), json_at=119, to_json=lambda analysis: {"memory": analysis.memory},
+    text=_text, text_at=73, html=_html, html_at=71,
+)
