@@ -94,6 +94,8 @@ def at_phase(phase: str) -> None:
     """backward began, or the optimizer step began: the step's peak so far belongs to what came before."""
     if not _state or _state.get("start") is None or _guard.off:
         return
+    if phase == "backward":
+        _state["backwards"] = _state.get("backwards", 0) + 1  # micro-batches: gradient accumulation
     try:
         import torch
 
@@ -128,9 +130,11 @@ def _boundary(n: int) -> None:
         record["forward_peak"] = fwd
     if bwd is not None:
         record["backward_peak"] = bwd
+    if _state.get("backwards"):
+        record["backwards"] = _state["backwards"]
     _backend.push(names.memory(record))
     _backend.pop()
-    _state.update(start=(a, r), forward_peak=None, backward_peak=None, phase="forward")
+    _state.update(start=(a, r), forward_peak=None, backward_peak=None, phase="forward", backwards=0)
     if n == LEAK_FROM_STEP and _state["history"]:
         _state["loop"] = _loop_function()
         _state["lines_at"] = (n, _live_by_line(torch))

@@ -190,6 +190,12 @@ def _report(result, err) -> None:
         text.render(result.analysis, console())
     if result.window is not None and result.window.line not in result.problems:
         err.print(f"nvtx-trace: {result.window.line}", soft_wrap=True, markup=False)
+    if result.oom and result.analysis is None:  # no report to analyze: what the program's record says, alone
+        from nvtx_trace.analyzer.questions.memory import explain_oom
+
+        said = explain_oom({"oom": result.oom})
+        err.print(printable(f"nvtx-trace: {said.title}"), soft_wrap=True, markup=False)
+        err.print(printable(f"   fix: {said.fix}"), soft_wrap=True, markup=False)
     for problem in result.problems:
         err.print(f"[red]nvtx-trace: {problem}[/red]", soft_wrap=True)  # one line, however long
     for path in result.written:

@@ -62,6 +62,8 @@ class Knob:
     option_enables: tuple = ()  # a switch that turns the setting on while another option says how (timm's --amp)
     option_choosers: tuple = ()  # options that choose among implementations (--attn manual|sdpa): mapped only
     # where their declared choices include one of the knob's own words
+    option_with: tuple = ()  # a second option that moves against it, both integers (the accumulation steps a
+    # micro-batch N times larger divides by N): the knob maps only where the program has both
     precision: Callable[[object], str | None] | None = None  # value -> the math a step's matrix work then runs in
     observed: Callable[[dict], object] | None = None  # summary.json -> the value the report shows it has
     area: str = ""  # a key of AREAS: what part of a step it changes

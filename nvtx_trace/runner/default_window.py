@@ -56,12 +56,13 @@ def decisions_file(env: dict) -> Path:
     return path
 
 
-def fixed_outcome(path: Path | None, exit_code: int, window: tuple[int, int]) -> Outcome | None:
+def fixed_outcome(path: Path | list[dict] | None, exit_code: int, window: tuple[int, int]) -> Outcome | None:
     """``--warmup-steps N --steps M``: None when the window opened (or nothing is known), else the line saying
-    that the program ended after K steps, before step N, and what to run instead."""
+    that the program ended after K steps, before step N, and what to run instead. ``path``: the decisions file,
+    or its events already read."""
     if path is None:
         return None
-    ended = [e for e in events(path) if e.get("event") == "ended" and e.get("window")]
+    ended = [e for e in _written(path) if e.get("event") == "ended" and e.get("window")]
     if not ended or any(e.get("opened") for e in ended):
         return None
     first, count = window
@@ -100,11 +101,22 @@ def events(path: Path) -> list[dict]:
     return out
 
 
-def outcome(path: Path | None, exit_code: int) -> Outcome | None:
-    """What the program's window did, from its decisions (the lead process: rank 0, else the first)."""
+def _written(path: Path | list[dict]) -> list[dict]:
+    return path if isinstance(path, list) else events(path)
+
+
+def out_of_memory(written: list[dict] | None) -> dict | None:
+    """The first out-of-memory record a process of the program wrote (nvtx_autotrace/memory.py), or None."""
+    return next(({k: v for k, v in e.items() if k not in ("event", "pid", "rank")} | {"rank": e.get("rank")}
+                 for e in written or [] if e.get("event") == "oom"), None)
+
+
+def outcome(path: Path | list[dict] | None, exit_code: int) -> Outcome | None:
+    """What the program's window did, from its decisions (the lead process: rank 0, else the first). ``path``:
+    the decisions file, or its events already read."""
     if path is None:
         return None
-    written = events(path)
+    written = _written(path)
     status = f"status {exit_code}" if exit_code >= 0 else f"signal {-exit_code}"
     if not written:
         if exit_code != 0:  # it failed before torch was imported (its arguments, its imports): --full would not help

@@ -42,6 +42,7 @@ class RunResult:
     problems: list[str] = field(default_factory=list)  # stages that failed, one line each
     error: NvtxTraceError | None = None  # the first stage failure, for the exit code when the program succeeded
     window: default_window.Outcome | None = None  # the default window: which steps were profiled and why
+    oom: dict | None = None  # the program ran out of GPU memory: nvtx_autotrace's record of it (window file)
 
 
 def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
@@ -106,8 +107,10 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
                                       f"{' in any rank' if plan.launcher else ''} ({status})"
                                       + (f": {said}" if said else "") + f"; the program did not run ({log.where()})"))
         return result
-    window = (default_window.outcome(plan.window_file, prof.returncode) if plan.capture_window is None else
-              default_window.fixed_outcome(plan.window_file, prof.returncode, plan.capture_window))
+    written = default_window.events(plan.window_file) if plan.window_file is not None else None
+    window = (default_window.outcome(written, prof.returncode) if plan.capture_window is None else
+              default_window.fixed_outcome(written, prof.returncode, plan.capture_window))
+    oom = default_window.out_of_memory(written)
     if window and not window.opened and prof.rep is None:
         prof.problem = window.line
     code = _exit_code(prof)
@@ -115,7 +118,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
         result = RunResult(plan=plan, exit_code=0, profile=prof)
         _fail(result, NsysFailedError(_nsys_killed(prof)))
         return result
-    result = RunResult(plan=plan, exit_code=code, profile=prof, window=window)
+    result = RunResult(plan=plan, exit_code=code, profile=prof, window=window, oom=oom)
     if prof.rep is None:
         beyond = window is not None and window.beyond_end  # the options asked for steps the program never ran
         _fail(result, (UsageError if beyond else NsysFailedError)(prof.problem or "nsys produced no report"))
@@ -145,6 +148,10 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     except NvtxTraceError as exc:
         _fail(result, exc)
         return result
+    if result.oom:  # the program died of it outside the capture: the summaries say so all the same
+        from nvtx_trace.analyzer.questions.memory import add_oom
+
+        add_oom(result.analysis, result.oom)
     write_summaries(result, html=opts.html, progress=progress, max_points=opts.html_max_points)
     return result
 

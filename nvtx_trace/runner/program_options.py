@@ -75,7 +75,17 @@ def _constant(node):
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _arithmetic(node)
+
+
+def _arithmetic(node):
+    """``5 * 8`` (nanoGPT's gradient_accumulation_steps): whole numbers multiplied, added or subtracted."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub)):
+        a, b = _arithmetic(node.left), _arithmetic(node.right)
+        if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool) and not isinstance(b, bool):
+            return a * b if isinstance(node.op, ast.Mult) else a + b if isinstance(node.op, ast.Add) else a - b
         return None
+    return node.value if isinstance(node, ast.Constant) and type(node.value) is int else None
 
 
 def _argument(node) -> Option | None:
@@ -132,6 +142,8 @@ HF_TRAINING_ARGUMENTS = [
     Option(("--dataloader_persistent_workers",), "switch", "bool", False),
     Option(("--dataloader_prefetch_factor",), "value", "int", None),
     Option(("--optim",), "value", "str", "adamw_torch", ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd")),
+    Option(("--per_device_train_batch_size",), "value", "int", 8),
+    Option(("--gradient_accumulation_steps",), "value", "int", 1),
 ]
 # A LightningCLI script takes the Trainer's arguments as --trainer.<name> (jsonargparse).
 LIGHTNING_CLI = [
@@ -148,12 +160,16 @@ class Lever:
     option: Option
     knob: str
 
+    partner: Option | None = None  # the option that moves against it (knob.option_with: accumulation steps)
+
     def words(self, value) -> list[str] | None:
         """The command-line words that set the knob to ``value`` through this option; None where it cannot (a
         switch cannot say False, nor a number a mode), or where the option gives that value by default."""
         o, knob = self.option, declared.get(self.knob)
         if knob is None:
             return None
+        if self.partner is not None:
+            return self._folded(value)
         if o.kind == "switch":
             named = {words_of(w) for w, v in knob.choices.items() if v == value}  # --bf16: a switch named by it
             on = value is True or (isinstance(value, str) and o.name in named)
@@ -168,6 +184,17 @@ class Lever:
         if text is None or str(o.default) == text:
             return None
         return [f"{o.flag}={text}"] if o.kind == "global" else [o.flag, text]
+
+    def _folded(self, factor) -> list[str] | None:
+        """Option x factor, its partner / factor (a micro-batch and its accumulation steps), from their values on
+        the command line or their defaults; None where the partner does not divide."""
+        mb, acc = self.option.default, self.partner.default
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (mb, acc, factor)):
+            return None
+        if factor < 2 or acc % factor:
+            return None
+        return [w for o, v in ((self.option, mb * factor), (self.partner, acc // factor))
+                for w in ([f"{o.flag}={v}"] if o.kind == "global" else [o.flag, str(v)])]
 
     def _text(self, knob, value) -> str | None:
         """The option's own word for the value: a number, one of its choices (``bfloat16``, a compile mode), or
@@ -200,6 +227,11 @@ def levers(options: list[Option]) -> dict[str, list[Lever]]:
     """Knob -> the options that do what it does (amp's can be two: timm's ``--amp`` and ``--amp-dtype``)."""
     out: dict[str, list[Lever]] = {}
     for knob in declared.registry().values():
+        if knob.option_with:
+            paired = _paired(knob, options)
+            if paired:
+                out[knob.name] = [paired]
+            continue
         wanted = {words_of(w) for w in knob.option_words}
         enables = {words_of(w) for w in knob.option_enables}
         choosers = {words_of(w) for w in knob.option_choosers}
@@ -209,6 +241,64 @@ def levers(options: list[Option]) -> dict[str, list[Lever]]:
             elif o.name in enables and o.kind == "switch":  # it turns the setting on; another option says how
                 out.setdefault(knob.name, []).append(Lever(dataclasses.replace(o, kind="enable"), knob.name))
     return out
+
+
+def _paired(knob, options: list[Option]) -> Lever | None:
+    """The knob's option and the one that moves against it (knob.option_with), both whole numbers, or None."""
+    def first(words) -> Option | None:
+        wanted = [words_of(w) for w in words]
+        found = [o for o in options if o.name in wanted and o.kind in ("value", "global") and o.type == "int"]
+        return min(found, key=lambda o: wanted.index(o.name)) if found else None
+
+    main, partner = first(knob.option_words), first(knob.option_with)
+    return Lever(main, knob.name, partner) if main and partner else None
+
+
+def with_current(options: list[Option], program: list[str]) -> list[Option]:
+    """The options with the values the program's command line gives them (else their defaults): what a trial
+    moves from (a micro-batch folded from ``--micro-batch 8``, not from the default)."""
+    at = script_index(program)
+    if at is None:
+        return list(options)
+    args = program[at + 1:]
+    out = []
+    for o in options:
+        given = _given(o, args)
+        out.append(o if given is None else dataclasses.replace(o, default=given))
+    return out
+
+
+def _given(o: Option, args: list[str]):
+    value = None
+    for i, w in enumerate(args):
+        for f in o.flags:
+            if o.kind in ("switch", "enable") and w == f:
+                value = True
+            elif o.kind == "negatable" and w in (f, "--no-" + f[2:]):
+                value = w == f
+            elif o.kind in ("value", "global") and w.startswith(f + "="):
+                value = _typed(o, w[len(f) + 1:])
+            elif o.kind == "value" and w == f and i + 1 < len(args):
+                value = _typed(o, args[i + 1])
+            elif o.kind == "value" and len(f) == 2 and w.startswith(f) and len(w) > 2:
+                value = _typed(o, w[2:])
+    return value
+
+
+def _typed(o: Option, text: str):
+    if o.type == "int":
+        try:
+            return int(text)
+        except ValueError:
+            return None
+    if o.type == "float":
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    if o.type == "bool":
+        return text.strip().lower() in ("1", "true", "yes", "on")
+    return text
 
 
 def words_for(found: dict[str, list[Lever]], knob: str, value) -> list[str] | None:

@@ -234,7 +234,7 @@ class Tuner:
     _last_round: object = None  # the configuration so far's last timed run: the next trial's first baseline round
 
     def __post_init__(self):
-        self.options = program_options.read(script_of(self.program))
+        self.options = program_options.with_current(program_options.read(script_of(self.program)), self.program)
         self.levers = program_options.levers(self.options)
 
     def left(self) -> float:

@@ -3,7 +3,8 @@
 # fits, from the repo root:
 #   source .device-carry/env.sh; bash programs/memory/device_run.sh LABEL...
 # Labels: bench (benchmarks/bench_memory.py), leak (run with nsys's CUDA memory trace), oom (a step that runs out,
-# stacks in warm-up), oom_all (the same, stacks every step), accum (micro-batch x accumulation by hand, plain).
+# stacks in warm-up), oom_all (the same, stacks every step), accum (micro-batch x accumulation by hand, plain),
+# tune (nvtx-trace tune of the micro-batch 8 x 8 accumulation program, budget $BUDGET or 540 s).
 # Writes $OUT/<LABEL>.txt, and each run's summary.json and report.sqlite as $OUT/<LABEL>.json / .sqlite.
 set -u
 O=${OUT:-/tmp/out}
@@ -18,7 +19,7 @@ for LABEL in "$@"; do
   LOG=$O/$LABEL.txt
   echo "== $LABEL start ${SECONDS}s" >"$LOG"
   case $LABEL in
-    bench) timeout 400 python3 benchmarks/bench_memory.py --repeats 3 --steps 70 >>"$LOG" 2>&1 ;;
+    bench) timeout 400 python3 benchmarks/bench_memory.py --repeats 3 --steps 120 --skip 30 >>"$LOG" 2>&1 ;;
     leak) timeout 300 python3 -m nvtx_trace.cli run --no-history --out /tmp/mem_leak --force \
             --nsys-args "--cuda-memory-usage=true" $P --leak --steps 60 >>"$LOG" 2>&1; keep leak ;;
     oom) timeout 300 python3 -m nvtx_trace.cli run --no-history --out /tmp/mem_oom --force \
@@ -30,8 +31,10 @@ for LABEL in "$@"; do
                       "--micro-batch 64 --accum 1"; do
              echo "-- $CFG" >>"$LOG"
              # shellcheck disable=SC2086
-             timeout 120 python3 $P $CFG --steps 25 --compile >>"$LOG" 2>&1
+             timeout 120 python3 $P $CFG --steps 25 >>"$LOG" 2>&1
            done ;;
+    tune) timeout 580 python3 -m nvtx_trace.cli tune --budget "${BUDGET:-540}" --no-history --out /tmp/mem_tune --force \
+            --json "$O/tune.json" $P --micro-batch 8 --accum 8 --steps 100000 >>"$LOG" 2>&1 ;;
     *) echo "unknown label $LABEL" >>"$LOG" ;;
   esac
   echo "== exit $? at ${SECONDS}s" >>"$LOG"

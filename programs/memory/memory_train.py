@@ -86,7 +86,7 @@ def main() -> None:
         t1 = torch.cuda.Event(enable_timing=True)
         t0.record()
         mb = args.micro_batch * (16 if args.oom_at is not None and step >= args.oom_at else 1)
-        for k in range(args.accum):
+        for _ in range(args.accum):
             rows = torch.randint(0, 64, (mb,), generator=g)
             batch = data[rows].pin_memory().to(dev, non_blocking=True)
             with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -27,6 +27,7 @@ THRESHOLDS = {
     "memory_unused_reserved_fraction": 0.25,  # the allocator holds >= 25 % of its reserve unused at the peak ...
     "memory_unused_reserved_min_bytes": 1 << 30,  # ... and >= 1 GiB of it
     "memory_tight_fraction": 0.9,  # the peak reserve is >= 90 % of the device: fragmentation can end the run
+    "memory_fold_fits_fraction": 0.8,  # a larger micro-batch's predicted peak stays under 80 % of the device
 }
 FRAGMENTATION_FIX = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
@@ -99,6 +100,31 @@ def _run(ctx: Context) -> None:
         "nsys": usage,
         "oom": ooms[-1] if ooms else None,
     }
+    analysis.memory.update(_fold(kept, total))
+
+
+def _fold(rows: list[dict], total) -> dict:
+    """Micro-batches a step (backward passes: gradient accumulation), and how many of them fit in one: the
+    activations one micro-batch adds to what the step starts with (weights, gradients, optimizer state) scale
+    with its size, so k of them together peak at start + k x (peak - start)."""
+    counts = [r["backwards"] for r in rows if isinstance(r.get("backwards"), int)]
+    micro = int(np.median(counts)) if counts else None
+    out = {"micro_batches": micro, "fold": None}
+    starts = [r["allocated"] for r in rows if isinstance(r.get("allocated"), int)]
+    peaks = [r["peak_allocated"] for r in rows if isinstance(r.get("peak_allocated"), int)]
+    if not micro or micro < 2 or not total or not starts or not peaks:
+        return out
+    start, peak = float(np.median(starts)), float(max(peaks))
+    activations = peak - start
+    if activations <= 0:
+        return out
+    most = int((T["memory_fold_fits_fraction"] * total - start) // activations)
+    factor = max((k for k in range(2, micro + 1) if micro % k == 0 and k <= most), default=None)
+    if factor:
+        out["fold"] = {"factor": factor, "micro_batches_after": micro // factor,
+                       "predicted_peak_allocated_bytes": int(start + factor * activations),
+                       "activations_bytes": int(activations), "step_start_bytes": int(start)}
+    return out
 
 
 def _steady_steps(analysis) -> set[int] | None:
@@ -131,12 +157,14 @@ def _findings(analysis, basis) -> list[Finding]:
         return []
     out = []
     if m.get("oom"):
-        out.append(_oom_finding(m))
+        out.append(explain_oom(m))
     growth, rising = m.get("growth_bytes_per_step"), m.get("growth_rising_share")
     recorded = sum(1 for r in m["per_step"] if r["steady"])
     if (growth is not None and growth >= T["memory_growth_min_bytes"] and rising is not None
             and rising >= T["memory_growth_rising_share"] and recorded >= T["memory_growth_min_steps"]):
         out.append(_growth_finding(m, growth, recorded))
+    if m.get("fold"):
+        out.append(_fold_finding(analysis, m, basis))
     unused, reserved, total = m.get("unused_reserved_bytes"), m.get("peak_reserved_bytes"), m.get("device_total_bytes")
     expandable = "expandable_segments:true" in (m.get("alloc_conf") or "").replace(" ", "").lower()
     if (unused is not None and reserved and not expandable and unused >= T["memory_unused_reserved_min_bytes"]
@@ -192,6 +220,30 @@ def _fragmentation_finding(m: dict, unused: int, reserved: int, total) -> Findin
     )
 
 
+def _fold_finding(analysis, m: dict, basis) -> Finding:
+    f, total = m["fold"], m["device_total_bytes"]
+    k, micro = f["factor"], m["micro_batches"]
+    short = sum(s[0] for s in basis.short.values()) if basis.short else 0
+    small = ((getattr(analysis.kernels, "under_one_wave", None) or {}).get("time_ns") or 0) if analysis.kernels else 0
+    return Finding(
+        kind="memory_headroom",
+        title=f"Each step runs {micro} micro-batches (gradient accumulation) with the GPU "
+              f"{m['peak_reserved_bytes'] / total:.0%} full at its peak: {k}x larger micro-batches, "
+              f"{f['micro_batches_after']} a step, fit (predicted peak "
+              f"{size(f['predicted_peak_allocated_bytes'])} of {size(total)})",
+        impact_ns=int(short + small),
+        fix=f"Raise the micro-batch {k}-fold and divide the gradient-accumulation steps by {k}: the effective batch, "
+            "and what is trained, stay the same; fewer, larger kernels and launches per sample. No prediction of the "
+            "step: a trial measures it (its impact is the GPU's idle in short gaps and its kernels under one wave, "
+            "which larger micro-batches shrink).",
+        recommend={"micro_batch": k},
+        threshold=f"gradient accumulation (>= 2 backward passes a step) and a micro-batch {k}x larger predicted "
+                  f"under {T['memory_fold_fits_fraction']:.0%} of the device",
+        evidence={**f, "micro_batches": micro, "device_total_bytes": total, "short_idle_ns": int(short),
+                  "under_one_wave_ns": int(small)},
+    )
+
+
 OOM_LEVERS = ("a smaller micro-batch with more gradient-accumulation steps (the effective batch unchanged)",
               "activation checkpointing (torch.utils.checkpoint) on the largest blocks",
               "bf16 autocast (activations in half the bytes)",
@@ -199,7 +251,18 @@ OOM_LEVERS = ("a smaller micro-batch with more gradient-accumulation steps (the 
               f"{FRAGMENTATION_FIX} where the reserve holds much unused")
 
 
-def _oom_finding(m: dict) -> Finding:
+def add_oom(analysis, record: dict) -> None:
+    """An out-of-memory record the runner read from the program's window file (the capture held none: the
+    program died before its window, or after it closed): into ``memory.oom`` and the findings, as if captured."""
+    if analysis.memory and analysis.memory.get("oom"):
+        return
+    analysis.memory = {**(analysis.memory or {"source": "oom", "per_step": []}), "oom": record}
+    analysis.findings.insert(0, explain_oom(analysis.memory))
+    analysis.raised_by["out_of_memory"] = QUESTION.name
+
+
+def explain_oom(m: dict) -> Finding:
+    """The finding for an out-of-memory record (``m``: the memory result, or just ``{"oom": record}``)."""
     o = m["oom"]
     total = o.get("device_total_bytes") or m.get("device_total_bytes")
     largest = o.get("largest") or []
@@ -263,7 +326,7 @@ def _html(analysis, d, view) -> str:
 
 
 QUESTION = Question(
-    name="memory", order=96, run=_run, needs=("steps", "settings"), thresholds=THRESHOLDS, findings=_findings,
+    name="memory", order=106, run=_run, needs=("steps", "settings", "kernels"), thresholds=THRESHOLDS, findings=_findings,
     json_keys=("memory",), json_at=119, to_json=lambda analysis: {"memory": analysis.memory},
     text=_text, text_at=73, html=_html, html_at=71,
 )

@@ -366,9 +366,9 @@ class Reader:
         return None
 
     def memory_usage(self) -> dict | None:
-        """nsys's CUDA memory trace (``--cuda-memory-usage=true``): device memory the driver handed out and took
-        back in the capture, per GPU; its high-water mark above what was in use when the capture began (None
-        without the table)."""
+        """nsys's CUDA memory trace (``--cuda-memory-usage=true``): device memory (not pinned host memory) the
+        driver handed out and took back, per GPU, and its high-water mark (None without the table). nsys records
+        it from the program's start, whatever the capture range."""
         if not (self.has(MEMORY_USAGE, "bytes") and self.has(MEMORY_USAGE, "memoryOperationType")
                 and self.has(MEMORY_USAGE, "start")):
             return None
@@ -376,8 +376,10 @@ class Reader:
         sign = {i: (-1 if "DEALLOC" in lab.upper() or "FREE" in lab.upper() else
                     1 if "ALLOC" in lab.upper() else 0) for i, lab in opers.items()}
         device = "deviceId" if self.has(MEMORY_USAGE, "deviceId") else "0"
+        kind = self.memory_kind("device") if self.has(MEMORY_USAGE, "memKind") else None
+        only_device = f"WHERE memKind = {int(kind)} " if kind is not None else ""  # not pinned host memory
         rows = self.conn.execute(f"SELECT {device}, bytes, memoryOperationType FROM {MEMORY_USAGE} "
-                                 "ORDER BY start").fetchall()
+                                 f"{only_device}ORDER BY start").fetchall()
         if not rows:
             return None
         peak: dict[int, int] = {}
@@ -440,7 +442,7 @@ class Reader:
                             "CUDA_MEMCPY_KIND_HTOD")
 
     def memory_kind(self, kind: str) -> int | None:
-        """Code of a copy's source memory kind: ``pageable`` or ``pinned``."""
+        """Code of a memory kind: ``pageable``, ``pinned`` or ``device``."""
         return self.enum_id("ENUM_CUDA_MEM_KIND", FALLBACK_MEM_KINDS, kind.capitalize(),
                             f"CUDA_MEMOPR_MEMORY_KIND_{kind.upper()}")
 
