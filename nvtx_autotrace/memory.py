@@ -329,12 +329,23 @@ def _out_of_memory(device, requested, device_allocated, device_free) -> None:
         record = {"step": steps.current_step(), "phase": _state.get("phase"), "requested_bytes": int(requested),
                   "allocated_bytes": a, "reserved_bytes": r, "peak_allocated_bytes": ap,
                   "device_used_bytes": int(device_allocated), "device_free_bytes": int(device_free),
-                  "device_total_bytes": total, "largest": _largest(torch)}
+                  "device_total_bytes": total, "allowed_bytes": _allowed(torch, device, total),
+                  "largest": _largest(torch)}
         window_file.note("oom", **record)
         _backend.push(names.oom(record))
         _backend.pop()
     except Exception:  # noqa: BLE001 - the program's own error follows: ours must not replace it
         pass
+
+
+def _allowed(torch, device, total: int) -> int | None:
+    """What the process may use where it set a memory fraction below 1 (set_per_process_memory_fraction)."""
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    try:
+        f = float(fraction(device)) if fraction else 1.0
+    except Exception:  # noqa: BLE001
+        return None
+    return int(f * total) if f < 1 else None
 
 
 def _largest(torch) -> list[dict]:

@@ -277,15 +277,16 @@ def _given(o: Option, args: list[str]):
             elif o.kind == "negatable" and w in (f, "--no-" + f[2:]):
                 value = w == f
             elif o.kind in ("value", "global") and w.startswith(f + "="):
-                value = _typed(o, w[len(f) + 1:])
+                value = typed(o, w[len(f) + 1:])
             elif o.kind == "value" and w == f and i + 1 < len(args):
-                value = _typed(o, args[i + 1])
+                value = typed(o, args[i + 1])
             elif o.kind == "value" and len(f) == 2 and w.startswith(f) and len(w) > 2:
-                value = _typed(o, w[2:])
+                value = typed(o, w[2:])
     return value
 
 
-def _typed(o: Option, text: str):
+def typed(o: Option, text: str):
+    """The option's value from its text, as its declared type reads it (None where it does not)."""
     if o.type == "int":
         try:
             return int(text)

@@ -133,6 +133,19 @@ def remaining(summary: dict, levers: dict | None = None) -> list[dict]:
     return sorted(out, key=lambda r: (-(r["saving_fraction"] or 0), -r["impact_ms"]))
 
 
+def _said(option, trial: dict):
+    """What a trial set the option to, in the option's own words (``--micro-batch 64``: 64), where they say it;
+    else the knob's value (a switch: True)."""
+    words = trial["words"]
+    for i, w in enumerate(words):
+        if w in option.flags and option.kind == "value" and i + 1 < len(words):
+            return program_options.typed(option, words[i + 1])
+        for f in option.flags:
+            if w.startswith(f + "="):
+                return program_options.typed(option, w[len(f) + 1:])
+    return trial["value"]
+
+
 def settled(variants: list) -> str | None:
     """Why a trial needs no more rounds, or None: a run of it failed, or one of its rounds is already no faster
     than one of the baseline's (judge keeps a knob only when every round with it beats every round without, in
@@ -530,17 +543,17 @@ class Tuner:
 
     def _options(self) -> list[dict]:
         """Each option the program declares, what it maps to, the values tune tried through it and the one kept."""
-        mapped = {lever.option.flag: knob for knob, found in program_options.levers(self.options).items()
-                  for lever in found}
+        mapped = {o.flag: knob for knob, found in program_options.levers(self.options).items()
+                  for lever in found for o in (lever.option, lever.partner) if o is not None}
         failed = {w for words in self.unusable.values() for w in words}
         out = []
         for o in self.options:
             knob = mapped.get(o.flag)
             trials = [t for t in self.option_trials if o.flag in t["words"] or any(
                 w.startswith(o.flag + "=") for w in t["words"])]
-            kept = next((t["value"] for t in reversed(trials) if t["kept"]), None)
+            kept = next((_said(o, t) for t in reversed(trials) if t["kept"]), None)
             out.append({"flag": o.flag, "kind": o.kind, "default": o.default, "maps_to": knob,
-                        "values_tried": [t["value"] for t in trials], "kept": kept,
+                        "values_tried": [_said(o, t) for t in trials], "kept": kept,
                         "failed": o.flag in failed or any(w.startswith(o.flag + "=") for w in failed)})
         return out
 

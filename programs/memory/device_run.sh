@@ -19,9 +19,10 @@ for LABEL in "$@"; do
   LOG=$O/$LABEL.txt
   echo "== $LABEL start ${SECONDS}s" >"$LOG"
   case $LABEL in
-    bench) timeout 400 python3 benchmarks/bench_memory.py --repeats 3 --steps 120 --skip 30 >>"$LOG" 2>&1 ;;
+    bench) timeout 400 python3 benchmarks/bench_memory.py --repeats "${REPEATS:-3}" --steps 120 --skip 30 >>"$LOG" 2>&1 ;;
     leak) timeout 300 python3 -m nvtx_trace.cli run --no-history --out /tmp/mem_leak --force \
-            --nsys-args "--cuda-memory-usage=true" $P --leak --steps 60 >>"$LOG" 2>&1; keep leak ;;
+            --nsys-args "--cuda-memory-usage=true" $P --leak --micro-batch 4 --accum 2 --steps 60 >>"$LOG" 2>&1
+          keep leak ;;
     oom) timeout 300 python3 -m nvtx_trace.cli run --no-history --out /tmp/mem_oom --force \
            $P --oom-at 8 --memory-fraction 0.12 --steps 30 >>"$LOG" 2>&1; keep oom ;;
     oom_all) NVTX_AUTOTRACE_MEMORY_HISTORY=all timeout 300 python3 -m nvtx_trace.cli run --no-history \

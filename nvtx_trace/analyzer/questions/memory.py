@@ -273,7 +273,9 @@ def explain_oom(m: dict) -> Finding:
         kind="out_of_memory",
         title=f"The program ran out of GPU memory at {where}: it asked for {size(o.get('requested_bytes') or 0)} "
               f"with {size(o.get('allocated_bytes') or 0)} allocated and {size(o.get('reserved_bytes') or 0)} "
-              "reserved by PyTorch" + (f", {size(o.get('device_free_bytes') or 0)} free of {size(total)}"
+              "reserved by PyTorch" + (f" of the {size(o['allowed_bytes'])} the process may use (its memory "
+                                       f"fraction of the GPU's {size(total)})" if o.get("allowed_bytes") else
+                                       f", {size(o.get('device_free_bytes') or 0)} free of {size(total)}"
                                        if total else ""),
         impact_ns=0,
         fix="In order: " + "; ".join(f"({i}) {x}" for i, x in enumerate(OOM_LEVERS, 1)) + "."

@@ -1,0 +1,187 @@
+"""GPU memory (issue 53): the per-step allocator records, growth and its lines, nsys's CUDA memory trace, an
+out-of-memory error explained, and the micro-batch that fits as a lever.
+
+The capture is real: sample_reports/memory_leak_h200.sqlite, `nvtx-trace run --nsys-args
+"--cuda-memory-usage=true" programs/memory/memory_train.py --leak --steps 60` on an H200 (a held-out loss summed
+without .item() or no_grad at line 97). What the program printed itself each step (torch.cuda.memory_allocated()
+at the step's start, torch.cuda.max_memory_allocated()) is beside it, memory_leak_h200.program.jsonl: the
+analyzer's figures are checked against those, and against nsys's own table by SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+from conftest import sample_analysis
+
+from nvtx_trace.report.json import to_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+LEAK = ROOT / "sample_reports" / "memory_leak_h200.sqlite"
+PRINTED = [json.loads(line) for line in (ROOT / "sample_reports" / "memory_leak_h200.program.jsonl").read_text()
+           .splitlines()]
+ISSUE_KEYS = {"peak_allocated_bytes", "peak_reserved_bytes", "device_total_bytes", "headroom_bytes", "per_step",
+              "growth_bytes_per_step", "oom"}  # the issue's contract
+
+
+def _memory() -> dict:
+    return json.loads(json.dumps(to_dict(sample_analysis(LEAK))))["memory"]
+
+
+def test_the_memory_key_holds_the_issue_s_keys_and_the_documented_ones():
+    m = _memory()
+    assert ISSUE_KEYS <= set(m)
+    schema = (ROOT / "docs" / "json-schema.md").read_text()
+    section = schema.split("### `memory`")[1].split("###")[0]
+    for key in [*m, *m["per_step"][0], *m["nsys"]]:
+        assert f"`{key}`" in section or f"`{key}[]`" in section, f"memory.{key} is not in docs/json-schema.md"
+
+
+def test_growth_per_step_is_the_program_s_own_within_one_percent():
+    """The program's torch.cuda.memory_allocated() at each step's start, over the same steps, least squares:
+    the analyzer's figure from its own records agrees (the issue asks 5 %)."""
+    m = _memory()
+    steps = {r["step"] for r in m["per_step"] if r["steady"]}
+    x = np.array([p["step"] for p in PRINTED if p["step"] in steps], dtype=float)
+    y = np.array([p["allocated"] for p in PRINTED if p["step"] in steps], dtype=float)
+    program = np.polyfit(x, y, 1)[0]
+    assert abs(m["growth_bytes_per_step"] / program - 1) < 0.01, (m["growth_bytes_per_step"], program)
+    assert m["growth_rising_share"] == 1.0
+
+
+def test_the_planted_line_is_named_with_its_growth():
+    m = _memory()
+    top = m["growing_lines"][0]
+    assert top["where"] == "programs/memory/memory_train.py:97"
+    assert "logged = logged + run(" in top["code"]
+    assert abs(top["bytes_per_step"] / m["growth_bytes_per_step"] - 1) < 0.05
+    finding = next(f for f in to_dict(sample_analysis(LEAK))["findings"] if f["kind"] == "memory_growth")
+    assert "memory_train.py:97" in finding["fix"]
+
+
+def test_peaks_are_what_the_program_read_though_they_are_reset_every_step():
+    """nvtx_autotrace resets the allocator's peaks each step and folds them back into what the program reads:
+    the last step's max_memory_allocated() as the program printed it (since its start) is the analyzer's peak
+    (memory grows, so the last step holds it), and no printed peak ever falls."""
+    m = _memory()
+    printed_peaks = [p["max_allocated"] for p in PRINTED]
+    assert printed_peaks == sorted(printed_peaks)
+    assert m["peak_allocated_bytes"] == PRINTED[-1]["max_allocated"]
+    assert m["per_step"][-1]["peak_allocated_bytes"] == PRINTED[-1]["max_allocated"]
+
+
+def test_nsys_s_memory_trace_agrees_by_sql():
+    """nsys's CUDA_GPU_MEMORY_USAGE_EVENTS, device memory only (memKind 2), running sum by SQL: its high-water
+    mark is what the analyzer reports, and it is PyTorch's peak reserve plus what libraries hold beside it
+    (cuBLAS workspaces: within 1 %)."""
+    m = _memory()
+    conn = sqlite3.connect(LEAK)
+    kind = conn.execute("SELECT id FROM ENUM_CUDA_MEM_KIND WHERE name = 'CUDA_MEMOPR_MEMORY_KIND_DEVICE'").fetchone()[0]
+    rows = conn.execute("SELECT bytes, memoryOperationType FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memKind = ? "
+                        "ORDER BY start", (kind,)).fetchall()
+    conn.close()
+    running = np.cumsum([b if op == 0 else -b for b, op in rows])
+    assert m["nsys"]["peak_bytes"] == int(running.max())
+    assert m["nsys"]["events"] == len(rows)
+    assert m["peak_reserved_bytes"] <= m["nsys"]["peak_bytes"] <= 1.01 * m["peak_reserved_bytes"]
+
+
+def test_headroom_and_unused_reserve_follow_from_the_peaks():
+    m = _memory()
+    assert m["headroom_bytes"] == m["device_total_bytes"] - m["peak_reserved_bytes"]
+    assert m["unused_reserved_bytes"] == m["peak_reserved_bytes"] - m["peak_allocated_bytes"]
+    assert m["peak_phase"] in ("forward", "backward", "optimizer")
+    assert m["oom"] is None and m["fold"] is None and m["micro_batches"] == 1
+
+
+def test_a_report_without_memory_records_says_so_in_one_line():
+    """The CPU sample (no CUDA in the program): memory is null and the terminal says it was not recorded."""
+    from test_sections import text_of
+
+    cpu = ROOT / "sample_reports" / "cpu_slow_loader.sqlite"
+    assert to_dict(sample_analysis(cpu))["memory"] is None
+    lines = [ln for ln in text_of(cpu).splitlines() if "GPU memory" in ln]
+    assert lines == ["GPU memory: not recorded (no CUDA device in the program, or a capture from before "
+                     "nvtx_autotrace recorded it)"]
+
+
+# ---- out of memory --------------------------------------------------------------------------------------------
+
+OOM_EVENT = {  # what nvtx_autotrace wrote to the window file when programs/memory/memory_train.py --oom-at 8
+    # --memory-fraction 0.12 ran out on an H200 (figures from that run's own message: 192 MiB asked, 15.8 GiB
+    # allocated, 16.78 GiB allowed)
+    "event": "oom", "pid": 1, "rank": None, "step": 8, "phase": "forward", "requested_bytes": 201326592,
+    "allocated_bytes": 16965107712, "reserved_bytes": 17847468032, "peak_allocated_bytes": 16965107712,
+    "device_used_bytes": 18672000000, "device_free_bytes": 131425000000, "device_total_bytes": 150109880320,
+    "allowed_bytes": 18013185638,
+    "largest": [{"where": "programs/memory/memory_train.py:93", "code": "loss = run(batch[:, :-1], batch[:, 1:]) / "
+                 "args.accum", "bytes": 15354000000},
+                {"where": "programs/memory/memory_train.py:98", "code": "opt.step()", "bytes": 995833856}]}
+
+
+def test_an_out_of_memory_record_is_read_from_the_window_file_and_explained(tmp_path):
+    from nvtx_trace.analyzer.questions.memory import explain_oom
+    from nvtx_trace.runner import default_window
+
+    path = tmp_path / "window.jsonl"
+    path.write_text(json.dumps({"event": "ended", "pid": 1, "steps": 8}) + "\n" + json.dumps(OOM_EVENT) + "\n")
+    written = default_window.events(path)
+    record = default_window.out_of_memory(written)
+    assert record["step"] == 8 and "event" not in record and not path.exists()
+    said = explain_oom({"oom": record})
+    assert said.kind == "out_of_memory"
+    assert "at step 8, in forward" in said.title and "16.8 GiB the process may use" in said.title
+    assert said.fix.index("smaller micro-batch") < said.fix.index("checkpointing") < said.fix.index("bf16")
+    assert "memory_train.py:93 `loss = run(" in said.fix
+
+
+def test_an_out_of_memory_record_joins_an_analysis_once():
+    from nvtx_trace.analyzer import analyze
+    from nvtx_trace.analyzer.questions.memory import add_oom
+
+    a = analyze(LEAK)
+    record = {k: v for k, v in OOM_EVENT.items() if k not in ("event", "pid")}
+    add_oom(a, record)
+    add_oom(a, record)
+    assert a.memory["oom"] == record and a.memory["peak_allocated_bytes"] is not None
+    assert [f.kind for f in a.findings].count("out_of_memory") == 1 and a.findings[0].kind == "out_of_memory"
+
+
+# ---- the micro-batch that fits --------------------------------------------------------------------------------
+
+def test_the_micro_batch_and_its_accumulation_move_together_through_the_program_s_options():
+    from nvtx_trace.runner import program_options as po
+
+    program = ["python", "programs/memory/memory_train.py", "--micro-batch", "8", "--accum=8", "--steps", "20"]
+    options = po.with_current(po.read(Path(program[1])), program)
+    levers = po.levers(options)
+    assert [(lv.option.flag, lv.partner.flag) for lv in levers["micro_batch"]] == [("--micro-batch", "--accum")]
+    words = po.words_for(levers, "micro_batch", 4)
+    assert words == ["--micro-batch", "32", "--accum", "2"]
+    assert po.with_words(program, options, words) == ["python", "programs/memory/memory_train.py", "--steps", "20",
+                                                      "--micro-batch", "32", "--accum", "2"]
+    assert po.words_for(levers, "micro_batch", 3) is None  # 8 accumulation steps do not divide by 3
+
+
+def test_nanogpt_s_configurator_accumulation_reads_as_a_number(tmp_path):
+    from nvtx_trace.runner import program_options as po
+
+    script = tmp_path / "train.py"
+    script.write_text("batch_size = 12\ngradient_accumulation_steps = 5 * 8\ncompile = True\n"
+                      "exec(open('configurator.py').read())\n")
+    levers = po.levers(po.read(script))
+    assert po.words_for(levers, "micro_batch", 2) == ["--batch_size=24", "--gradient_accumulation_steps=20"]
+
+
+def test_the_finding_proposes_the_largest_factor_that_divides_and_fits():
+    from nvtx_trace.analyzer.questions.memory import _fold
+
+    gib = 1 << 30
+    rows = [{"step": s, "allocated": 2 * gib, "peak_allocated": 10 * gib, "backwards": 8} for s in range(10)]
+    fold = _fold(rows, 80 * gib)["fold"]
+    assert fold["factor"] == 4 and fold["micro_batches_after"] == 2  # 8 x 8 GiB would pass 80 % of 80 GiB
+    assert fold["predicted_peak_allocated_bytes"] == 34 * gib
+    assert _fold([{**r, "backwards": 1} for r in rows], 80 * gib)["fold"] is None  # no accumulation: nothing
