@@ -1,7 +1,11 @@
 """What nvtx_autotrace's memory record costs a step, on the GPU machine (prints figures; asserts nothing).
 
 1. The counters themselves: one read of the allocator's stats and one peak reset, in µs (what each step pays).
-2. The step, as the program times it with CUDA events: programs/memory/memory_train.py under
+2. The memory record's own code, timed inside a real run (programs/memory/memory_train.py in this process,
+   nvtx_autotrace installed, the record's step-boundary and phase callbacks wrapped in a clock): µs a step, median
+   over the steps after warm-up, and the share of the step; and what the peaks folded back add to the program's
+   own ``torch.cuda.max_memory_allocated()``. Not blurred by run-to-run noise (a few % between processes).
+3. The step, as the program times it with CUDA events: programs/memory/memory_train.py under
    ``python -m nvtx_autotrace`` with ranges on, memory record off / on (stacks in warm-up only) / on with stacks
    recorded every step; interleaved repeats, the median of each run's steps after warm-up, then the median.
 
@@ -48,6 +52,58 @@ def counters(n: int = 2000) -> dict:
             "max_memory_allocated_us": round(public * 1e6, 2)}
 
 
+IN_PROCESS = r"""
+import json, os, runpy, statistics, sys, time
+os.environ["NVTX_AUTOTRACE"] = "0"
+import torch
+import nvtx_autotrace
+from nvtx_autotrace import memory, steps
+per_step = {}
+def timed(fn):
+    def wrapper(*args, **kwargs):
+        t = time.perf_counter_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            n = steps.current_step()
+            per_step[n] = per_step.get(n, 0) + time.perf_counter_ns() - t
+    return wrapper
+memory._boundary, memory.at_phase = timed(memory._boundary), timed(memory.at_phase)
+def public(n=500):
+    t = time.perf_counter_ns()
+    for _ in range(n):
+        torch.cuda.max_memory_allocated()
+    return (time.perf_counter_ns() - t) / n / 1e3
+torch.ones(1, device="cuda")
+plain_us = public()
+nvtx_autotrace.install(enabled="1")
+sys.argv = [PROGRAM, *ARGS]
+try:
+    runpy.run_path(PROGRAM, run_name="__main__")
+finally:
+    folded_us = public()
+    skip = SKIP
+    spent = [v / 1e3 for k, v in sorted(per_step.items()) if k >= skip]
+    print(json.dumps({"record_us_per_step_median": round(statistics.median(spent), 1) if spent else None,
+                      "record_us_per_step_max": round(max(spent), 1) if spent else None, "steps": len(spent),
+                      "max_memory_allocated_us": {"plain": round(plain_us, 1), "peaks_folded_back": round(folded_us, 1)}}))
+"""
+
+
+def in_process(steps: int, skip: int, extra: list[str]) -> dict:
+    code = (IN_PROCESS.replace("PROGRAM", repr(PROGRAM)).replace("ARGS", repr(["--steps", str(steps), *extra]))
+            .replace("SKIP", str(skip)))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    ms = [x["ms"] for x in lines if "ms" in x][skip:]
+    out = lines[-1]
+    step_us = statistics.median(ms) * 1e3 if ms else None
+    out["step_ms_median"] = round(step_us / 1e3, 3) if step_us else None
+    out["record_share_of_step_pct"] = (round(100 * out["record_us_per_step_median"] / step_us, 3)
+                                       if step_us and out.get("record_us_per_step_median") else None)
+    return out
+
+
 def one(env: dict, steps: int, skip: int, extra: list[str]) -> float:
     cmd = [sys.executable, "-m", "nvtx_autotrace", PROGRAM, "--steps", str(steps), *extra]
     out = subprocess.run(cmd, env={**os.environ, "NVTX_AUTOTRACE": "1", **env}, capture_output=True, text=True,
@@ -64,6 +120,9 @@ def main() -> None:
     p.add_argument("--program-args", default="--micro-batch 8")
     args = p.parse_args()
     print(json.dumps({"counters": counters()}))
+    print(json.dumps({"in_process": in_process(args.steps, args.skip, args.program_args.split())}))
+    if args.repeats <= 0:
+        return
     runs: dict[str, list[float]] = {k: [] for k in VARIANTS}
     for _ in range(args.repeats):
         for name, env in VARIANTS.items():

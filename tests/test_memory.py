@@ -2,8 +2,8 @@
 out-of-memory error explained, and the micro-batch that fits as a lever.
 
 The capture is real: sample_reports/memory_leak_h200.sqlite, `nvtx-trace run --nsys-args
-"--cuda-memory-usage=true" programs/memory/memory_train.py --leak --steps 60` on an H200 (a held-out loss summed
-without .item() or no_grad at line 97). What the program printed itself each step (torch.cuda.memory_allocated()
+"--cuda-memory-usage=true" programs/memory/memory_train.py --leak --micro-batch 4 --accum 2 --steps 60` on an H200
+(a held-out loss summed without .item() or no_grad at line 97; two micro-batches a step). What the program printed itself each step (torch.cuda.memory_allocated()
 at the step's start, torch.cuda.max_memory_allocated()) is beside it, memory_leak_h200.program.jsonl: the
 analyzer's figures are checked against those, and against nsys's own table by SQL.
 """
@@ -94,18 +94,25 @@ def test_headroom_and_unused_reserve_follow_from_the_peaks():
     assert m["headroom_bytes"] == m["device_total_bytes"] - m["peak_reserved_bytes"]
     assert m["unused_reserved_bytes"] == m["peak_reserved_bytes"] - m["peak_allocated_bytes"]
     assert m["peak_phase"] in ("forward", "backward", "optimizer")
-    assert m["oom"] is None and m["fold"] is None and m["micro_batches"] == 1
+    assert m["oom"] is None and m["micro_batches"] == 2  # two backward passes a step, counted by nvtx_autotrace
+    fold = m["fold"]  # both micro-batches in one fits: start + 2 x (peak - start), under 80 % of the device
+    assert fold["factor"] == 2 and fold["micro_batches_after"] == 1
+    assert fold["predicted_peak_allocated_bytes"] == fold["step_start_bytes"] + 2 * fold["activations_bytes"]
+    assert fold["predicted_peak_allocated_bytes"] <= 0.8 * m["device_total_bytes"]
+    finding = next(f for f in to_dict(sample_analysis(LEAK))["findings"] if f["kind"] == "memory_headroom")
+    assert finding["recommend"] == {"micro_batch": 2} and finding["impact_ns"] == 0 and finding["predicted"] is None
 
 
 def test_a_report_without_memory_records_says_so_in_one_line():
     """The CPU sample (no CUDA in the program): memory is null and the terminal says it was not recorded."""
     from test_sections import text_of
 
+    from nvtx_trace.analyzer.questions.memory import NOT_RECORDED
+
     cpu = ROOT / "sample_reports" / "cpu_slow_loader.sqlite"
     assert to_dict(sample_analysis(cpu))["memory"] is None
     lines = [ln for ln in text_of(cpu).splitlines() if "GPU memory" in ln]
-    assert lines == ["GPU memory: not recorded (no CUDA device in the program, or a capture from before "
-                     "nvtx_autotrace recorded it)"]
+    assert lines == [NOT_RECORDED] and len(NOT_RECORDED) < 120  # one line of the report
 
 
 # ---- out of memory --------------------------------------------------------------------------------------------

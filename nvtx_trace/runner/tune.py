@@ -88,7 +88,7 @@ def candidates(summary: dict, kept: dict, rejected: list[dict], plain_ms: float 
             continue
         if not pred or pred.get("step_ns") is None:
             step = plain_ms or _profile_step_ms(summary, "median")
-            if step and f.get("impact_ns"):
+            if step:  # a lever whose measured cost others count (a larger micro-batch) is tried last
                 before = step if plain_ms else step - own / 1e6
                 unpredicted.append(Candidate(f, knobs, None, max(before, 1e-9)))
             continue

@@ -16,7 +16,7 @@ import numpy as np
 
 from nvtx_trace import names
 from nvtx_trace.analyzer.findings import THRESHOLDS as T
-from nvtx_trace.analyzer.findings import Finding, size
+from nvtx_trace.analyzer.findings import Finding, ms, size
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace.tables import name_mask
 
@@ -29,6 +29,7 @@ THRESHOLDS = {
     "memory_tight_fraction": 0.9,  # the peak reserve is >= 90 % of the device: fragmentation can end the run
     "memory_fold_fits_fraction": 0.8,  # a larger micro-batch's predicted peak stays under 80 % of the device
 }
+NOT_RECORDED = "GPU memory: not recorded (no CUDA in the program, no nvtx_autotrace, or a capture from before it did)"
 FRAGMENTATION_FIX = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
 
 
@@ -231,11 +232,11 @@ def _fold_finding(analysis, m: dict, basis) -> Finding:
               f"{m['peak_reserved_bytes'] / total:.0%} full at its peak: {k}x larger micro-batches, "
               f"{f['micro_batches_after']} a step, fit (predicted peak "
               f"{size(f['predicted_peak_allocated_bytes'])} of {size(total)})",
-        impact_ns=int(short + small),
+        impact_ns=0,  # what it would save is the idle and small kernels other findings already count
         fix=f"Raise the micro-batch {k}-fold and divide the gradient-accumulation steps by {k}: the effective batch, "
             "and what is trained, stay the same; fewer, larger kernels and launches per sample. No prediction of the "
-            "step: a trial measures it (its impact is the GPU's idle in short gaps and its kernels under one wave, "
-            "which larger micro-batches shrink).",
+            f"step: a trial measures it (in the window the GPU idled {ms(short)} in short gaps and ran {ms(small)} of "
+            "kernels under one wave, which larger micro-batches shrink).",
         recommend={"micro_batch": k},
         threshold=f"gradient accumulation (>= 2 backward passes a step) and a micro-batch {k}x larger predicted "
                   f"under {T['memory_fold_fits_fraction']:.0%} of the device",
@@ -289,9 +290,8 @@ def explain_oom(m: dict) -> Finding:
 def _text(analysis, view) -> None:
     m = analysis.memory
     if not m:
-        if analysis.steps and analysis.settings is not None:
-            view.print("GPU memory: not recorded (no CUDA device in the program, or a capture from before "
-                       "nvtx_autotrace recorded it)", highlight=False)
+        if analysis.steps:
+            view.print(NOT_RECORDED, highlight=False)
         return
     if m.get("peak_allocated_bytes") is not None:
         total = m.get("device_total_bytes")
