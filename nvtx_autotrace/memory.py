@@ -96,16 +96,15 @@ def at_phase(phase: str) -> None:
         return
     if phase == "backward":
         _state["backwards"] = _state.get("backwards", 0) + 1  # micro-batches: gradient accumulation
+        if _state["phase"] != "forward":  # a later micro-batch: its forward's peak is not the step's first
+            return
     try:
         import torch
 
         if torch.cuda.is_current_stream_capturing():
             return
         peak = _stats(torch, _state["device"])["allocated_bytes"]["all"]["peak"]
-        if phase == "backward" and _state["phase"] == "forward":
-            _state["forward_peak"] = peak
-        elif phase == "optimizer":
-            _state["backward_peak"] = peak
+        _state["forward_peak" if phase == "backward" else "backward_peak"] = peak
         _state["phase"] = phase
     except Exception:  # noqa: BLE001 - a note we can do without
         pass
@@ -203,28 +202,37 @@ def peak_allocated() -> int | None:
 
 def _reset_peaks(torch, device: int, stats: dict | None = None) -> None:
     """Carry every peak the reset drops (from ``stats`` where just read), then reset."""
+    stats = stats if stats is not None else _stats(torch, device)
+    paths = _state.get("peak_paths")
+    if paths is None:  # where the peaks are in the allocator's stats, found once (about 30 of them)
+        paths = _state["peak_paths"] = list(_peak_paths(stats))
     carried = _state["carried"].setdefault(device, {})
-    _carry(stats if stats is not None else _stats(torch, device), carried)
+    for path in paths:
+        node = stats
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, int):
+            carried[path] = max(carried.get(path, 0), node)
     torch._C._cuda_resetPeakMemoryStats(device)
 
 
-def _carry(stats: dict, into: dict) -> None:
+def _peak_paths(stats: dict, prefix: tuple = ()):
     for key, value in stats.items():
         if isinstance(value, dict):
-            if "peak" in value and isinstance(value["peak"], int):
-                into[key] = max(into.get(key, 0), value["peak"])
+            if isinstance(value.get("peak"), int):
+                yield (*prefix, key, "peak")
             else:
-                _carry(value, into.setdefault(key, {}))
+                yield from _peak_paths(value, (*prefix, key))
 
 
 def _fold(stats: dict, carried: dict) -> None:
-    for key, value in stats.items():
-        if key not in carried or not isinstance(value, dict):
-            continue
-        if "peak" in value and isinstance(carried[key], int):
-            value["peak"] = max(value["peak"], carried[key])
-        elif isinstance(carried[key], dict):
-            _fold(value, carried[key])
+    """The peaks carried over the resets, into a stats dict the program reads."""
+    for path, peak in carried.items():
+        node = stats
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(path[-1]), int):
+            node[path[-1]] = max(node[path[-1]], peak)
 
 
 def _fold_peaks_back(torch) -> None:

@@ -192,3 +192,22 @@ def test_the_finding_proposes_the_largest_factor_that_divides_and_fits():
     assert fold["factor"] == 4 and fold["micro_batches_after"] == 2  # 8 x 8 GiB would pass 80 % of 80 GiB
     assert fold["predicted_peak_allocated_bytes"] == 34 * gib
     assert _fold([{**r, "backwards": 1} for r in rows], 80 * gib)["fold"] is None  # no accumulation: nothing
+
+
+def test_peaks_reset_each_step_are_folded_back_into_what_the_program_reads():
+    """The carry and fold of nvtx_autotrace/memory.py on the allocator's stats layout (nested dicts with a
+    ``peak`` per pool; no CUDA here): a peak from before a reset wins over a lower one after it, and a higher one
+    after it stands."""
+    from nvtx_autotrace import memory
+
+    before = {"allocated_bytes": {"all": {"current": 5, "peak": 9}, "large_pool": {"current": 1, "peak": 7}},
+              "num_alloc_retries": 3, "reserved_bytes": {"all": {"current": 2, "peak": 4}}}
+    paths = list(memory._peak_paths(before))
+    assert paths == [("allocated_bytes", "all", "peak"), ("allocated_bytes", "large_pool", "peak"),
+                     ("reserved_bytes", "all", "peak")]
+    carried = {p: before[p[0]][p[1]]["peak"] for p in paths}
+    after = {"allocated_bytes": {"all": {"current": 5, "peak": 6}, "large_pool": {"current": 1, "peak": 8}},
+             "num_alloc_retries": 3, "reserved_bytes": {"all": {"current": 2, "peak": 3}}}
+    memory._fold(after, carried)
+    assert after["allocated_bytes"]["all"]["peak"] == 9 and after["allocated_bytes"]["large_pool"]["peak"] == 8
+    assert after["reserved_bytes"]["all"]["peak"] == 4 and after["num_alloc_retries"] == 3
