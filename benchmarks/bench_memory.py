@@ -58,17 +58,20 @@ os.environ["NVTX_AUTOTRACE"] = "0"
 import torch
 import nvtx_autotrace
 from nvtx_autotrace import memory, steps
-per_step = {}
-def timed(fn):
+per_step, parts = {}, {}
+def timed(fn, into=None):
     def wrapper(*args, **kwargs):
         t = time.perf_counter_ns()
         try:
             return fn(*args, **kwargs)
         finally:
             n = steps.current_step()
-            per_step[n] = per_step.get(n, 0) + time.perf_counter_ns() - t
+            d = per_step if into is None else parts.setdefault(into, {})
+            d[n] = d.get(n, 0) + time.perf_counter_ns() - t
     return wrapper
 memory._boundary, memory.at_phase = timed(memory._boundary), timed(memory.at_phase)
+memory._stats, memory._reset_peaks = timed(memory._stats, "stats"), timed(memory._reset_peaks, "reset")
+torch.cuda.is_current_stream_capturing = timed(torch.cuda.is_current_stream_capturing, "capturing")
 def public(n=500):
     t = time.perf_counter_ns()
     for _ in range(n):
@@ -84,7 +87,9 @@ finally:
     folded_us = public()
     skip = SKIP
     spent = [v / 1e3 for k, v in sorted(per_step.items()) if k >= skip]
+    of = {k: round(statistics.median([v / 1e3 for n, v in d.items() if n >= skip] or [0]), 1) for k, d in parts.items()}
     print(json.dumps({"record_us_per_step_median": round(statistics.median(spent), 1) if spent else None,
+                      "of_which_us": of,
                       "record_us_per_step_max": round(max(spent), 1) if spent else None, "steps": len(spent),
                       "max_memory_allocated_us": {"plain": round(plain_us, 1), "peaks_folded_back": round(folded_us, 1)}}))
 """

@@ -30,6 +30,7 @@ from nvtx_autotrace import _backend, _registry, steps, window_file
 from nvtx_trace import names
 
 LEAK_FROM_STEP = 2  # steps 0 and 1 create what lasts (optimizer state, cuDNN workspaces): growth is counted after
+PHASES_EVERY = 4  # the peaks by backward and by the optimizer step are read every 4th step (alike in a steady loop)
 HISTORY_UNTIL = 12  # without a capture window, the stacks are recorded until this step
 HISTORY_ENV = "NVTX_AUTOTRACE_MEMORY_HISTORY"  # warmup (default) | all | 0
 TOP_LINES = 5
@@ -98,12 +99,12 @@ def at_phase(phase: str) -> None:
         _state["backwards"] = _state.get("backwards", 0) + 1  # micro-batches: gradient accumulation
         if _state["phase"] != "forward":  # a later micro-batch: its forward's peak is not the step's first
             return
+    if not _state.get("phases_now"):
+        return
     try:
         import torch
 
-        if torch.cuda.is_current_stream_capturing():
-            return
-        peak = _stats(torch, _state["device"])["allocated_bytes"]["all"]["peak"]
+        peak = _stats(torch, _state["device"])["allocated_bytes"]["all"]["peak"]  # host counters: no sync
         _state["forward_peak" if phase == "backward" else "backward_peak"] = peak
         _state["phase"] = phase
     except Exception:  # noqa: BLE001 - a note we can do without
@@ -116,8 +117,6 @@ def _boundary(n: int) -> None:
     if _state.get("start") is None:
         if n == 1:  # no sign of training came first (a loop that only steps): start now
             _started()
-        return
-    if torch.cuda.is_current_stream_capturing():
         return
     device = _state["device"]
     stats = _stats(torch, device)  # one read a step (14 µs on an H200 host): the record and the carried peaks
@@ -134,7 +133,8 @@ def _boundary(n: int) -> None:
         record["backwards"] = _state["backwards"]
     _backend.push(names.memory(record))
     _backend.pop()
-    _state.update(start=(a, r), forward_peak=None, backward_peak=None, phase="forward", backwards=0)
+    _state.update(start=(a, r), forward_peak=None, backward_peak=None, phase="forward", backwards=0,
+                  phases_now=n % PHASES_EVERY == 0)
     if n == LEAK_FROM_STEP and _state["history"]:
         _state["loop"] = _loop_function()
         _state["lines_at"] = (n, _live_by_line(torch))
@@ -203,17 +203,27 @@ def peak_allocated() -> int | None:
 def _reset_peaks(torch, device: int, stats: dict | None = None) -> None:
     """Carry every peak the reset drops (from ``stats`` where just read), then reset."""
     stats = stats if stats is not None else _stats(torch, device)
-    paths = _state.get("peak_paths")
-    if paths is None:  # where the peaks are in the allocator's stats, found once (about 30 of them)
-        paths = _state["peak_paths"] = list(_peak_paths(stats))
-    carried = _state["carried"].setdefault(device, {})
-    for path in paths:
-        node = stats
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, int):
-            carried[path] = max(carried.get(path, 0), node)
+    carried = _state["carried"].get(device)
+    if carried is None:  # where the peaks are in the allocator's stats, found once (about 30 of them)
+        carried = _state["carried"][device] = {path: 0 for path in _peak_paths(stats)}
+        _state["peak_groups"] = _groups(carried)
+    for stat, pools in _state["peak_groups"]:  # plain indexing: this runs every step
+        node = stats.get(stat)
+        if node is None:
+            continue
+        for pool, path in pools:
+            value = (node if pool is None else node[pool])["peak"]
+            if value > carried[path]:
+                carried[path] = value
     torch._C._cuda_resetPeakMemoryStats(device)
+
+
+def _groups(carried: dict) -> list:
+    """The peak paths by top-level stat: (stat, [(pool or None, path)])."""
+    out: dict = {}
+    for path in carried:
+        out.setdefault(path[0], []).append((path[1] if len(path) == 3 else None, path))
+    return list(out.items())
 
 
 def _peak_paths(stats: dict, prefix: tuple = ()):
