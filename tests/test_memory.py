@@ -3,9 +3,10 @@ out-of-memory error explained, and the micro-batch that fits as a lever.
 
 The capture is real: sample_reports/memory_leak_h200.sqlite, `nvtx-trace run --nsys-args
 "--cuda-memory-usage=true" programs/memory/memory_train.py --leak --micro-batch 4 --accum 2 --steps 60` on an H200
-(a held-out loss summed without .item() or no_grad at line 97; two micro-batches a step). What the program printed itself each step (torch.cuda.memory_allocated()
-at the step's start, torch.cuda.max_memory_allocated()) is beside it, memory_leak_h200.program.jsonl: the
-analyzer's figures are checked against those, and against nsys's own table by SQL.
+(a held-out loss summed without .item() or no_grad at line 97; two micro-batches a step). What the program printed
+itself each step (torch.cuda.memory_allocated() at the step's start, torch.cuda.max_memory_allocated()) is beside
+it, memory_leak_h200.program.jsonl: the analyzer's figures are checked against those, and against nsys's own table
+by SQL.
 """
 
 from __future__ import annotations
