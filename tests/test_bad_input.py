@@ -442,3 +442,24 @@ def test_a_second_run_into_a_folder_in_use_is_refused_and_the_first_completes(tm
     stdout, stderr = first.communicate(timeout=300)
     assert "first done" in stdout and "Traceback" not in stderr
     assert (out / "report.nsys-rep").exists() and not lock.exists()
+
+
+def test_a_module_python_would_not_find_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    """`-m` with a module that does not exist was profiled and "analyzed" (issue 52, item 10): now one line before
+    nsys starts, for run and tune, and nothing is left behind. The lookup imports nothing (not even the package
+    of a dotted name) and looks in the current folder first, as `python -m` does."""
+    from conftest import installed_nsys
+
+    from nvtx_trace.capture.python_facts import module_found
+
+    installed_nsys()
+    monkeypatch.chdir(tmp_path)
+    for command in (["run", "--out", tmp_path / "run", "-m", "no_such_module_zz"],
+                    ["tune", "--out", tmp_path / "tune", "-m", "pkg.no_such_module"]):
+        assert_one_clear_line(run_cli_here(*command), "finds no module of that name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "pkg" / "train.py").write_text("")
+    assert module_found("pkg.train") and not module_found("pkg.nope") and not module_found("pkg-x")
+    assert module_found("json.tool") and not module_found("json.no_such")

@@ -43,8 +43,32 @@ def torch_versions(spec):
     return value("__version__"), value("cuda")
 
 
-def facts(import_torch: bool = False) -> dict:
+def module_found(name):
+    """Whether ``python -m name`` would find the module, without importing it or its packages: the current
+    folder first, as ``-m`` looks, then the path; finders of installed packages (an editable install) next."""
+    import importlib.machinery
+
+    parts = name.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return False
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], [os.getcwd()] + sys.path)
+    if spec is None:
+        try:
+            spec = importlib.util.find_spec(parts[0])
+        except (ImportError, ValueError):
+            spec = None
+    for part in parts[1:]:
+        locations = spec.submodule_search_locations if spec is not None else None
+        if not locations:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(part, list(locations))
+    return spec is not None
+
+
+def facts(import_torch: bool = False, module=None) -> dict:
     info = {"python": sys.version.split()[0]}
+    if module:
+        info["module_found"] = module_found(module)
     for package in ("nvtx", "torch"):
         try:
             info[package] = md.version(package)
@@ -69,4 +93,5 @@ def facts(import_torch: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(facts("--import-torch" in sys.argv[1:])))
+    args = sys.argv[1:]
+    print(json.dumps(facts("--import-torch" in args, args[args.index("--module") + 1] if "--module" in args else None)))

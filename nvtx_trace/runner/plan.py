@@ -247,11 +247,14 @@ def _check_target(opts: RunOptions, mode: str) -> None:
         raise UsageError(f"--python {opts.python}: not found")
 
 
-def _check_python(opts: RunOptions, python: str, nsys: Nsys, notes: list[str]) -> dict:
-    """The target Python's facts; a long run that would record no range of ours is refused, with the fix."""
-    probe = target_python.probe(python)
+def _check_python(opts: RunOptions, python: str, nsys: Nsys, notes: list[str], module: str | None = None) -> dict:
+    """The target Python's facts; a long run that would record no range of ours is refused, with the fix, and so
+    is a module (``-m``) that Python would not find."""
+    probe = target_python.probe(python, module=module)
     if "error" in probe:
         raise UsageError(f"{python} does not run")
+    if module and probe.get("module_found") is False:
+        raise UsageError(no_module(module, python))
     problem = nvtx_problem(probe.get("nvtx"), nsys.version)
     if opts.autotrace and not probe.get("autotrace"):
         raise UsageError(f"nvtx_autotrace is not importable by {python}; pip install nvtx-trace there, "
@@ -265,6 +268,18 @@ def _check_python(opts: RunOptions, python: str, nsys: Nsys, notes: list[str]) -
     if problem:
         notes.append(problem)
     return probe
+
+
+def no_module(module: str, python: str) -> str:
+    return (f"-m {module}: {python} finds no module of that name from {os.getcwd()}; check its spelling, or run "
+            "from the folder its package is in")
+
+
+def check_module(module: str, python: str | None) -> None:
+    """``python -m module`` would fail: said before anything starts (a profile would run nothing)."""
+    python = python or sys.executable
+    if target_python.probe(python, module=module).get("module_found") is False:
+        raise UsageError(no_module(module, python))
 
 
 def _per_rank_launch(opts: RunOptions, mode: str) -> torchrun.Launch:
@@ -338,7 +353,7 @@ def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: floa
     launch = _per_rank_launch(opts, mode) if opts.per_rank else None
     python = opts.python or (launch.python if launch else sys.executable)
     notes: list[str] = []
-    probe = _check_python(opts, python, nsys, notes)
+    probe = _check_python(opts, python, nsys, notes, opts.target[0] if mode == "module" else None)
     argv = launch.rank_argv(python, opts.autotrace) if launch else _program_argv(opts, mode, python)
 
     site_dir = None

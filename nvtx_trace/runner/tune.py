@@ -616,11 +616,13 @@ def run_tune(req: TuneRequest) -> None:
     from nvtx_trace.capture import interrupts
     from nvtx_trace.files import check_outputs, file_digest, inside, make_folder, same_path
     from nvtx_trace.runner import history
-    from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, classify, fresh_folder, given_folder, run_name
+    from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, check_module, classify, fresh_folder, given_folder, run_name
 
     began = time.time()
     declared.check()
     program, script = _program(req.program)
+    if program[:1] == ["-m"]:
+        check_module(program[1], req.python)
     if req.rounds < 1:
         raise UsageError("--rounds must be at least 1")
     check_budget(req.budget)
