@@ -742,3 +742,35 @@ def test_a_trial_s_first_baseline_round_is_the_configuration_s_last_timed_run(tm
     assert first["kept"] and second["kept"] and second["rounds_ms"]["baseline"] == [50.0]  # stage 1's variant run
     assert d["time"]["runs"] == 3  # 2 for stage 1 (A B, then clear), 1 for stage 2 (its A reused, B clear)
     assert ran[:3] == [{}, {"num_workers": 8}, {"num_workers": 8, "pin_memory": True}]
+
+
+def test_a_trial_has_one_prediction_in_its_progress_line_and_in_its_row(tmp_path, monkeypatch):
+    """Issue 52, item 18: the progress line said "predicted 43.34" and the table 43.79 for one trial (the row was
+    predicted again off the baseline the trial measured). One prediction, said before the trial, in both."""
+    now = [0.0]
+
+    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
+        now[0] += 30
+        out.mkdir(parents=True, exist_ok=True)
+        found = [] if knobs else [{**finding("precision", 50, {"tf32": True}),
+                                   "predicted": {"step_ns": int(60e6), "saving_ns": int(60e6), "statistic": "median"}}]
+        (out / "summary.json").write_text(json.dumps(profile(*found, step_ms=120.0)))  # the profile runs slower
+        return out
+
+    def fake_alternate(target, variants, rounds, python=None, progress=None, logs=None, settled=None):
+        for v in variants:
+            now[0] += 10
+            ms = 100.0 - 40 * len(v.knobs)  # the plain baseline: 100 ms, not the profile's 120
+            lines = [f"{declared.text({k: val})}: set" for k, val in v.knobs.items()]
+            v.rounds.append(Round([ms] * 20, "median", ms, knob_records(*lines), 0))
+        return variants
+
+    from nvtx_trace import knobs as declared
+
+    monkeypatch.setattr(tune, "profile", fake_profile)
+    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
+    said = []
+    d = tune.Tuner(["train.py"], tmp_path, budget_s=1000, clock=lambda: now[0], say=said.append).run()
+    row = d["stages"][0]
+    line = next(m for m in said if "stage 1: trying" in m)
+    assert f"-> {row['predicted_step_ms']:.2f} ms" in line, (line, row["predicted_step_ms"])

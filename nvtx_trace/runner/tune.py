@@ -471,12 +471,11 @@ class Tuner:
         self.spent["final_check_s"] = self.clock() - t0
 
     def _stage_row(self, summary: dict, c: Candidate | None, verdict: dict) -> None:
-        """The stage as tune.json keeps it; predictions come off the profiled configuration's plain step where a
-        trial measured it (this stage's baseline, else the last measured)."""
+        """The stage as tune.json keeps it. The trial's prediction is the one said before it ran (one prediction
+        for one trial: the progress line and the table agree); the top findings' come off the profiled
+        configuration's plain step where a trial measured it (this stage's baseline, else the last measured)."""
         own = try_runs.own_cost_ns(summary)
         plain = verdict.get("baseline_step_ms") or self._current
-        if c is not None:
-            c.predicted_step_ms = try_runs.plain_prediction_ms(c.finding, summary, plain) or c.predicted_step_ms
         profiled = _profile_step_ms(summary, ((summary.get("steps") or {}).get("summary") or {}).get("statistic")
                                     or "median")
         top = []
