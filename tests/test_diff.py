@@ -49,6 +49,8 @@ def test_diff_says_what_was_resolved_and_what_is_new(diffed):
     assert "new" in status.values()  # launch-bound once the loader keeps up: the next thing to fix
     stall = next(f for f in d["findings"] if f["kind"] == "dataloader_stall")
     assert stall["predicted_step_ns"] > 0 and stall["measured_step_ns"] == d["after"]["step_ns_median"]
+    # the statistic the prediction is checked in is named, beside the head's own (issue 52, item 18)
+    assert stall["prediction_statistic"] == "median" and "(median, " in text
     assert "faster" in text and "resolved" in text and "resolved" in html.read_text()
 
 

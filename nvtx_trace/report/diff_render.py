@@ -32,8 +32,9 @@ def _headline(d: dict) -> str:
 def _prediction(row: dict) -> str:
     if "predicted_step_ns" not in row:
         return ""
+    stat = row.get("prediction_statistic")
     return (f"predicted {ms(row['predicted_step_ns'])}, measured {ms(row['measured_step_ns'])} "
-            f"({row['prediction_error']:+.0%})")
+            f"({stat + ', ' if stat else ''}{row['prediction_error']:+.0%})")
 
 
 def _tried(d: dict) -> str:

@@ -164,11 +164,13 @@ def compare(before: dict, after: dict) -> dict:
                "before_impact_ns": b["impact_ns"] if b else None, "after_impact_ns": a["impact_ns"] if a else None,
                "title": (a or b)["title"]}
         predicted = (b or {}).get("predicted") or None
-        measured = _summary(after).get(f"step_ns_{predicted.get('statistic', a_stat)}") if predicted else None
-        if predicted and measured:  # the after-run in the prediction's own statistic
+        stat = predicted.get("statistic", a_stat) if predicted else None
+        measured = _summary(after).get(f"step_ns_{stat}") if predicted else None
+        if predicted and measured:  # the after-run in the prediction's own statistic, named (the head may use another)
             row["predicted_step_ns"] = predicted["step_ns"]
             row["predicted_saving_ns"] = predicted.get("saving_ns")
             row["measured_step_ns"] = measured
+            row["prediction_statistic"] = stat
             row["prediction_error"] = (measured - predicted["step_ns"]) / predicted["step_ns"]
         findings.append(row)
 
