@@ -349,3 +349,44 @@ def test_the_folder_and_lines_in_nvtx_autotrace_s_own_ranges_are_cut_to_basename
     names = [v for (v,) in connect(out).execute("SELECT value FROM StringIds")]
     assert any(v.startswith("nvtx_autotrace.settings ") and '"cwd":"proj"' in v for v in names)
     assert any(v.startswith("sync item at resnet_train.py:") for v in names)
+
+
+def test_home_folders_file_urls_tilde_paths_and_spaced_folders_lose_the_user_s_name(tmp_path):
+    """Issue 52, item 12: run from a home folder, the settings record's folder was cut to the user's name
+    ("cwd": "jdoe4711"); a file:// URL, a ~user path and a folder name with spaces in a line of nvtx_autotrace's
+    kept them whole. Each is planted in the layout sample as a user's capture would hold it."""
+    sample = tmp_path / "user.sqlite"
+    shutil.copy(SAMPLES / "layout_sites_h200.sqlite", sample)
+    db = sqlite3.connect(sample)
+    db.execute("""UPDATE StringIds SET value = replace(replace(value, '"cwd":"main"', '"cwd":"/home/jdoe4711"'),
+                  ':"programs/', ':"user erin4711/my proj/') WHERE value LIKE 'nvtx_autotrace.settings %'""")
+    syncs = [v for (v,) in db.execute("SELECT value FROM StringIds WHERE value LIKE 'sync item at %' ORDER BY id")]
+    planted = [" at file:///home/dave4711/proj/", " at ~erin4711/scripts/"]
+    for value, where in zip(syncs, planted):
+        db.execute("UPDATE StringIds SET value = ? WHERE value = ?", (value.replace(" at programs/", where), value))
+    db.commit()
+    db.close()
+    data = sample.read_bytes()
+    assert len(syncs) >= 2 and b"dave4711" in data and b"erin4711/my proj" in data  # the test's own premise
+    out = tmp_path / "shared.sqlite"
+    redact(sample, out)
+    data = out.read_bytes()
+    assert b"jdoe4711" not in data and b"dave4711" not in data and b"erin4711" not in data
+    names = [v for (v,) in connect(out).execute("SELECT value FROM StringIds")]
+    assert any(v.startswith("nvtx_autotrace.settings ") and '"cwd":"~"' in v for v in names)
+    assert sum(v.startswith(("sync item at resnet_train.py:", "sync item at file://resnet_train.py:"))
+               for v in names) == 2
+    assert any(v.startswith("nvtx_autotrace.settings ") and ':"resnet_train.py:' in v for v in names)
+
+
+@pytest.mark.nsys
+@pytest.mark.slow
+def test_a_nsys_rep_is_exported_first_then_redacted(live_export, tmp_path, capsys):
+    """Issue 52, item 12: a .nsys-rep was refused as "not a SQLite file"; now it is exported (beside it, as
+    analyze does, the report itself unchanged) and the copy redacted."""
+    rep = live_export.with_suffix(".nsys-rep")
+    before = hashlib.sha256(rep.read_bytes()).hexdigest()
+    out = tmp_path / "shared.sqlite"
+    assert cli.main(["redact", str(rep), "-o", str(out)]) == 0
+    assert SECRET.encode() not in out.read_bytes() and hashlib.sha256(rep.read_bytes()).hexdigest() == before
+    assert f"Wrote {out}" in capsys.readouterr().err

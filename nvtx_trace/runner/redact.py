@@ -79,6 +79,11 @@ _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASS|KEY|AUTH|CRED|COOKIE|SESSION|PRIVA
 PATH_CARRYING_RANGES = (names.SETTINGS_PREFIX, names.SYNC_PREFIX, names.H2D_COPY_PREFIX, names.LOADER_WAIT_PREFIX,
                         names.WORKER_FETCH_PREFIX, names.MEMORY_LINES_PREFIX, names.OOM_PREFIX)
 _UNIX_PATH = re.compile(r"(?<![\w.~/-])(?:/[\w.+~@%-]+)+/?")
+_FILE_URL = re.compile(r"\bfile://(?:localhost)?((?:/[^\s'\"<>/]+)+/?)")  # file:///home/dave/x.py
+_TILDE_PATH = re.compile(r"(?<![\w.~/-])~[\w.-]*(?:/[\w.+~@%-]+)+/?")  # ~erin/scripts/run.py
+# in nvtx_autotrace's own ranges, a file named from a folder whose names hold spaces: "user name/my proj/t.py:1"
+_SPACED_PATH = re.compile(r"(?:(?<= at )|(?<=\[)|(?<=\"))(?:[\w.+~@%-]+(?: [\w.+~@%-]+)*/)+(?=[\w.+~@%-]+\.py\b)")
+_HOME = re.compile(r"^(?:/home|/Users)/[^/]+/?$")  # a home folder itself: its basename is the user's name
 _WIN_PATH = re.compile(r"\b[A-Za-z]:\\(?:[^\\\s'\"<>|:;]+\\)*([^\\\s'\"<>|:;]*)")
 _UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
@@ -166,8 +171,14 @@ def _open_export(path: Path) -> sqlite3.Connection:
 
 
 def _basename(match: re.Match) -> str:
-    text = match.group(0).rstrip("/\\")
-    return re.split(r"[/\\]", text)[-1] or REDACTED
+    text = match.group(0)
+    if _HOME.match(text):
+        return "~"  # a home folder's own name is its user's
+    return re.split(r"[/\\]", text.rstrip("/\\"))[-1] or REDACTED
+
+
+def _url_basename(match: re.Match) -> str:
+    return "file://" + _basename(re.match(r".*", match.group(1)))
 
 
 def parse_environment(text: str) -> dict[str, str]:
@@ -202,8 +213,11 @@ class _Scrubber:
         alts = "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True))
         self.token_re = re.compile(rf"(?<![A-Za-z0-9_])(?:{alts})(?![A-Za-z0-9_])") if tokens else None
 
-    def paths(self, text: str, hits: set) -> str:
-        new = _WIN_PATH.sub(_basename, _UNIX_PATH.sub(_basename, text))
+    def paths(self, text: str, hits: set, spaced: bool = False) -> str:
+        new = _FILE_URL.sub(_url_basename, text)
+        new = _WIN_PATH.sub(_basename, _UNIX_PATH.sub(_basename, _TILDE_PATH.sub(_basename, new)))
+        if spaced:  # nvtx_autotrace's own ranges, whose file:line format is known
+            new = _SPACED_PATH.sub("", new)
         if new != text:
             hits.add(PATHS)
         return new
@@ -274,7 +288,7 @@ class _Redactor:
 
     def _path_only(self, value: str) -> tuple[str, set]:
         hits: set = set()
-        return self.scrub.paths(value, hits), hits
+        return self.scrub.paths(value, hits, spaced=value.startswith(PATH_CARRYING_RANGES)), hits
 
     # -- gathering what to look for ---------------------------------------------
     def _collect_secrets(self) -> tuple[dict[str, str], set[str]]:
