@@ -216,8 +216,8 @@ class _Scrubber:
     def paths(self, text: str, hits: set, spaced: bool = False) -> str:
         new = _FILE_URL.sub(_url_basename, text)
         new = _WIN_PATH.sub(_basename, _UNIX_PATH.sub(_basename, _TILDE_PATH.sub(_basename, new)))
-        if spaced:  # nvtx_autotrace's own ranges, whose file:line format is known
-            new = _SPACED_PATH.sub("", new)
+        if spaced:  # nvtx_autotrace's own ranges, whose file:line format is known: folders named with spaces go
+            new = _SPACED_PATH.sub(lambda m: "" if " " in m.group(0) else m.group(0), new)
         if new != text:
             hits.add(PATHS)
         return new
