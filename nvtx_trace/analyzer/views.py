@@ -17,6 +17,9 @@ class TextView(Protocol):
 
     def escape(self, text: str) -> str: ...
 
+    def item(self, marker: str, *lines: str) -> None:
+        """A numbered item: ``marker`` then its lines, each wrapped under the first (a hanging indent)."""
+
 
 class HtmlView(Protocol):
     def table(self, df, title: str, columns: dict[str, str], explain: str = "") -> str: ...

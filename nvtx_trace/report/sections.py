@@ -44,6 +44,18 @@ class TextView:
     def escape(text: str) -> str:
         return escape(printable(text))
 
+    def item(self, marker: str, *lines: str) -> None:
+        """Every wrapped line under the item's text, at any width (no trailing blanks: logs and pipes read it)."""
+        from rich.text import Text
+
+        indent = len(marker) + 1
+        width = max(20, self.console.width - indent)
+        for i, line in enumerate(lines):
+            for j, part in enumerate(Text.from_markup(printable(line)).wrap(self.console, width)):
+                part.rstrip()
+                head = printable(marker) + " " if i == 0 and j == 0 else " " * indent
+                self.console.print(Text(head) + part, soft_wrap=True, highlight=False)
+
 
 class HtmlView:
     """``views.HtmlView``: capped HTML tables whose cells carry their units."""

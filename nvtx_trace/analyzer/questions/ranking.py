@@ -86,9 +86,10 @@ def _text(analysis, view) -> None:
         view.print(f"[bold]First change[/bold] ({first['kind']}, finding 1): {view.escape(first['fix'])} Expected: "
                    f"{mean}step {ms(first['step_ns'])} -> about {ms(first['predicted_step_ns'])}.", highlight=False)
     view.print("[bold]Findings[/bold] (largest expected saving first; the figure is each one's measured cost)")
+    width = len(f"{len(analysis.findings)}.")
     for i, f in enumerate(analysis.findings, 1):
-        view.print(f"{i}. [bold]{f.kind}[/bold] [red]{ms(f.impact_ns)}[/red]  {view.escape(f.title)}", highlight=False)
-        view.print(f"   [green]fix:[/green] {view.escape(f.fix)}", highlight=False)
+        view.item(f"{i}.".ljust(width), f"[bold]{f.kind}[/bold] [red]{ms(f.impact_ns)}[/red]  {view.escape(f.title)}",
+                  f"[green]fix:[/green] {view.escape(f.fix)}")
 
 
 QUESTION = Question(
