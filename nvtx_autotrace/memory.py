@@ -1,20 +1,21 @@
 """GPU memory per step, what keeps growing and where, and why a run died of out-of-memory.
 
 Per step, from the caching allocator's own counters (host-side: no sync): allocated and reserved bytes at the
-step's start, the step's peaks, and the peak allocated by the time backward began and by the time the optimizer
-step began (which part of the step set the peak). One range per step, ``nvtx_autotrace.memory {json}``, written
-when the next step begins.
+step's start, the step's peaks, its backward passes (micro-batches) and, every 4th step, the peak allocated by the
+time backward began and by the time the optimizer step began (which part of the step set the peak). One range per
+step, ``nvtx_autotrace.memory {json}``, written when the next step begins.
 
 A per-step peak needs the allocator's peak counters reset each step, which a program reading
 ``torch.cuda.max_memory_allocated()`` would see; so every peak reset here is carried and folded back into what
 ``torch.cuda.memory_stats()`` (and everything built on it) returns: the program sees its peaks since its start,
 as without us, and its own ``reset_peak_memory_stats()`` still resets them.
 
-In warm-up only (from the first sign of training until the capture window opens, or step ``HISTORY_UNTIL``
-without one), the allocator records the Python stack of each live block (``_record_memory_history``, live blocks
-only): the bytes still alive per line of the training loop at step 2 and where it stops say which lines leak
-(``nvtx_autotrace.memory_lines``), and an out-of-memory error names its largest live allocations by line. The
-window itself runs without it, unless ``NVTX_AUTOTRACE_MEMORY_HISTORY=all`` (``0``: never).
+In warm-up only (from the first sign of training until the capture window opens or step ``HISTORY_UNTIL``, whichever
+comes first; never where the program records history itself), the allocator records the Python stack of each live
+block (``_record_memory_history``, live blocks only): the bytes still alive per line of the training loop at step 2
+and where it stops say which lines leak (``nvtx_autotrace.memory_lines``), and an out-of-memory error names its
+largest live allocations by line. The window itself runs without it, unless ``NVTX_AUTOTRACE_MEMORY_HISTORY=all``
+(``0``: never).
 An out-of-memory error is written (window file and range ``nvtx_autotrace.oom {json}``) from the allocator's
 out-of-memory observer, before the program sees the exception.
 """
@@ -35,6 +36,8 @@ HISTORY_UNTIL = 12  # without a capture window, the stacks are recorded until th
 HISTORY_ENV = "NVTX_AUTOTRACE_MEMORY_HISTORY"  # warmup (default) | all | 0
 TOP_LINES = 5
 _state: dict = {}
+_carried: dict = {}  # device -> {peak path: the highest peak the resets dropped}: kept across a reinstall
+_observer = {"attached": False}  # the allocator cannot detach it: attached once per process
 _lock = threading.Lock()
 _guard = _registry.Guard("memory")
 
@@ -42,12 +45,14 @@ _guard = _registry.Guard("memory")
 def install() -> None:
     import torch
 
-    if not torch.cuda.is_available():
+    # a CUDA build only, and no CUDA call: torch.cuda.is_available() here would initialise the driver at import
+    # (and make fork unsafe for a program that forks CUDA workers); everything waits for the first sign of training
+    if not getattr(torch.cuda, "_is_compiled", lambda: False)():
         return
     _state.clear()
     mode = os.environ.get(HISTORY_ENV, "warmup").strip().lower() or "warmup"
-    _state.update(device=None, start=None, forward_peak=None, backward_peak=None, carried={}, phase="forward",
-                  history=False, history_mode=mode, loop=None, lines_at=None, lines=None, observer=False,
+    _state.update(device=None, start=None, forward_peak=None, backward_peak=None, carried=_carried, phase="forward",
+                  history=False, history_mode=mode, loop=None, lines_at=None, lines=None, oom_step=None,
                   window_coming=bool(os.environ.get(names.CAPTURE_ENV) or os.environ.get(names.AUTO_WINDOW_ENV)))
     _fold_peaks_back(torch)
     _registry.on_undo(steps.on_training_start(_guard.hook(_started)))
@@ -57,7 +62,7 @@ def install() -> None:
 
 def _uninstall() -> None:
     stop_history()
-    _state.clear()  # the observer cannot be detached: it does nothing without state
+    _state.clear()  # the observer cannot be detached: it does nothing without state; the carried peaks stay
 
 
 def _stats(torch, device: int) -> dict:
@@ -76,13 +81,16 @@ def _started() -> None:
 
     if not torch.cuda.is_initialized():
         return
-    device = torch.cuda.current_device()
+    device = _training_device(torch)
     _state["device"] = device
     a, _ap, r, _rp = _read(torch, device)
     _reset_peaks(torch, device)
     _state["start"] = (a, r)
     _attach_observer(torch)
     if _state["history_mode"] in ("0", "off", "false", "no"):
+        return
+    enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+    if enabled is None or enabled():  # the program records its own history: never narrowed nor stopped by us
         return
     try:
         torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python", device=device)
@@ -91,22 +99,35 @@ def _started() -> None:
         _state["history"] = False
 
 
+def _training_device(torch) -> int:
+    """The device holding most of the process's memory: the one it trains on, also where a DDP rank moved its
+    model to cuda:N without set_device (its current device is then 0, and empty)."""
+    best, most = torch.cuda.current_device(), -1
+    for i in range(torch.cuda.device_count()):
+        try:
+            held = _stats(torch, i)["allocated_bytes"]["all"]["current"]
+        except Exception:  # noqa: BLE001 - a device the allocator does not know
+            continue
+        if held > most:
+            best, most = i, held
+    return best
+
+
 def at_phase(phase: str) -> None:
     """backward began, or the optimizer step began: the step's peak so far belongs to what came before."""
     if not _state or _state.get("start") is None or _guard.off:
         return
+    first = phase != "backward" or _state["phase"] == "forward"  # a later micro-batch's backward: not the first
     if phase == "backward":
-        _state["backwards"] = _state.get("backwards", 0) + 1  # micro-batches: gradient accumulation
-        if _state["phase"] != "forward":  # a later micro-batch: its forward's peak is not the step's first
-            return
-    if not _state.get("phases_now"):
+        _state["backwards"] = _state.get("backwards", 0) + 1  # backward passes: gradient accumulation
+    _state["phase"] = phase  # every step: an out-of-memory error says where it came
+    if not first or not _state.get("phases_now"):
         return
     try:
         import torch
 
         peak = _stats(torch, _state["device"])["allocated_bytes"]["all"]["peak"]  # host counters: no sync
         _state["forward_peak" if phase == "backward" else "backward_peak"] = peak
-        _state["phase"] = phase
     except Exception:  # noqa: BLE001 - a note we can do without
         pass
 
@@ -176,6 +197,7 @@ def emit_lines() -> None:
 
 
 def stop_history() -> None:
+    """Only the history we started (a program's own recording is never touched)."""
     if _state.get("history"):
         _state["history"] = False
         try:
@@ -246,31 +268,53 @@ def _fold(stats: dict, carried: dict) -> None:
 
 
 def _fold_peaks_back(torch) -> None:
-    memory_module = torch.cuda.memory
+    """What the program reads of its peaks (torch.cuda's nested and flat stats, torch.accelerator's flat ones)
+    holds the peaks the per-step resets dropped; its own reset drops them too."""
+    for owner in (torch.cuda.memory, torch.cuda):
+        _registry.patch(owner, "memory_stats_as_nested_dict", lambda original: stats_wrapper(torch, original))
+        _registry.patch(owner, "reset_peak_memory_stats", lambda original: reset_wrapper(torch, original))
+    accelerator = getattr(torch, "accelerator", None)
+    for owner in (getattr(accelerator, "memory", None), accelerator):
+        if owner is not None and hasattr(owner, "memory_stats") and hasattr(owner, "reset_peak_memory_stats"):
+            _registry.patch(owner, "memory_stats", lambda original: stats_wrapper(torch, original, flat=True))
+            _registry.patch(owner, "reset_peak_memory_stats", lambda original: reset_wrapper(torch, original))
 
-    def make_stats(original):
-        def memory_stats_as_nested_dict(device=None):
-            stats = original(device=device)
-            if _state and _state.get("carried"):
-                index = torch.cuda._utils._get_device_index(device, optional=True)
-                carried = _state["carried"].get(index)
-                if carried:
-                    _fold(stats, carried)
-            return stats
 
-        return memory_stats_as_nested_dict
+def _index(torch, device) -> int | None:
+    try:
+        return torch.cuda._utils._get_device_index(device, optional=True)
+    except Exception:  # noqa: BLE001 - the original call says what is wrong with it
+        return None
 
-    def make_reset(original):
-        def reset_peak_memory_stats(device=None):
-            if _state and _state.get("carried"):
-                _state["carried"].pop(torch.cuda._utils._get_device_index(device, optional=True), None)
-            return original(device=device)
 
-        return reset_peak_memory_stats
+def stats_wrapper(torch, original, flat: bool = False):
+    def memory_stats(*args, **kwargs):
+        stats = original(*args, **kwargs)
+        if _carried:
+            device = args[0] if args else kwargs.get("device", kwargs.get("device_index"))
+            carried = _carried.get(_index(torch, device))
+            if carried:
+                _fold_flat(stats, carried) if flat else _fold(stats, carried)
+        return stats
 
-    for owner in (memory_module, torch.cuda):
-        _registry.patch(owner, "memory_stats_as_nested_dict", make_stats)
-        _registry.patch(owner, "reset_peak_memory_stats", make_reset)
+    return memory_stats
+
+
+def reset_wrapper(torch, original):
+    def reset_peak_memory_stats(*args, **kwargs):
+        device = args[0] if args else kwargs.get("device", kwargs.get("device_index"))
+        _carried.pop(_index(torch, device), None)
+        return original(*args, **kwargs)
+
+    return reset_peak_memory_stats
+
+
+def _fold_flat(stats: dict, carried: dict) -> None:
+    """The same, into torch's flattened stats (``allocated_bytes.all.peak``)."""
+    for path, peak in carried.items():
+        key = ".".join(path)
+        if isinstance(stats.get(key), int):
+            stats[key] = max(stats[key], peak)
 
 
 # ---- lines ------------------------------------------------------------------------------------------------
@@ -327,19 +371,22 @@ def _live_by_line(torch) -> dict:
 # ---- out of memory ----------------------------------------------------------------------------------------
 
 def _attach_observer(torch) -> None:
-    if _state.get("observer"):
+    if _observer["attached"]:
         return
     attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
     if attach is None:
         return
     attach(_out_of_memory)
-    _state["observer"] = True
+    _observer["attached"] = True
 
 
-def _out_of_memory(device, requested, device_allocated, device_free) -> None:
-    """The allocator failed: what it asked for, what was live, and by which lines (written before the error)."""
-    if not _state:
+def _out_of_memory(device, requested, limit, device_free) -> None:
+    """The allocator failed: what it asked for, what was live, and by which lines (written before the error; once
+    a step: cuDNN's benchmark and a program's own batch-size search catch theirs and go on). ``limit``: the
+    device's memory, or what a memory fraction allows."""
+    if not _state or _state.get("oom_step") == steps.current_step():
         return
+    _state["oom_step"] = steps.current_step()
     try:
         import torch
 
@@ -347,24 +394,14 @@ def _out_of_memory(device, requested, device_allocated, device_free) -> None:
         total = int(torch.cuda.get_device_properties(device).total_memory)
         record = {"step": steps.current_step(), "phase": _state.get("phase"), "requested_bytes": int(requested),
                   "allocated_bytes": a, "reserved_bytes": r, "peak_allocated_bytes": ap,
-                  "device_used_bytes": int(device_allocated), "device_free_bytes": int(device_free),
-                  "device_total_bytes": total, "allowed_bytes": _allowed(torch, device, total),
+                  "device_used_bytes": total - int(device_free), "device_free_bytes": int(device_free),
+                  "device_total_bytes": total, "allowed_bytes": int(limit) if 0 < int(limit) < total else None,
                   "largest": _largest(torch)}
         window_file.note("oom", **record)
         _backend.push(names.oom(record))
         _backend.pop()
     except Exception:  # noqa: BLE001 - the program's own error follows: ours must not replace it
         pass
-
-
-def _allowed(torch, device, total: int) -> int | None:
-    """What the process may use where it set a memory fraction below 1 (set_per_process_memory_fraction)."""
-    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    try:
-        f = float(fraction(device)) if fraction else 1.0
-    except Exception:  # noqa: BLE001
-        return None
-    return int(f * total) if f < 1 else None
 
 
 def _largest(torch) -> list[dict]:

@@ -182,6 +182,37 @@ def test_nanogpt_s_configurator_accumulation_reads_as_a_number(tmp_path):
                       "exec(open('configurator.py').read())\n")
     levers = po.levers(po.read(script))
     assert po.words_for(levers, "micro_batch", 2) == ["--batch_size=24", "--gradient_accumulation_steps=20"]
+    # a config file on the command line may set both: their values are unknown, nothing is folded
+    given = po.with_current(po.read(script), ["python", str(script), "config/finetune.py", "--compile=False"])
+    assert po.words_for(po.levers(given), "micro_batch", 2) is None
+    assert next(o for o in given if o.flag == "--compile").value is False
+
+
+def test_the_command_line_s_values_are_read_as_argparse_reads_them():
+    """Abbreviated long flags (argparse's allow_abbrev) and a Trainer's bool switch given a word (--bf16 False):
+    a fold from the wrong micro-batch would change the effective batch, and bf16 would never be tried."""
+    from nvtx_trace.runner import program_options as po
+
+    program = ["python", "programs/memory/memory_train.py", "--micro", "32", "--acc", "8"]
+    options = po.with_current(po.read(Path(program[1])), program)
+    assert po.words_for(po.levers(options), "micro_batch", 2) == ["--micro-batch", "64", "--accum", "4"]
+    hf = ["python", "t.py", "--bf16", "False", "--output_dir", "x"]
+    options = po.with_current(po.HF_TRAINING_ARGUMENTS, hf)
+    words = po.words_for(po.levers(options), "amp", "bf16")
+    assert words == ["--bf16"] and po.with_words(hf, options, words) == ["python", "t.py", "--output_dir", "x",
+                                                                         "--bf16"]
+
+
+def test_tune_folds_only_where_the_accumulation_option_says_what_the_profile_counted():
+    """A GAN's two backward calls a step, or an option read wrong, are no accumulation to fold."""
+    from nvtx_trace.runner import program_options as po
+    from nvtx_trace.runner.tune import next_knobs
+
+    program = ["python", "programs/memory/memory_train.py", "--micro-batch", "8", "--accum", "4"]
+    levers = po.levers(po.with_current(po.read(Path(program[1])), program))
+    finding = {"kind": "memory_headroom", "recommend": {"micro_batch": 4}, "evidence": {"micro_batches": 4}}
+    assert next_knobs(finding, {}, levers) == {"micro_batch": 4}
+    assert next_knobs({**finding, "evidence": {"micro_batches": 2}}, {}, levers) == {}
 
 
 def test_the_finding_proposes_the_largest_factor_that_divides_and_fits():
@@ -212,3 +243,74 @@ def test_peaks_reset_each_step_are_folded_back_into_what_the_program_reads():
     memory._fold(after, carried)
     assert after["allocated_bytes"]["all"]["peak"] == 9 and after["allocated_bytes"]["large_pool"]["peak"] == 8
     assert after["reserved_bytes"]["all"]["peak"] == 4 and after["num_alloc_retries"] == 3
+
+
+def test_the_fold_counts_each_step_s_own_rise_not_the_growth_between_steps():
+    """A leaking run: each step starts 1 GiB higher and rises 4 GiB over its start. The activations a micro-batch
+    adds are the 4 GiB (not the largest peak less the median start, which counts the leak in), from the last start."""
+    from nvtx_trace.analyzer.questions.memory import _fold
+
+    gib = 1 << 30
+    rows = [{"step": s, "allocated": (2 + s) * gib, "peak_allocated": (6 + s) * gib, "backwards": 8} for s in range(10)]
+    fold = _fold(rows, 80 * gib)["fold"]
+    assert fold["activations_bytes"] == 4 * gib and fold["step_start_bytes"] == 11 * gib
+    assert fold["factor"] == 8 and fold["predicted_peak_allocated_bytes"] == 43 * gib
+
+
+def test_an_out_of_memory_error_the_program_survived_is_no_finding():
+    """cuDNN's benchmark and batch-size searches catch their own out-of-memory errors and go on: steps recorded
+    after it say so."""
+    from nvtx_trace.analyzer.questions.memory import _survived
+
+    assert _survived({"oom": {"step": 5}, "per_step": [{"step": 5}, {"step": 6}]})
+    assert not _survived({"oom": {"step": 6}, "per_step": [{"step": 5}, {"step": 6}]})
+
+
+def test_the_observer_writes_once_a_step_what_the_allocator_says(tmp_path, monkeypatch):
+    """The allocator's observer is called with (device, asked, the device's memory or a memory fraction's cap,
+    free): the record says what is used (total - free), the cap where one is set, and writes once a step."""
+    import torch
+
+    from nvtx_autotrace import memory, steps
+
+    gib = 1 << 30
+    monkeypatch.setenv("NVTX_AUTOTRACE_WINDOW_FILE", str(tmp_path / "w.jsonl"))
+    monkeypatch.setattr(memory, "_read", lambda torch, device, stats=None: (15 * gib, 16 * gib, 17 * gib, 17 * gib))
+    monkeypatch.setattr(memory, "_largest", lambda torch: [])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"total_memory": 140 * gib}))
+    monkeypatch.setattr(memory, "_state", {"phase": "backward", "oom_step": None})
+    memory._out_of_memory(0, 192 << 20, 18 * gib, 122 * gib)
+    memory._out_of_memory(0, 192 << 20, 18 * gib, 122 * gib)  # the same step: not again
+    lines = [json.loads(x) for x in (tmp_path / "w.jsonl").read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["event"] == "oom" and lines[0]["step"] == steps.current_step()
+    assert lines[0]["device_used_bytes"] == 18 * gib and lines[0]["allowed_bytes"] == 18 * gib
+    assert lines[0]["phase"] == "backward" and lines[0]["requested_bytes"] == 192 << 20
+
+
+def test_the_program_reads_its_peaks_since_its_start_through_every_api():
+    """The wrappers around torch.cuda's nested stats and torch.accelerator's flat ones, on the allocator's
+    layout (no CUDA here: the originals are stand-ins): a peak a per-step reset dropped is folded back, and the
+    program's own reset drops it for good."""
+    from nvtx_autotrace import memory
+
+    live = {"allocated_bytes": {"all": {"current": 5, "peak": 6}, "large_pool": {"current": 1, "peak": 2}},
+            "oversize_allocations": {"current": 0, "peak": 0}}
+    memory._carried.clear()
+    memory._state.update(carried=memory._carried)
+    before = {"allocated_bytes": {"all": {"current": 5, "peak": 9}, "large_pool": {"current": 1, "peak": 7}},
+              "oversize_allocations": {"current": 0, "peak": 1}}
+    fake_torch = type("T", (), {"_C": type("C", (), {"_cuda_resetPeakMemoryStats": staticmethod(lambda d: None)}),
+                                "cuda": type("cuda", (), {"_utils": type("u", (), {
+                                    "_get_device_index": staticmethod(lambda d, optional=True: d or 0)})})})
+    try:
+        memory._reset_peaks(fake_torch, 0, before)
+        nested = memory.stats_wrapper(fake_torch, lambda device=None: json.loads(json.dumps(live)))
+        flat = memory.stats_wrapper(fake_torch, lambda device=None: {"allocated_bytes.all.peak": 6,
+                                                                     "allocated_bytes.large_pool.peak": 2}, flat=True)
+        assert nested(0)["allocated_bytes"]["all"]["peak"] == 9 and nested(0)["oversize_allocations"]["peak"] == 1
+        assert flat(0) == {"allocated_bytes.all.peak": 9, "allocated_bytes.large_pool.peak": 7}
+        memory.reset_wrapper(fake_torch, lambda device=None: None)(0)
+        assert nested(0)["allocated_bytes"]["all"]["peak"] == 6
+    finally:
+        memory._carried.clear()
+        memory._state.clear()

@@ -190,7 +190,7 @@ def _report(result, err) -> None:
         text.render(result.analysis, console())
     if result.window is not None and result.window.line not in result.problems:
         err.print(f"nvtx-trace: {result.window.line}", soft_wrap=True, markup=False)
-    if result.oom and result.analysis is None:  # no report to analyze: what the program's record says, alone
+    if result.oom and result.exit_code != 0 and result.analysis is None:  # no report: the program's record alone
         from nvtx_trace.analyzer.questions.memory import explain_oom
 
         said = explain_oom({"oom": result.oom})

@@ -107,7 +107,7 @@ def _written(path: Path | list[dict]) -> list[dict]:
 
 def out_of_memory(written: list[dict] | None) -> dict | None:
     """The first out-of-memory record a process of the program wrote (nvtx_autotrace/memory.py), or None."""
-    return next(({k: v for k, v in e.items() if k not in ("event", "pid", "rank")} | {"rank": e.get("rank")}
+    return next(({k: v for k, v in e.items() if k not in ("event", "pid", "rank")}
                  for e in written or [] if e.get("event") == "oom"), None)
 
 

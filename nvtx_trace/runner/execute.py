@@ -148,7 +148,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
     except NvtxTraceError as exc:
         _fail(result, exc)
         return result
-    if result.oom:  # the program died of it outside the capture: the summaries say so all the same
+    if result.oom and result.exit_code != 0:  # it died of it outside the capture: the summaries say so all the same
         from nvtx_trace.analyzer.questions.memory import add_oom
 
         add_oom(result.analysis, result.oom)

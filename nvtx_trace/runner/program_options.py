@@ -31,6 +31,13 @@ class Option:
     default: object = None
     choices: tuple = ()
     help: str = ""
+    current: object = None  # what the program's command line sets it to (with_current); None: its default
+    known: bool = True  # False: a file the command names may set it (nanoGPT's config/*.py): its value is unknown
+
+    @property
+    def value(self):
+        """What the program runs with: the command line's value, else the default."""
+        return self.current if self.current is not None else self.default
 
     @property
     def flag(self) -> str:
@@ -173,22 +180,24 @@ class Lever:
         if o.kind == "switch":
             named = {words_of(w) for w, v in knob.choices.items() if v == value}  # --bf16: a switch named by it
             on = value is True or (isinstance(value, str) and o.name in named)
-            return [o.flag] if on and not o.default else None
+            return [o.flag] if on and not o.value else None
         if o.kind == "negatable":
-            if not isinstance(value, bool) or bool(o.default) == value:
+            if not isinstance(value, bool) or bool(o.value) == value:
                 return None
             return [o.flag if value else "--no-" + o.flag[2:]]
         if o.kind not in ("value", "global"):
             return None
         text = self._text(knob, value)
-        if text is None or str(o.default) == text:
+        if text is None or str(o.value) == text:
             return None
         return [f"{o.flag}={text}"] if o.kind == "global" else [o.flag, text]
 
     def _folded(self, factor) -> list[str] | None:
         """Option x factor, its partner / factor (a micro-batch and its accumulation steps), from their values on
         the command line or their defaults; None where the partner does not divide."""
-        mb, acc = self.option.default, self.partner.default
+        if not (self.option.known and self.partner.known):
+            return None
+        mb, acc = self.option.value, self.partner.value
         if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (mb, acc, factor)):
             return None
         if factor < 2 or acc % factor:
@@ -201,25 +210,25 @@ class Lever:
         a boolean in the form its default has."""
         o = self.option
         if knob.value is int:
-            return str(value) if o.type in ("int", None) and not isinstance(o.default, bool) else None
+            return str(value) if o.type in ("int", None) and not isinstance(o.value, bool) else None
         if isinstance(value, str):  # a word (amp's bf16, compile's mode): one of the option's own words for it
             if o.choices:
                 words = [str(c) for c in o.choices]
-            elif isinstance(o.default, str) or (o.default is None and o.type == "str"):  # no choices: the knob's
-                words = sorted(knob.choices, key=lambda w: ("float" in w) != ("float" in (o.default or "")))
+            elif isinstance(o.value, str) or (o.value is None and o.type == "str"):  # no choices: the knob's
+                words = sorted(knob.choices, key=lambda w: ("float" in w) != ("float" in (o.value or "")))
             else:
                 return None
             return next((w for w in words if knob.choices.get(w.lower(), w) == value), None)
-        if o.choices and isinstance(o.default, str):  # --attn manual|sdpa: the choice named by the knob's words
+        if o.choices and isinstance(o.value, str):  # --attn manual|sdpa: the choice named by the knob's words
             wanted = {words_of(w) for w in knob.option_words}
             return next((str(c) for c in o.choices if words_of(str(c)) in wanted), None) if value else None
-        if o.type == "int" or (isinstance(o.default, int) and not isinstance(o.default, bool)):
+        if o.type == "int" or (isinstance(o.value, int) and not isinstance(o.value, bool)):
             return "1" if value else "0"
-        if o.type == "bool" or isinstance(o.default, bool) or (o.type is None and o.default is None):
+        if o.type == "bool" or isinstance(o.value, bool) or (o.type is None and o.value is None):
             return "True" if value else "False"
-        if isinstance(o.default, str) and o.default.lower() in ("true", "false"):
+        if isinstance(o.value, str) and o.value.lower() in ("true", "false"):
             word = "true" if value else "false"
-            return word.capitalize() if o.default[0].isupper() else word
+            return word.capitalize() if o.value[0].isupper() else word
         return None
 
 
@@ -255,25 +264,43 @@ def _paired(knob, options: list[Option]) -> Lever | None:
 
 
 def with_current(options: list[Option], program: list[str]) -> list[Option]:
-    """The options with the values the program's command line gives them (else their defaults): what a trial
-    moves from (a micro-batch folded from ``--micro-batch 8``, not from the default)."""
+    """The options with the values the program's command line gives them (``current``): what a trial moves from
+    (a micro-batch folded from ``--micro-batch 32``, not from the default). A long flag may be abbreviated, as
+    argparse allows (``--batch 32`` for ``--batch-size``). A nanoGPT-style script given a config file may set any
+    of its globals there: those are unknown."""
     at = script_index(program)
     if at is None:
         return list(options)
-    args = program[at + 1:]
+    longs = [f for o in options for f in o.flags if f.startswith("--")]
+    args = [_unabbreviated(w, longs) for w in program[at + 1:]]
+    config_file = any(not w.startswith("-") and w.endswith(".py") for w in args)
     out = []
     for o in options:
         given = _given(o, args)
-        out.append(o if given is None else dataclasses.replace(o, default=given))
+        o = o if given is None else dataclasses.replace(o, current=given)
+        out.append(dataclasses.replace(o, known=False) if o.kind == "global" and config_file else o)
     return out
+
+
+def _unabbreviated(word: str, longs: list[str]) -> str:
+    """``--batch=32`` -> ``--batch-size=32`` where exactly one long flag starts so (argparse's allow_abbrev)."""
+    if not word.startswith("--") or word == "--":
+        return word
+    flag, eq, rest = word.partition("=")
+    if flag in longs:
+        return word
+    matches = {f for f in longs if f.startswith(flag)}
+    return (matches.pop() + eq + rest) if len(matches) == 1 else word
 
 
 def _given(o: Option, args: list[str]):
     value = None
     for i, w in enumerate(args):
         for f in o.flags:
-            if o.kind in ("switch", "enable") and w == f:
-                value = True
+            if o.kind in ("switch", "enable") and w == f:  # HF's bools also take a word: --bf16 False
+                following = args[i + 1].lower() if i + 1 < len(args) else ""
+                value = following not in ("false", "0", "no") if following in (
+                    "true", "false", "1", "0", "yes", "no") else True
             elif o.kind == "negatable" and w in (f, "--no-" + f[2:]):
                 value = w == f
             elif o.kind in ("value", "global") and w.startswith(f + "="):
@@ -338,7 +365,9 @@ def _without(args: list[str], o: Option, negative: list[str]) -> list[str]:
     while i < len(args):
         w = args[i]
         if w in o.flags or w in negative:
-            i += 2 if takes_value and w in o.flags and i + 1 < len(args) else 1
+            word_follows = (o.kind in ("switch", "enable") and i + 1 < len(args)
+                            and args[i + 1].lower() in ("true", "false", "1", "0", "yes", "no"))  # --bf16 False
+            i += 2 if (takes_value or word_follows) and w in o.flags and i + 1 < len(args) else 1
             continue
         if any(w.startswith(f + "=") for f in o.flags) or any(
                 len(f) == 2 and takes_value and w.startswith(f) and len(w) > 2 for f in o.flags):

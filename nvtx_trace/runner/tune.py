@@ -62,8 +62,17 @@ def next_knobs(finding: dict, kept: dict, levers: dict | None = None) -> dict:
     wanted = knobs_of(finding, kept)
     if declared.for_tune(wanted) != wanted:  # a value tune never applies (amp=fp16): none
         return {}
+    if "micro_batch" in wanted and not _accumulation_matches(finding, levers or {}):
+        wanted = {k: v for k, v in wanted.items() if k != "micro_batch"}
     return {k: v for k, v in wanted.items() if declared.get(k).applied != "option"
             or program_options.words_for(levers or {}, k, v)}
+
+
+def _accumulation_matches(finding: dict, levers: dict) -> bool:
+    """The program's accumulation option says what the profile counted (backward passes a step): a GAN's two
+    backward calls, or an option read wrong (a config file the command names), fold nothing."""
+    counted = (finding.get("evidence") or {}).get("micro_batches")
+    return any(lever.partner is not None and lever.partner.value == counted for lever in levers.get("micro_batch", []))
 
 
 def _profile_step_ms(summary: dict, statistic: str) -> float | None:
@@ -88,7 +97,9 @@ def candidates(summary: dict, kept: dict, rejected: list[dict], plain_ms: float 
             continue
         if not pred or pred.get("step_ns") is None:
             step = plain_ms or _profile_step_ms(summary, "median")
-            if step:  # a lever whose measured cost others count (a larger micro-batch) is tried last
+            # a lever whose measured cost other findings count (a larger micro-batch, through the program's own
+            # options) is tried last; another finding of no cost is not tried at all
+            if step and (f.get("impact_ns") or all(declared.get(k).applied == "option" for k in knobs)):
                 before = step if plain_ms else step - own / 1e6
                 unpredicted.append(Candidate(f, knobs, None, max(before, 1e-9)))
             continue

@@ -80,7 +80,8 @@ def _run(ctx: Context) -> None:
     total = device.get("memory_total_bytes") or (ooms[-1].get("device_total_bytes") if ooms else None)
     peak_a = max((r["peak_allocated"] for r in kept), default=None)
     peak_r = max((r["peak_reserved"] for r in kept), default=None)
-    at_peak = max(kept, key=lambda r: r["peak_allocated"]) if kept else None
+    phased = [r for r in kept if _phase(r)]  # the peaks by phase are read every 4th step
+    at_peak = max(phased, key=lambda r: r["peak_allocated"]) if phased else None
     analysis.memory = {
         "source": "allocator" if rows else "nsys" if usage is not None else "oom",
         "peak_allocated_bytes": peak_a,
@@ -111,12 +112,13 @@ def _fold(rows: list[dict], total) -> dict:
     counts = [r["backwards"] for r in rows if isinstance(r.get("backwards"), int)]
     micro = int(np.median(counts)) if counts else None
     out = {"micro_batches": micro, "fold": None}
-    starts = [r["allocated"] for r in rows if isinstance(r.get("allocated"), int)]
-    peaks = [r["peak_allocated"] for r in rows if isinstance(r.get("peak_allocated"), int)]
-    if not micro or micro < 2 or not total or not starts or not peaks:
+    both = [(r["allocated"], r["peak_allocated"]) for r in rows
+            if isinstance(r.get("allocated"), int) and isinstance(r.get("peak_allocated"), int)]
+    if not micro or micro < 2 or not total or not both:
         return out
-    start, peak = float(np.median(starts)), float(max(peaks))
-    activations = peak - start
+    # each step's own rise over its start (memory that grows from step to step is no micro-batch's), and the
+    # largest start (what the steps start from by the end)
+    start, activations = float(max(a for a, _ in both)), float(max(p - a for a, p in both))
     if activations <= 0:
         return out
     most = int((T["memory_fold_fits_fraction"] * total - start) // activations)
@@ -157,7 +159,7 @@ def _findings(analysis, basis) -> list[Finding]:
     if not m:
         return []
     out = []
-    if m.get("oom"):
+    if m.get("oom") and not _survived(m):
         out.append(explain_oom(m))
     growth, rising = m.get("growth_bytes_per_step"), m.get("growth_rising_share")
     recorded = sum(1 for r in m["per_step"] if r["steady"])
@@ -250,6 +252,13 @@ OOM_LEVERS = ("a smaller micro-batch with more gradient-accumulation steps (the 
               "bf16 autocast (activations in half the bytes)",
               "zero_grad(set_to_none=True) (gradients freed between steps)",
               f"{FRAGMENTATION_FIX} where the reserve holds much unused")
+
+
+def _survived(m: dict) -> bool:
+    """Steps were recorded after the out-of-memory error: the program caught it and went on (cuDNN's benchmark
+    trying workspaces, a batch-size search), so it is no cause of death."""
+    step = m["oom"].get("step")
+    return isinstance(step, int) and any(r["step"] > step for r in m.get("per_step") or [])
 
 
 def add_oom(analysis, record: dict) -> None:
