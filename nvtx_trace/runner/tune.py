@@ -62,17 +62,18 @@ def next_knobs(finding: dict, kept: dict, levers: dict | None = None) -> dict:
     wanted = knobs_of(finding, kept)
     if declared.for_tune(wanted) != wanted:  # a value tune never applies (amp=fp16): none
         return {}
-    if "micro_batch" in wanted and not _accumulation_matches(finding, levers or {}):
-        wanted = {k: v for k, v in wanted.items() if k != "micro_batch"}
+    wanted = {k: v for k, v in wanted.items() if not declared.get(k).option_with
+              or _accumulation_matches(finding, levers or {}, k)}
     return {k: v for k, v in wanted.items() if declared.get(k).applied != "option"
             or program_options.words_for(levers or {}, k, v)}
 
 
-def _accumulation_matches(finding: dict, levers: dict) -> bool:
-    """The program's accumulation option says what the profile counted (backward passes a step): a GAN's two
-    backward calls, or an option read wrong (a config file the command names), fold nothing."""
+def _accumulation_matches(finding: dict, levers: dict, knob: str) -> bool:
+    """A knob of two options (a micro-batch and its accumulation steps): the second says what the profile counted
+    (backward passes a step); a GAN's two backward calls, or an option read wrong (a config file the command
+    names), fold nothing."""
     counted = (finding.get("evidence") or {}).get("micro_batches")
-    return any(lever.partner is not None and lever.partner.value == counted for lever in levers.get("micro_batch", []))
+    return any(lever.partner is not None and lever.partner.value == counted for lever in levers.get(knob, []))
 
 
 def _profile_step_ms(summary: dict, statistic: str) -> float | None:
