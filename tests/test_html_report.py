@@ -127,12 +127,14 @@ def flawed():
     return analyze(ROOT / "sample_reports" / "resnet_flawed_user.sqlite")
 
 
-@pytest.mark.parametrize("name", ["resnet_flawed_user", "resnet_fixed_user", "resnet50_2workers_h100"])
+@pytest.mark.parametrize("name", ["resnet_flawed_user", "resnet_fixed_user", "resnet50_2workers_h100",
+                                  "memory_leak_h200"])
 def test_sample_report_page_draws_every_chart_and_its_headline_equals_the_json(name, chromium, tmp_path):
     a = analyze(ROOT / "sample_reports" / f"{name}.sqlite")
     page = html_report.write(a, tmp_path / f"{name}.html")
     dom, console = open_page(chromium, page, tmp_path, screenshot=ARTIFACTS / f"html-report-{name}.png")
-    m = assert_rendered(dom, console, figures=2)  # timeline + per-step breakdown
+    # timeline + per-step breakdown, and GPU memory per step where nvtx_autotrace recorded it
+    m = assert_rendered(dom, console, figures=3 if a.memory and a.memory.get("per_step") else 2)
     d = json.loads(json_report.render(a))
     keys = {k for k, _, _ in m.nums}
     must = ["devices.0.utilization", "devices.0.window_utilization", "devices.0.gap_idle_ns",

@@ -29,7 +29,7 @@ from nvtx_trace.analyzer.questions.ranking import no_findings_line
 from nvtx_trace.errors import MissingDependencyError
 from nvtx_trace.files import write_atomically
 from nvtx_trace.report import json as json_report
-from nvtx_trace.report import stepchart, timeline
+from nvtx_trace.report import memorychart, stepchart, timeline
 from nvtx_trace.report.html_table import esc, fmt
 from nvtx_trace.report.sections import html_tables
 
@@ -66,6 +66,8 @@ def render(analysis, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None,
     if bd is not None:
         fig, step_note = stepchart.figure(bd)
         figures.append({"div": "steps-chart", "figure": fig})
+    if memorychart.drawn(analysis.memory):
+        figures.append({"div": "memory-chart", "figure": memorychart.figure(analysis.memory)})
     js = _plotly_js()
     report = Path(str(analysis.path)).name
     named = f"{program} ({report})" if (program := (analysis.window or {}).get("program")) else report
@@ -80,6 +82,7 @@ def render(analysis, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None,
         "timeline_section": _timeline_section(tl, notes, max_points, gpu=bool(d["devices"])) if tl.figure["data"] else
         "<p class='muted'>No GPU activity or NVTX ranges to draw.</p>",
         "steps_section": _steps_section(bd, step_note) if bd is not None else _no_step_chart(),
+        "memory_section": memorychart.section(analysis.memory),
         "tables": html_tables(analysis, d),
         "plotly_js": js,
         "data_json": script_json({"figures": figures}),
@@ -168,9 +171,10 @@ def _headline(d: dict) -> str:
                + (f" ({num(spin, _pct(spin), 'steps.summary.collective_wait_fraction')} spinning in collectives for a "
                   "peer)" if (spin := s.get("collective_wait_fraction")) is not None and spin >= 0.01 else "") + ", "
                if s["gpu_busy_fraction"] is not None else "<div>No GPU activity traced; ") +
-            "waiting for data "
-            f"{num(s['loader_wait_fraction'], _pct(s['loader_wait_fraction']), 'steps.summary.loader_wait_fraction')}"
-            f" of step time</div></div>")
+            ("waiting for data "
+             f"{num(s['loader_wait_fraction'], _pct(s['loader_wait_fraction']), 'steps.summary.loader_wait_fraction')}"
+             " of step time" if s["loader_wait_fraction"] is not None else "no waits for data recorded")
+            + "</div></div>")
     inst, prof = d.get("instrumentation"), d.get("profiler")
     if inst:
         depth = depth_text(inst.get("settings") or {})
