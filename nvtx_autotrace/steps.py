@@ -45,10 +45,13 @@ def on_step_boundary(fn: Callable[[int], None]) -> Callable[[], None]:
     cuts the timeline exactly at a step boundary. Returns a function that unregisters it.
     """
     _callbacks.append(fn)
+    return _remover(_callbacks, fn)
 
+
+def _remover(registered: list, fn) -> Callable[[], None]:
     def remove() -> None:
         try:
-            _callbacks.remove(fn)
+            registered.remove(fn)
         except ValueError:
             pass
 
@@ -69,14 +72,7 @@ def on_step_boundary_once(n: int, fn: Callable[[], None]) -> Callable[[], None]:
 def on_training_start(fn: Callable[[], None]) -> Callable[[], None]:
     """Call ``fn()`` once, at the first sign of training (step 0 begins). Returns a function that unregisters it."""
     _starting.append(fn)
-
-    def remove() -> None:
-        try:
-            _starting.remove(fn)
-        except ValueError:
-            pass
-
-    return remove
+    return _remover(_starting, fn)
 
 
 def _training_started() -> None:
