@@ -99,3 +99,29 @@ def test_a_kernel_table_without_times_is_refused_not_analyzed_as_no_kernels(tmp_
         f"nvtx-trace: error: {report}: CUPTI_ACTIVITY_KIND_KERNEL has no start column, so its kernel rows have no "
         "times; export the report again with nsys"]
     assert hashlib.sha256(report.read_bytes()).hexdigest() == digest
+
+
+def test_the_framing_lines_fit_80_columns_on_a_terminal_and_stay_one_line_in_a_log():
+    """Issue 52, item 14: the nsys command and "profiling a window ..." ran 300-400 characters on, broken mid-word
+    at 80 columns. On a terminal they wrap at words (the command with shell continuations: pasted, it runs);
+    in a log or a pipe each stays one line."""
+    import io
+    import shlex
+
+    from rich.console import Console
+
+    from nvtx_trace.report.console import command_lines, framing
+
+    argv = ["/opt/nvidia/nsight-systems/2025.3.1/bin/nsys", "profile", "-o", "/tmp/my runs/report", "-f", "true",
+            "-t", "cuda,nvtx", "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "/usr/bin/python3",
+            "-m", "nvtx_autotrace", "train.py", "--epochs", "1", "--data", "/data/imagenet train"]
+    lines = command_lines(argv, 80)
+    assert len(lines) > 1 and all(len(x) <= 80 for x in lines)
+    assert shlex.split(" ".join(x.removesuffix(" \\") for x in lines).removeprefix("$ ")) == argv
+    text = "nvtx-trace: profiling a window chosen after warm-up (the step pace settled; at least 20 steps) " * 3
+    tty, log = io.StringIO(), io.StringIO()
+    framing(Console(file=tty, force_terminal=True, width=80, color_system=None), text)
+    framing(Console(file=log, force_terminal=False, width=80), text)
+    wrapped = tty.getvalue().splitlines()
+    assert len(wrapped) > 1 and all(len(x) <= 80 for x in wrapped) and wrapped[1].startswith("    ")
+    assert log.getvalue() == text + "\n"

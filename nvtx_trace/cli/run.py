@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import typer
 
-from nvtx_trace.report.console import console
+from nvtx_trace.report.console import command_lines, console, framing
 from nvtx_trace.report.sections import printable
 
 # Options stop at the first argument: the rest is the program's, even names we also use.
@@ -132,10 +132,13 @@ def _run(target, module, out, force, warmup_steps, steps, keep_running, full, ca
 
     for note in plan.notes:
         err.print(f"[yellow]warning:[/yellow] {escape(printable(note))}", soft_wrap=True)
-    err.print(printable(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in "
-                        f"{plan.out_dir}" + (f"; knobs applied: {declared.text(tried)}" if tried else "")),
-              soft_wrap=True, markup=False)
-    err.print(printable(f"$ {shlex.join(plan.nsys_command())}"), style="dim", soft_wrap=True, markup=False)
+    framing(err, printable(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in "
+                           f"{plan.out_dir}" + (f"; knobs applied: {declared.text(tried)}" if tried else "")))
+    if err.is_terminal:  # a command to copy: cut at words with shell continuations
+        for line in command_lines(plan.nsys_command(), err.width):
+            err.print(printable(line), style="dim", soft_wrap=True, markup=False, highlight=False)
+    else:
+        err.print(printable(f"$ {shlex.join(plan.nsys_command())}"), style="dim", soft_wrap=True, markup=False)
 
     progress = Progress(err)
     try:

@@ -42,3 +42,31 @@ def table_or_blocks(console, table, title: str, columns: list[str], rows: list[l
         for name, cell in zip(columns[1:], row[1:]):
             if cell not in ("", None):
                 console.print(f"    {name}: {cell}", soft_wrap=True, markup=False, highlight=False)
+
+
+def framing(console, text: str, style: str | None = None) -> None:
+    """One of the tool's own lines (what it profiles, the nsys command): on a terminal, wrapped at words with the
+    rest indented (the nsys command ended 300-400 characters on; at 80 columns it broke mid-word); elsewhere one
+    line, as logs and greps want."""
+    from rich.text import Text
+
+    if not console.is_terminal:
+        console.print(text, soft_wrap=True, markup=False, highlight=False, style=style)
+        return
+    for i, part in enumerate(Text(text).wrap(console, max(20, console.width - 4))):
+        part.rstrip()
+        console.print(Text("    " if i else "") + part, soft_wrap=True, highlight=False, style=style)
+
+
+def command_lines(argv: list[str], width: int) -> list[str]:
+    """A command as a shell takes it, cut into lines of at most ``width`` with `` \\`` continuations (copy and
+    paste runs it)."""
+    import shlex
+
+    lines, line = [], "$"
+    for word in (shlex.quote(w) for w in argv):
+        if len(line) + 1 + len(word) + 2 > width and line not in ("$", "   "):
+            lines.append(line + " \\")
+            line = "   "
+        line += " " + word
+    return lines + [line]
