@@ -45,3 +45,23 @@ def test_a_window_a_stopped_program_ended_says_it_was_stopped(tmp_path):
     stopped = outcome(-2)
     assert "profiled steps 8-19 (until the program was stopped, signal 2)" in stopped, stopped
     assert "(until the program ended, status 1)" in outcome(1)
+
+
+def test_an_interrupted_run_names_what_the_program_s_processes_left_in_the_temporary_folder(tmp_path, monkeypatch):
+    """Issue 52, item 5: multiprocessing's pymp-* folders (a DataLoader's workers) and torchelastic's run folders
+    that appeared while the run ran are named in its one line; those that were there before are not, and none
+    is removed (another program of the user's may own one)."""
+    import tempfile
+
+    from nvtx_trace.capture import leftovers
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "pymp-before").mkdir()
+    before = leftovers.snapshot()
+    assert leftovers.named(before) == ""
+    for name in ("pymp-a1", "pymp-b2", "torchelastic_c3", "pymp-d4", "unrelated"):
+        (tmp_path / name).mkdir()
+    said = leftovers.named(before)
+    assert said.startswith(f"; the program's processes left 4 temporary folders in {tmp_path} (")
+    assert "pymp-a1, pymp-b2, pymp-d4 and 1 more" in said and "pymp-before" not in said and "unrelated" not in said
+    assert (tmp_path / "pymp-a1").is_dir()

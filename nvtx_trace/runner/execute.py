@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from nvtx_trace.capture import interrupts
+from nvtx_trace.capture import interrupts, leftovers
 from nvtx_trace.capture.export import export_sqlite
 from nvtx_trace.capture.nsys_log import NsysLog, tail
 from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
@@ -50,6 +50,7 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
     created = _folders_to_make(plan.out_dir)
     log_was_there = plan.log.exists()  # an earlier run's (--force): not ours to remove
     claim, interrupted = FolderClaim(plan.out_dir), False
+    temporary = leftovers.snapshot()  # what the program's own processes may leave if it is stopped
     try:
         try:
             plan.out_dir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +69,7 @@ def execute(plan: Plan, progress: Progress | None = None) -> RunResult:
         return result
     except interrupts.Interrupted as exc:
         interrupted = True
-        exc.kept = _keep_what_was_captured(plan, claim.held)
+        exc.kept = _keep_what_was_captured(plan, claim.held) + leftovers.named(temporary)
         if plan.window_file is not None:
             plan.window_file.unlink(missing_ok=True)
         raise
