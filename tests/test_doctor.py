@@ -143,3 +143,17 @@ def test_doctor_says_where_the_lines_of_syncs_come_from_and_why_not_from_nsys():
     assert "named by line" in older.detail and "records no Python backtraces" in older.detail
     assert "--python-backtrace=cuda" in newer.detail and "stays off" in newer.detail
     assert not older.required and not newer.required
+
+
+@pytest.mark.parametrize("content", [b"#!/bin/sh\nexit 0\n", b"\x00\x01 not a program"])
+def test_an_nsys_that_is_not_nsys_is_said_with_what_to_do_and_its_name_escaped(content, tmp_path, monkeypatch, capsys):
+    """Issue 52, items 10 and 11: $NSYS naming a script or a file that is no program got "not a working nsys" and no
+    what-to-do; a name with an escape sequence reached the terminal raw."""
+    fake = tmp_path / "nsys\x1b[2J"
+    fake.write_bytes(content)
+    fake.chmod(0o755)
+    monkeypatch.setenv("NSYS", str(fake))
+    assert main(["doctor"]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.lstrip().startswith("MISSING  nsys"))
+    assert "is not a working nsys" in line and "point $NSYS (or --nsys) at the nsys binary" in line
+    assert "\x1b" not in line and "nsys\\x1b[2J" in line

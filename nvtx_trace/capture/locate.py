@@ -132,7 +132,10 @@ def find_nsys(explicit: str | None = None) -> Nsys:
         if version is None:
             if strict:
                 why = out if not ran else "its --version names no Nsight Systems version"
-                raise NsysNotFoundError(f"{how} {given} is not a working nsys ({why})")
+                option = "--nsys" if how == "--nsys" else "$NSYS (or --nsys)"
+                raise NsysNotFoundError(f"{how} {given} is not a working nsys ({why}); point {option} at the nsys "
+                                        "binary of an Nsight Systems install (its bin/nsys, or target-linux-x64/nsys), "
+                                        "or leave it out to search PATH and the usual install folders")
             continue
         importer, imp_version, problem, own = find_importer(exe, version)
         return Nsys(exe, version, how, importer, imp_version, problem, own)

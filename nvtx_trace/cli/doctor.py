@@ -22,6 +22,7 @@ from nvtx_trace.capture.export import export_sqlite
 from nvtx_trace.capture.interrupts import Interrupted
 from nvtx_trace.capture.profile import profile
 from nvtx_trace.errors import NvtxTraceError
+from nvtx_trace.report.sections import printable
 
 OK, WARN, MISSING = "ok", "warn", "missing"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless_shell")
@@ -172,7 +173,7 @@ def gather(nsys: Optional[str] = None, python: Optional[str] = None, probe: bool
 def render(checks: list[Check]) -> list[str]:
     marks = {OK: "ok", WARN: "warn", MISSING: "MISSING"}
     width = max(len(c.name) for c in checks)
-    return [f"{marks[c.status]:>7}  {c.name:<{width}}  {c.detail}" for c in checks]
+    return [f"{marks[c.status]:>7}  {c.name:<{width}}  {printable(c.detail)}" for c in checks]  # $NSYS as given
 
 
 def doctor(
