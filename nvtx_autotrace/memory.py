@@ -102,14 +102,17 @@ def _started() -> None:
 def _training_device(torch) -> int:
     """The device holding most of the process's memory: the one it trains on, also where a DDP rank moved its
     model to cuda:N without set_device (its current device is then 0, and empty)."""
-    best, most = torch.cuda.current_device(), -1
-    for i in range(torch.cuda.device_count()):
+    def held(i: int) -> int:
         try:
-            held = _stats(torch, i)["allocated_bytes"]["all"]["current"]
+            return _stats(torch, i)["allocated_bytes"]["all"]["current"]
         except Exception:  # noqa: BLE001 - a device the allocator does not know
-            continue
-        if held > most:
-            best, most = i, held
+            return -1
+
+    best = torch.cuda.current_device()
+    most = held(best)
+    for i in range(torch.cuda.device_count()):
+        if held(i) > most:  # another device only where it holds more: the current one wins a tie (nothing yet)
+            best, most = i, held(i)
     return best
 
 

@@ -314,3 +314,20 @@ def test_the_program_reads_its_peaks_since_its_start_through_every_api():
     finally:
         memory._carried.clear()
         memory._state.clear()
+
+
+def test_the_training_device_is_the_one_holding_memory_and_the_current_one_on_a_tie(monkeypatch):
+    """A DDP rank that moved its model to cuda:1 without set_device has device 0 current, and empty; a program
+    on set_device(1) with nothing allocated yet keeps device 1 (no CUDA here: the counters are stand-ins)."""
+    from nvtx_autotrace import memory
+
+    def fake(current: int, held: dict):
+        cuda = type("cuda", (), {"current_device": staticmethod(lambda: current),
+                                 "device_count": staticmethod(lambda: len(held))})
+        return type("T", (), {"cuda": cuda})
+
+    monkeypatch.setattr(memory, "_stats", lambda torch, i: {"allocated_bytes": {"all": {"current": held[i]}}})
+    held = {0: 0, 1: 5 << 30}
+    assert memory._training_device(fake(0, held)) == 1
+    held = {0: 0, 1: 0}
+    assert memory._training_device(fake(1, held)) == 1
