@@ -74,7 +74,7 @@ def _json(analysis) -> dict:
     return {} if analysis.ranks is None else {"clock": analysis.clock, "ranks": analysis.ranks}
 
 
-def _ms(ns: int | None) -> str:
+def _duration(ns: int | None) -> str:
     return "-" if ns is None else ms(ns)
 
 
@@ -89,8 +89,8 @@ def _text(analysis, view) -> None:
     view.print(f"Clocks: {view.escape(analysis.clock['how'])}", highlight=False)
     cols = ("rank", "report", "GPU", "step median", "GPU busy", "waiting in collectives", "loader wait")
     rows = [[f"{r['rank']}{' *' if r['straggler'] else ''}", view.escape(r["report"].rsplit("/", 1)[-1]),
-             ",".join(map(str, r["device_ids"])) or "-", _ms(r["step_ns_median"]),
-             _pct(r["window_utilization"]), _ms(r["wait_ns"]), _ms(r["loader_wait_ns"])] for r in analysis.ranks]
+             ",".join(map(str, r["device_ids"])) or "-", _duration(r["step_ns_median"]),
+             _pct(r["window_utilization"]), _duration(r["wait_ns"]), _duration(r["loader_wait_ns"])] for r in analysis.ranks]
     view.table("Ranks, one report each (* the rank the others wait for)",
                [(c, "left" if c in ("report", "GPU") else "right") for c in cols], rows)
 
