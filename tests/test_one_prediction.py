@@ -23,7 +23,7 @@ def predicted(summary: dict) -> list[dict]:
 @pytest.mark.parametrize("report", SAMPLES, ids=[p.stem for p in SAMPLES])
 def test_each_command_shows_the_finding_s_one_saving(report, tmp_path):
     summary = recorded_summary(report.stem)
-    text = recorded_text(report.stem)
+    text = " ".join(recorded_text(report.stem).split())  # as read, whatever the width wrapped
     found = predicted(summary)
     for f in found:
         pred = f["predicted"]

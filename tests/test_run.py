@@ -352,7 +352,11 @@ def test_our_options_stop_at_the_script_and_its_exit_code_passes_through(ready, 
     assert plan.argv[1:3] == ["-m", "nvtx_autotrace"] and plan.env[runner.CAPTURE_ENV].startswith("1:2:")
 
 
-def test_plans_for_a_module_a_command_and_no_autotrace(ready, tmp_path):
+def test_plans_for_a_module_a_command_and_no_autotrace(ready, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # python -m finds pkg.train in the folder it runs from
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text("")
     mod = runner.plan_run(runner.RunOptions(target=["pkg.train", "--lr", "1"], module=True, out=tmp_path / "a"),
                           nsys=ready)
     assert mod.argv == [sys.executable, "-m", "nvtx_autotrace", "-m", "pkg.train", "--lr", "1"]
@@ -372,10 +376,11 @@ def test_plans_for_a_module_a_command_and_no_autotrace(ready, tmp_path):
 def test_auto_capture_mode_needs_a_cuda_build_of_torch_not_only_a_driver(ready, tmp_path, monkeypatch):
     monkeypatch.setattr(run_plan, "_has_cuda_device", lambda: True)  # a driver node, as on a GPU host
     opts = dict(target=[str(SLOW)], warmup_steps=1, steps=2, trace=["cuda", "nvtx"])
-    monkeypatch.setattr(run_plan.target_python, "probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": False})
+    facts = {"nvtx": "0.2.11", "autotrace": True}
+    monkeypatch.setattr(run_plan.target_python, "probe", lambda _p, **_: {**facts, "torch_cuda": False})
     cpu = runner.plan_run(runner.RunOptions(out=tmp_path / "a", **opts), nsys=ready)
     assert cpu.env[runner.CAPTURE_ENV] == "1:2:nvtx:exit"  # (exit: stop the program after the window)
-    monkeypatch.setattr(run_plan.target_python, "probe", lambda _p: {"nvtx": "0.2.11", "autotrace": True, "torch_cuda": True})
+    monkeypatch.setattr(run_plan.target_python, "probe", lambda _p, **_: {**facts, "torch_cuda": True})
     gpu = runner.plan_run(runner.RunOptions(out=tmp_path / "b", **opts), nsys=ready)
     assert gpu.env[runner.CAPTURE_ENV] == "1:2:cuda:exit"
     assert torch_has_cuda(importlib.util.find_spec("torch")) is False  # this machine: the CPU wheel
