@@ -215,3 +215,15 @@ def test_history_lists_a_tune_stage_as_a_tune_trial_with_its_verdict(tmp_path, c
     assert len(lines) == len(stages) and not any("no findings" in ln for ln in lines)
     for line, s in zip(reversed(lines), stages):  # newest first
         assert "  tune " in line and line.endswith("kept" if s["kept"] else "rejected"), line
+
+
+def test_a_script_name_with_control_characters_cannot_forge_a_line_of_the_history(tmp_path, capsys):
+    """Issue 52, item 11: the history's script names reached the terminal raw; a name holding a newline printed a
+    line of its own ("no problems found"), an escape sequence could clear the screen. Shown with them escaped."""
+    db = tmp_path / "h.db"
+    history.after_tune(json.loads((ROOT / "sample_reports" / "tune" / "image_folder_h200.tune.json").read_text()),
+                       ["train\n#99  no problems found\x1b[2J.py"], tmp_path / "t", db, 1.0)
+    assert cli_main(["history", "--history", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and not any(line.startswith("#99") for line in out.splitlines())
+    assert "train\\n#99  no problems found\\x1b[2J.py" in out

@@ -12,6 +12,7 @@ import typer
 from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.errors import NvtxTraceError
 from nvtx_trace.report.console import console
+from nvtx_trace.report.sections import printable
 
 
 def history(
@@ -55,7 +56,7 @@ def history(
     out = console()
     if not runs:
         what = f" of a script matching {script!r}" if script else ""
-        out.print(f"No runs{what} recorded in {where}", soft_wrap=True, markup=False)
+        out.print(printable(f"No runs{what} recorded in {where}"), soft_wrap=True, markup=False)
         return
     _table(runs, where, out)
 
@@ -69,21 +70,22 @@ def _runs(hist, where: Path, script: str | None, last: int) -> list[dict]:
 
 def _table(runs: list[dict], where: Path, console) -> None:
     """One line per run (greppable, whole at any terminal width): id, time, script, commit, step, busy, findings."""
-    console.print(f"{len(runs)} run(s) in {where}, newest first", soft_wrap=True, markup=False)
+    console.print(printable(f"{len(runs)} run(s) in {where}, newest first"), soft_wrap=True, markup=False)
     for run in runs:
         commit = (run.get("git_commit") or "")[:8] + ("+dirty" if run.get("git_dirty") else "")
         busy = run.get("gpu_busy_fraction")
         when = [f"#{run['id']}", str(run.get("started_at") or "")[:16].replace("T", " "),
                 _short(run.get("script") or ""), *([commit] if commit else [])]
         if run.get("kind") in ("try", "tune"):  # plain timings: no findings to list, a verdict to say
-            console.print("  ".join([*when, _tried(run)]), soft_wrap=True, markup=False, highlight=False)
+            console.print(printable("  ".join([*when, _tried(run)])), soft_wrap=True, markup=False, highlight=False)
             continue
         kinds = ", ".join(f"{f['kind']} {ms(f['impact_ns'])}" if f.get("impact_ns") is not None
                           else f["kind"] for f in run["findings"]) or "no findings"
         parts = [*when, *([f"with {run['tried']}"] if run.get("tried") else []),
                  _step(run),
                  f"GPU busy {busy:.0%}" if busy is not None else "GPU busy -", f"exit {run.get('exit_code')}:", kinds]
-        console.print("  ".join(parts), soft_wrap=True, markup=False, highlight=False)
+        console.print(printable("  ".join(parts)), soft_wrap=True, markup=False, highlight=False)  # a script's name
+        # with a newline in it would forge a line of ours
 
 
 def _tried(run: dict) -> str:
