@@ -25,7 +25,6 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-import threading
 
 from nvtx_autotrace import _backend, _registry, steps, window_file
 from nvtx_trace import names
@@ -38,7 +37,6 @@ TOP_LINES = 5
 _state: dict = {}
 _carried: dict = {}  # device -> {peak path: the highest peak the resets dropped}: kept across a reinstall
 _observer = {"attached": False}  # the allocator cannot detach it: attached once per process
-_lock = threading.Lock()
 _guard = _registry.Guard("memory")
 
 
@@ -83,8 +81,9 @@ def _started() -> None:
         return
     device = _training_device(torch)
     _state["device"] = device
-    a, _ap, r, _rp = _read(torch, device)
-    _reset_peaks(torch, device)
+    stats = _stats(torch, device)
+    a, _ap, r, _rp = _read(torch, device, stats)
+    _reset_peaks(torch, device, stats)
     _state["start"] = (a, r)
     _attach_observer(torch)
     if _state["history_mode"] in ("0", "off", "false", "no"):
@@ -111,8 +110,8 @@ def _training_device(torch) -> int:
     best = torch.cuda.current_device()
     most = held(best)
     for i in range(torch.cuda.device_count()):
-        if held(i) > most:  # another device only where it holds more: the current one wins a tie (nothing yet)
-            best, most = i, held(i)
+        if (now := held(i)) > most:  # another device only where it holds more: the current one wins a tie
+            best, most = i, now
     return best
 
 
@@ -356,15 +355,19 @@ def _named(filename: str, line) -> tuple[str, str]:
     return f"{sites.shown(filename)}:{line}", linecache.getline(filename, int(line or 0)).strip()[:120]
 
 
-def _live_by_line(torch) -> dict:
-    """Bytes of live blocks per line, from the allocator's snapshot (blocks allocated while history ran)."""
+def _live_blocks(torch) -> list[dict]:
+    """The allocator's live blocks, from one snapshot."""
+    return [b for seg in torch.cuda.memory._snapshot().get("segments", []) for b in seg.get("blocks", [])
+            if b.get("state") == "active_allocated"]
+
+
+def _live_by_line(torch, blocks: list[dict] | None = None) -> dict:
+    """Bytes of live blocks per line (blocks allocated while history ran)."""
     torch_dir = os.path.dirname(torch.__file__) + os.sep
     out: dict = {}
     loop = _state.get("loop")
-    for seg in torch.cuda.memory._snapshot().get("segments", []):
-        for block in seg.get("blocks", []):
-            if block.get("state") != "active_allocated" or not block.get("frames"):
-                continue
+    for block in _live_blocks(torch) if blocks is None else blocks:
+        if block.get("frames"):
             where = _line_of(block["frames"], loop, torch_dir)
             if where:
                 out[where] = out.get(where, 0) + int(block.get("requested_size") or block.get("size") or 0)
@@ -409,10 +412,10 @@ def _out_of_memory(device, requested, limit, device_free) -> None:
 
 def _largest(torch) -> list[dict]:
     """The largest live allocations: by line where history recorded them, else by block."""
-    by_line = _live_by_line(torch)
+    blocks = _live_blocks(torch)  # one snapshot, in the program's failing allocation
+    by_line = _live_by_line(torch, blocks)
     if by_line:
         return [{"where": w, "code": c, "bytes": b}
                 for (w, c), b in sorted(by_line.items(), key=lambda kv: -kv[1])[:TOP_LINES]]
-    sizes = sorted((int(b.get("size") or 0) for seg in torch.cuda.memory._snapshot().get("segments", [])
-                    for b in seg.get("blocks", []) if b.get("state") == "active_allocated"), reverse=True)
+    sizes = sorted((int(b.get("size") or 0) for b in blocks), reverse=True)
     return [{"where": None, "code": None, "bytes": s} for s in sizes[:TOP_LINES]]

@@ -91,17 +91,27 @@ def depth_text(settings: dict) -> str:
 def read_record(ranges: pd.DataFrame, prefix: str = names.INSTRUMENTATION_PREFIX, pid: int | None = None) -> dict | None:
     """The last well-formed JSON record named ``prefix {json}`` in the trace (of process ``pid`` when it has
     one there), or None."""
+    records = read_records(ranges, prefix, pid)
+    return records[-1] if records else None
+
+
+def read_records(ranges: pd.DataFrame, prefix: str, pid: int | None = None) -> list[dict]:
+    """Every well-formed JSON record named ``prefix {json}``, in trace order (of process ``pid`` where it has
+    some): the settings record is read as the last, the per-step memory records as all."""
+    if not len(ranges):
+        return []
     hit = name_mask(ranges["name"], lambda n: n.startswith(prefix))
     if pid is not None and "pid" in ranges and (hit & (ranges["pid"] == pid)).any():
         hit &= ranges["pid"] == pid
-    for text in reversed(ranges["name"][hit].astype(str).tolist()):
+    out = []
+    for text in ranges["name"][hit].astype(str).tolist():
         try:
             record = json.loads(text[len(prefix):])
         except ValueError:
             continue
         if isinstance(record, dict):
-            return record
-    return None
+            out.append(record)
+    return out
 
 
 def _unit(record: dict, key: str) -> float | None:

@@ -10,15 +10,13 @@ the export too: PyTorch's reserve plus what libraries allocate beside it (cuBLAS
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from nvtx_trace import names
 from nvtx_trace.analyzer.findings import THRESHOLDS as T
 from nvtx_trace.analyzer.findings import Finding, ms, size
+from nvtx_trace.analyzer.measures.instrumentation_cost import read_records
 from nvtx_trace.analyzer.question import Context, Question
-from nvtx_trace.analyzer.trace.tables import name_mask
 
 THRESHOLDS = {
     "memory_growth_min_bytes": 1 << 20,  # a step's start grows by >= 1 MiB a step on average ...
@@ -31,21 +29,6 @@ THRESHOLDS = {
 }
 NOT_RECORDED = "GPU memory: not recorded (no CUDA in the program, no nvtx_autotrace, or a capture from before it did)"
 FRAGMENTATION_FIX = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
-
-
-def _records(ranges, prefix: str, pid: int | None) -> list[dict]:
-    hit = name_mask(ranges["name"], lambda n: n.startswith(prefix))
-    if pid is not None and "pid" in ranges and (hit & (ranges["pid"] == pid)).any():
-        hit &= ranges["pid"] == pid
-    out = []
-    for text in ranges["name"][hit].astype(str).tolist():
-        try:
-            record = json.loads(text[len(prefix):])
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
 
 
 def _phase(r: dict) -> str | None:
@@ -62,9 +45,9 @@ def _phase(r: dict) -> str | None:
 def _run(ctx: Context) -> None:
     analysis, ranges = ctx.result, ctx.trace.ranges
     pid = analysis.steps.pid if analysis.steps else None
-    per_step = _records(ranges, names.MEMORY_PREFIX, pid) if len(ranges) else []
-    ooms = _records(ranges, names.OOM_PREFIX, pid) if len(ranges) else []
-    lines = _records(ranges, names.MEMORY_LINES_PREFIX, pid) if len(ranges) else []
+    per_step = read_records(ranges, names.MEMORY_PREFIX, pid)
+    ooms = read_records(ranges, names.OOM_PREFIX, pid)
+    lines = read_records(ranges, names.MEMORY_LINES_PREFIX, pid)
     usage = ctx.reader.memory_usage()
     if not per_step and not ooms and usage is None:
         analysis.memory = None
