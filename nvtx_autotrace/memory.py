@@ -36,6 +36,8 @@ HISTORY_ENV = "NVTX_AUTOTRACE_MEMORY_HISTORY"  # warmup (default) | all | 0
 TOP_LINES = 5
 _state: dict = {}
 _carried: dict = {}  # device -> {peak path: the highest peak the resets dropped}: kept across a reinstall
+_pending: dict = {}  # device -> the stats read just before each reset, not yet folded into _carried
+CARRY_EVERY = 32  # stats held before they are folded: one warm loop every 32 steps costs less than 32 cold ones
 _observer = {"attached": False}  # the allocator cannot detach it: attached once per process
 _guard = _registry.Guard("memory")
 
@@ -49,7 +51,7 @@ def install() -> None:
         return
     _state.clear()
     mode = os.environ.get(HISTORY_ENV, "warmup").strip().lower() or "warmup"
-    _state.update(device=None, start=None, forward_peak=None, backward_peak=None, carried=_carried, phase="forward",
+    _state.update(device=None, start=None, forward_peak=None, backward_peak=None, phase="forward",
                   history=False, history_mode=mode, loop=None, lines_at=None, lines=None, oom_step=None,
                   window_coming=bool(os.environ.get(names.CAPTURE_ENV) or os.environ.get(names.AUTO_WINDOW_ENV)))
     _fold_peaks_back(torch)
@@ -225,21 +227,32 @@ def peak_allocated() -> int | None:
 # ---- the peaks the program reads --------------------------------------------------------------------------
 
 def _reset_peaks(torch, device: int, stats: dict | None = None) -> None:
-    """Carry every peak the reset drops (from ``stats`` where just read), then reset."""
-    stats = stats if stats is not None else _stats(torch, device)
-    carried = _state["carried"].get(device)
-    if carried is None:  # where the peaks are in the allocator's stats, found once (about 30 of them)
-        carried = _state["carried"][device] = {path: 0 for path in _peak_paths(stats)}
-        _state["peak_groups"] = _groups(carried)
-    for stat, pools in _state["peak_groups"]:  # plain indexing: this runs every step
-        node = stats.get(stat)
-        if node is None:
-            continue
-        for pool, path in pools:
-            value = (node if pool is None else node[pool])["peak"]
-            if value > carried[path]:
-                carried[path] = value
+    """Keep what the reset drops (the stats just read), then reset; folded into the carried peaks in batches."""
+    held = _pending.setdefault(device, [])
+    held.append(stats if stats is not None else _stats(torch, device))
+    if len(held) >= CARRY_EVERY:
+        _carry(device)
     torch._C._cuda_resetPeakMemoryStats(device)
+
+
+def _carry(device) -> dict | None:
+    """The peaks every reset so far dropped on ``device``, folded into its carried peaks."""
+    held = _pending.pop(device, None)
+    carried = _carried.get(device)
+    if held:
+        if carried is None:  # where the peaks are in the allocator's stats, found once (about 30 of them)
+            carried = _carried[device] = {path: 0 for path in _peak_paths(held[0])}
+        groups = _groups(carried)
+        for stats in held:
+            for stat, pools in groups:
+                node = stats.get(stat)
+                if node is None:
+                    continue
+                for pool, path in pools:
+                    value = (node if pool is None else node[pool])["peak"]
+                    if value > carried[path]:
+                        carried[path] = value
+    return carried
 
 
 def _groups(carried: dict) -> list:
@@ -292,9 +305,9 @@ def _index(torch, device) -> int | None:
 def stats_wrapper(torch, original, flat: bool = False):
     def memory_stats(*args, **kwargs):
         stats = original(*args, **kwargs)
-        if _carried:
+        if _carried or _pending:
             device = args[0] if args else kwargs.get("device", kwargs.get("device_index"))
-            carried = _carried.get(_index(torch, device))
+            carried = _carry(_index(torch, device))
             if carried:
                 _fold_flat(stats, carried) if flat else _fold(stats, carried)
         return stats
@@ -305,7 +318,9 @@ def stats_wrapper(torch, original, flat: bool = False):
 def reset_wrapper(torch, original):
     def reset_peak_memory_stats(*args, **kwargs):
         device = args[0] if args else kwargs.get("device", kwargs.get("device_index"))
-        _carried.pop(_index(torch, device), None)
+        index = _index(torch, device)
+        _carried.pop(index, None)
+        _pending.pop(index, None)
         return original(*args, **kwargs)
 
     return reset_peak_memory_stats

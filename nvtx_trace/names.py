@@ -185,10 +185,16 @@ def window(record: dict) -> str:
     return WINDOW_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True)
 
 
-def _record(prefix: str, record: dict) -> str:
-    import json
+_encoders: list = []
 
-    return prefix + json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
+
+def _record(prefix: str, record: dict) -> str:
+    """One encoder made once: the memory record is written every step."""
+    if not _encoders:
+        import json
+
+        _encoders.append(json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=str).encode)
+    return prefix + _encoders[0](record)
 
 
 def memory(record: dict) -> str:

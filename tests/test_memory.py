@@ -296,7 +296,7 @@ def test_the_program_reads_its_peaks_since_its_start_through_every_api():
     live = {"allocated_bytes": {"all": {"current": 5, "peak": 6}, "large_pool": {"current": 1, "peak": 2}},
             "oversize_allocations": {"current": 0, "peak": 0}}
     memory._carried.clear()
-    memory._state.update(carried=memory._carried)
+    memory._pending.clear()
     before = {"allocated_bytes": {"all": {"current": 5, "peak": 9}, "large_pool": {"current": 1, "peak": 7}},
               "oversize_allocations": {"current": 0, "peak": 1}}
     fake_torch = type("T", (), {"_C": type("C", (), {"_cuda_resetPeakMemoryStats": staticmethod(lambda d: None)}),
@@ -313,7 +313,35 @@ def test_the_program_reads_its_peaks_since_its_start_through_every_api():
         assert nested(0)["allocated_bytes"]["all"]["peak"] == 6
     finally:
         memory._carried.clear()
+        memory._pending.clear()
         memory._state.clear()
+
+
+def test_peaks_held_between_folds_are_never_lost():
+    """The stats read before each reset are folded in batches (CARRY_EVERY): a read in the middle of a batch, at
+    its end and after the program's own reset each give the highest peak since the last reset the program made."""
+    from nvtx_autotrace import memory
+
+    fake_torch = type("T", (), {"_C": type("C", (), {"_cuda_resetPeakMemoryStats": staticmethod(lambda d: None)}),
+                                "cuda": type("cuda", (), {"_utils": type("u", (), {
+                                    "_get_device_index": staticmethod(lambda d, optional=True: d or 0)})})})
+    live = lambda device=None: {"allocated_bytes": {"all": {"current": 1, "peak": 2}}}  # noqa: E731
+    read = memory.stats_wrapper(fake_torch, live)
+    memory._carried.clear()
+    memory._pending.clear()
+    try:
+        peaks = [10 + (i * 7) % 23 for i in range(memory.CARRY_EVERY * 2 + 5)]
+        for n, peak in enumerate(peaks):
+            memory._reset_peaks(fake_torch, 0, {"allocated_bytes": {"all": {"current": 1, "peak": peak}}})
+            if n in (3, memory.CARRY_EVERY - 1, memory.CARRY_EVERY + 2):
+                assert read(0)["allocated_bytes"]["all"]["peak"] == max(peaks[:n + 1])
+        assert read(0)["allocated_bytes"]["all"]["peak"] == max(peaks)
+        memory.reset_wrapper(fake_torch, lambda device=None: None)(0)
+        memory._reset_peaks(fake_torch, 0, {"allocated_bytes": {"all": {"current": 1, "peak": 5}}})
+        assert read(0)["allocated_bytes"]["all"]["peak"] == 5
+    finally:
+        memory._carried.clear()
+        memory._pending.clear()
 
 
 def test_the_training_device_is_the_one_holding_memory_and_the_current_one_on_a_tie(monkeypatch):
