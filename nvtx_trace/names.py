@@ -198,8 +198,10 @@ def _record(prefix: str, record: dict) -> str:
 
 
 def memory(record: dict) -> str:
-    """One step's GPU memory: allocated and reserved at its start, its peaks, the peak by backward and optimizer."""
-    return _record(MEMORY_PREFIX, record)
+    """One step's GPU memory: allocated and reserved at its start, its peaks, the peak by backward and optimizer.
+    Integers only, written every step: formatted directly (the JSON encoder cost 40 µs a step on an H200 host),
+    the same text as ``_record``'s."""
+    return MEMORY_PREFIX + "{" + ",".join(['"%s":%d' % kv for kv in sorted(record.items())]) + "}"
 
 
 def memory_lines(record: dict) -> str:

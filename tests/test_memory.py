@@ -359,3 +359,15 @@ def test_the_training_device_is_the_one_holding_memory_and_the_current_one_on_a_
     assert memory._training_device(fake(0, held)) == 1
     held = {0: 0, 1: 0}
     assert memory._training_device(fake(1, held)) == 1
+
+
+def test_the_memory_record_is_the_json_every_other_record_is():
+    """names.memory formats its integers directly (it is written every step); the text is json.dumps's, sorted and
+    compact, and the reader parses it back."""
+    from nvtx_trace import names
+
+    record = {"step": 7, "allocated": 1 << 33, "reserved": 9 << 30, "peak_allocated": 12 << 30, "backwards": 8,
+              "peak_reserved": 13 << 30, "end_allocated": 0, "forward_peak": 11 << 30}
+    text = names.memory(record)
+    assert text == names.MEMORY_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True)
+    assert json.loads(text[len(names.MEMORY_PREFIX):]) == record
