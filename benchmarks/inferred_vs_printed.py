@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nvtx_trace.analyzer import analyze  # noqa: E402
-from nvtx_trace.report.json import to_dict  # noqa: E402
+from nvtx_trace.analyzer.summary import to_dict  # noqa: E402
 
 
 def printed_steps(log: Path) -> list[float]:

@@ -21,7 +21,7 @@ SAMPLES = sorted((ROOT / "sample_reports").glob("*.sqlite"))
 def summary(report: Path, analysis=None) -> dict:
     """``analysis``: the report's analysis when the caller has it already (the tests share them)."""
     from nvtx_trace.analyzer import analyze
-    from nvtx_trace.report.json import to_dict
+    from nvtx_trace.analyzer.summary import to_dict
 
     out = json.loads(json.dumps(to_dict(analysis if analysis is not None else analyze(report))))
     out["report"]["path"] = report.name  # where the checkout lives is not a figure

@@ -24,7 +24,7 @@ WIDTH = 120  # the terminal's columns in the snapshots
 
 
 def _summary(report: Path, a) -> dict:
-    from nvtx_trace.report.json import to_dict
+    from nvtx_trace.analyzer.summary import to_dict
 
     out = json.loads(json.dumps(to_dict(a)))
     out["report"]["path"] = report.name  # where the checkout lives is not a figure
@@ -50,8 +50,8 @@ def parts_of(report: Path, a) -> dict[str, dict]:
 
     from nvtx_trace import __version__
     from nvtx_trace.analyzer.questions import HEAD_KEYS, REGISTRY, TAIL_KEYS, html_sections, text_sections
+    from nvtx_trace.analyzer.summary import to_dict
     from nvtx_trace.report import html, text
-    from nvtx_trace.report.json import to_dict
     from nvtx_trace.report.sections import HtmlView, TextView
 
     a.path = report.name  # as the terminal snapshots always showed it

@@ -291,7 +291,7 @@ def test_a_gpu_bound_program_s_drift_is_not_claimed_as_the_profiler_s_cost():
     assert inst.profiler_cost_ns_per_step is None
     assert inst.profiler_gpu_idle_ns_per_step == pytest.approx(np.mean(idle), rel=0.02)
 
-    from nvtx_trace.report.json import to_dict
+    from nvtx_trace.analyzer.summary import to_dict
     from nvtx_trace.runner.try_runs import own_cost_ns
 
     summary = to_dict(a)

@@ -158,7 +158,7 @@ def test_instrumentation_record_precedes_every_module_range(run):
 def test_analyzer_cost_is_the_recorded_unit_costs_times_the_ranges_sql_counts(run):
     """summary.json `instrumentation` against an independent count of the same ranges in plain SQL."""
     from nvtx_trace.analyzer import analyze
-    from nvtx_trace.report.json import to_dict
+    from nvtx_trace.analyzer.summary import to_dict
 
     rows, _log = run
     out = to_dict(analyze(_DB["path"]))
@@ -185,7 +185,7 @@ def test_settings_record_under_nsys_says_what_the_program_set(run):
     from cpu_train import TinyNet
 
     from nvtx_trace.analyzer import analyze
-    from nvtx_trace.report.json import to_dict
+    from nvtx_trace.analyzer.summary import to_dict
 
     rows, _log = run
     main = _main_pid(rows)

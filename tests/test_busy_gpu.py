@@ -97,7 +97,7 @@ def test_kernel_mix_of_held_out_captures_equals_sql(captures, name):
 
 
 def test_first_change_is_the_top_finding(captures):
-    from nvtx_trace.report.json import to_dict
+    from nvtx_trace.analyzer.summary import to_dict
 
     d = to_dict(analyze(captures / "gpt_fp32.sqlite"))
     first = d["first_change"]

@@ -216,9 +216,9 @@ def test_collectives_without_a_partner_are_said_and_their_steps_left_out(tmp_pat
     known = steps[~unknown]
     assert a.steps.summary()["collective_wait_fraction"] == pytest.approx(
         known["collective_wait_ns"].sum() / known["duration_ns"].sum())
-    from nvtx_trace.report import json as json_report
+    from nvtx_trace.analyzer import summary as summary_json
 
-    rows = json_report.to_dict(a)["steps"]["table"]
+    rows = summary_json.to_dict(a)["steps"]["table"]
     assert sum(r["collective_wait_ns"] is None for r in rows) >= unknown.sum()
 
 

@@ -140,7 +140,7 @@ def test_each_step_less_its_waiting_in_collectives_gives_compute_and_the_gpus_ow
     import numpy as np
 
     from nvtx_trace.analyzer import predict
-    from nvtx_trace.analyzer.findings import ms
+    from nvtx_trace.units import ms
 
     steady = ddp.steps.steady
     device = next(d.device_id for d in ddp.communication.devices if d.pid == ddp.steps.pid)

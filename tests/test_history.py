@@ -17,9 +17,9 @@ import pytest
 from conftest import ROOT
 
 from nvtx_trace import runner
-from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.cli import main as cli_main
 from nvtx_trace.runner import history
+from nvtx_trace.units import ms
 
 SCRIPT = ROOT / "programs" / "slow_loader_train.py"
 

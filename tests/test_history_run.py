@@ -14,7 +14,7 @@ import sys
 import pytest
 from conftest import ROOT, installed_nsys, need
 
-from nvtx_trace.analyzer.findings import ms
+from nvtx_trace.units import ms
 
 SCRIPT = ROOT / "programs" / "slow_loader_train.py"
 

@@ -27,7 +27,7 @@ import pytest
 from conftest import ROOT, need
 
 from nvtx_trace.analyzer import Analysis, analyze
-from nvtx_trace.analyzer.findings import Finding, ms, pct
+from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.measures.gpu_idle import (
     CAUSES,
     DeviceIdle,
@@ -39,6 +39,7 @@ from nvtx_trace.analyzer.questions.step_breakdown import breakdown
 from nvtx_trace.report import html as html_report
 from nvtx_trace.report import json as json_report
 from nvtx_trace.report import nvtx_lanes, timeline
+from nvtx_trace.units import ms, pct
 
 ARTIFACTS = Path(os.environ.get("NVTX_TRACE_ARTIFACTS", ROOT / "tests" / "artifacts"))
 EVIL = '</script><script>window.PWNED=1</script><!-- <img src=x onerror="window.PWNED=2"> &amp; \u2028'

@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import ROOT
 
 LAYERS = {"cli": 5, "runner": 4, "report": 3, "capture": 2, "analyzer": 1}
-GROUND = {"errors", "names", "files", "device_peaks", "knobs"}
+GROUND = {"errors", "names", "files", "device_peaks", "knobs", "units"}
 
 
 def modules() -> dict[str, Path]:
@@ -64,9 +64,15 @@ def imports_of(name: str, path: Path, known: dict) -> set[str]:
     return out
 
 
+REGISTRY = "nvtx_trace.analyzer.questions"
+
+
 def graph() -> dict[str, set[str]]:
+    """Every module's imports; the registry also imports each question it discovers (``importlib``)."""
     known = modules()
-    return {name: imports_of(name, path, known) for name, path in known.items()}
+    g = {name: imports_of(name, path, known) for name, path in known.items()}
+    g[REGISTRY] |= {m for m in known if m.startswith(REGISTRY + ".")}
+    return g
 
 
 def test_every_module_has_a_layer():
@@ -101,24 +107,56 @@ def test_no_import_circle():
     assert circles == []
 
 
+# The analyzer's own floors (issue 54), lowest first: what a report holds; what ranks share and the figures
+# questions share; the words every question speaks (a finding, a question, a prediction, the basis, the options);
+# the questions; the framework that registers and runs them and writes their summary.
+ANALYZER_FLOORS = {"trace": 0, "ranks": 1, "measures": 1, "findings": 2, "question": 2, "predict": 2, "basis": 2,
+                   "options": 2, "questions": 3}
+
+
+def analyzer_floor(name: str) -> int | None:
+    parts = name.split(".")
+    if parts[:2] != ["nvtx_trace", "analyzer"]:
+        return None
+    if name == REGISTRY or len(parts) == 2:
+        return 4  # the registry and the package's entry point belong to the framework
+    return ANALYZER_FLOORS.get(parts[2], 4)
+
+
+def upward_in_the_analyzer(g: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {i}" for m, deps in g.items() if analyzer_floor(m) is not None for i in deps
+                  if analyzer_floor(i) is not None and analyzer_floor(i) > analyzer_floor(m)
+                  and not m.startswith(i + "."))
+
+
+def test_the_analyzer_s_floors_hold():
+    """trace < ranks, measures < the words questions use < questions < the framework: nothing imports upward,
+    lazily or not, the registry's discovery included."""
+    assert upward_in_the_analyzer(graph()) == []
+
+
+def test_a_planted_upward_import_is_caught():
+    g = graph()
+    g["nvtx_trace.analyzer.trace.tables"] = g["nvtx_trace.analyzer.trace.tables"] | {"nvtx_trace.analyzer.pipeline"}
+    g["nvtx_trace.analyzer.measures.step_times"] = g["nvtx_trace.analyzer.measures.step_times"] | {
+        "nvtx_trace.analyzer.findings"}
+    assert upward_in_the_analyzer(g) == ["nvtx_trace.analyzer.measures.step_times -> nvtx_trace.analyzer.findings",
+                                         "nvtx_trace.analyzer.trace.tables -> nvtx_trace.analyzer.pipeline"]
+
+
 def test_no_module_name_twice_in_the_analyzer():
     names = [p.stem for p in (ROOT / "nvtx_trace" / "analyzer").rglob("*.py") if p.stem != "__init__"]
     names += [p.name for p in (ROOT / "nvtx_trace" / "analyzer").iterdir() if p.is_dir() and p.name != "__pycache__"]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
 
 
-# issue 54: the one import of a question by another still there (the sync finding leaves out the cudaFree time the
-# allocator finding counts, which it knows only once the allocator's findings are made)
-QUESTION_TO_QUESTION_LEFT = {"nvtx_trace.analyzer.questions.sync -> nvtx_trace.analyzer.questions.allocator"}
-
-
 def test_no_question_imports_another():
     """Shared figures go to measures/ (docs/architecture.md): a question that imports another one ties their
-    order and their floors together. Lazy imports count; importing the registry (the package) is no question's."""
-    package = "nvtx_trace.analyzer.questions"
-    found = {f"{m} -> {i}" for m, deps in graph().items() if m.startswith(package + ".")
-             for i in deps if i.startswith(package + ".")}
-    assert found == QUESTION_TO_QUESTION_LEFT
+    order and their floors together. Lazy imports count, and the registry (the package) is no question's to import:
+    what a question reads of the others comes through ``Context.questions``."""
+    found = {f"{m} -> {i}" for m, deps in graph().items() if m.startswith(REGISTRY + ".")
+             for i in deps if i == REGISTRY or i.startswith(REGISTRY + ".")}
+    assert found == set()
 
 
 def test_the_docs_needs_column_is_what_each_question_declares():

@@ -106,7 +106,7 @@ def test_the_json_keys_are_the_documented_contract(merged):
 
     from conftest import ROOT
 
-    from nvtx_trace.report.json import to_dict
+    from nvtx_trace.analyzer.summary import to_dict
 
     findings = json.loads(json.dumps(to_dict(merged)))["findings"]
     behind = findings[0]["evidence"]["falls_behind"]

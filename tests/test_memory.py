@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from conftest import sample_analysis
 
-from nvtx_trace.report.json import to_dict
+from nvtx_trace.analyzer.summary import to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 LEAK = ROOT / "sample_reports" / "memory_leak_h200.sqlite"

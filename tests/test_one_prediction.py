@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 from question_snapshots import SAMPLES, recorded_summary, recorded_text
 
-from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.analyzer.questions import host_kinds
 from nvtx_trace.runner import history, try_runs, tune
 from nvtx_trace.runner.diff import compare
+from nvtx_trace.units import ms
 
 
 def predicted(summary: dict) -> list[dict]:

@@ -13,7 +13,7 @@ import pytest
 from conftest import sample_analysis
 
 from nvtx_trace.analyzer import predict
-from nvtx_trace.report.json import to_dict
+from nvtx_trace.analyzer.summary import to_dict
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_reports"
 

@@ -18,6 +18,7 @@ from rank_files import ddp_rank_groups, shift_clock, split_by_process
 from test_analyzer_gpu_reports import sql, sql_union_busy
 
 from nvtx_trace.analyzer import analyze
+from nvtx_trace.analyzer import summary as summary_json
 from nvtx_trace.errors import BadReportError, UsageError
 from nvtx_trace.report import json as json_report
 
@@ -152,7 +153,7 @@ def test_per_rank_rows_match_sql_over_each_rank_file(merged, files):
 
 
 def test_json_has_clock_and_ranks_only_for_several_reports(merged, original):
-    several, one = json_report.to_dict(merged), json_report.to_dict(original)
+    several, one = summary_json.to_dict(merged), summary_json.to_dict(original)
     assert "ranks" not in one and "clock" not in one
     assert [r["rank"] for r in several["ranks"]] == [0, 1]
     assert set(several["clock"]) == {"method", "how", "sessions"}
@@ -169,19 +170,19 @@ def test_a_folder_or_an_unexpanded_glob_names_the_same_reports(files, merged):
 
 def test_reading_in_a_process_pool_gives_what_reading_one_by_one_gives(files):
     serial, pool = analyze(files, workers=1), analyze(files, workers=2)
-    assert json_report.to_dict(serial) == json_report.to_dict(pool)
+    assert summary_json.to_dict(serial) == summary_json.to_dict(pool)
 
 
 @pytest.mark.slow
 def test_a_local_dask_cluster_gives_the_same_analysis(files, merged):
     need("dask.distributed", importlib.util.find_spec("distributed") is not None)
     a = analyze(files, scheduler="local:2")
-    assert json_report.to_dict(a) == json_report.to_dict(merged)
+    assert summary_json.to_dict(a) == summary_json.to_dict(merged)
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:  # by its address
         b = analyze(files, scheduler=cluster.scheduler_address)
-    assert json_report.to_dict(b) == json_report.to_dict(merged)
+    assert summary_json.to_dict(b) == summary_json.to_dict(merged)
 
 
 def _copy(src: Path, dst: Path, sql_text: str | None = None) -> Path:

@@ -16,8 +16,8 @@ from nvtx_trace.analyzer import analyze, questions
 from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.pipeline import ordered
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.analyzer.summary import to_dict
 from nvtx_trace.report import html, text
-from nvtx_trace.report.json import to_dict
 
 REPORT = SAMPLES / "resnet_flawed_user.sqlite"
 

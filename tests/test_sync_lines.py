@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import sample_analysis
 
-from nvtx_trace.report.json import to_dict
+from nvtx_trace.analyzer.summary import to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_reports" / "planted_syncs_h200.sqlite"

@@ -332,7 +332,7 @@ def test_a_loader_paced_prediction_keeps_the_pace_when_the_tool_s_cost_is_taken_
     workers' pace had predicted 12.92 ms. The pace is the workers' time per batch over their number (evidence)."""
     from conftest import sample_analysis
 
-    from nvtx_trace.report.json import to_dict
+    from nvtx_trace.analyzer.summary import to_dict
     from nvtx_trace.runner.try_runs import Round, Variant
     from nvtx_trace.runner.try_runs import row as _row
 

@@ -14,6 +14,7 @@ from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.options import AnalysisOptions, parse_options
 from nvtx_trace.analyzer.question import Context
 from nvtx_trace.analyzer.questions import REGISTRY
+from nvtx_trace.analyzer.trace.decoded import DecodedReport, snapshot
 from nvtx_trace.analyzer.trace.reader import Reader
 from nvtx_trace.analyzer.trace.tables import Trace
 from nvtx_trace.errors import BadReportError
@@ -103,7 +104,7 @@ def _analyze_ranks(paths: list[Path], options: AnalysisOptions) -> Analysis:
     one trace, then the same units as for one report."""
     from nvtx_trace.analyzer.ranks import checks, clocks, merge, parallel
 
-    reports = parallel.read_reports(paths, options.scheduler, options.workers)
+    reports = parallel.read_reports(paths, decode_report, options.scheduler, options.workers)
     checks.check_reports(reports)
     plan = clocks.align(reports)
     trace = merge.merge(reports, plan)
@@ -111,6 +112,24 @@ def _analyze_ranks(paths: list[Path], options: AnalysisOptions) -> Analysis:
         trace.warnings.append(f"clocks: {plan.how()}")
     pipeline.announce(REGISTRY, trace)
     return _run_analyses(trace, trace.reader, options)
+
+
+def decode_report(path) -> DecodedReport:
+    """One rank's report read the way analyze() would read it, its decoded tables kept (runs in a worker)."""
+    path = Path(path)
+    try:
+        reader = Reader(path)
+        trace = Trace(reader)
+        try:
+            pipeline.announce(REGISTRY, trace)
+            trace.start_runtime_read()
+            return snapshot(trace, reader)
+        finally:
+            trace.close()
+            reader.close()
+    except sqlite3.DatabaseError as exc:
+        raise BadReportError(f"{path}: cannot be read as an Nsight Systems export ({exc}); "
+                             "if it was cut short, export it again") from None
 
 
 def _analyze(reader: Reader, options: AnalysisOptions) -> Analysis:

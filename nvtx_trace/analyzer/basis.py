@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nvtx_trace.analyzer.findings import Finding, ms, pct
+from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.units import ms, pct
 
 CPU_CAUSES = ("cuda_api", "optimizer", "backward", "forward", "other_range", "unattributed")
 

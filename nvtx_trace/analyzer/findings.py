@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nvtx_trace.units import count, ms, pct, size  # noqa: F401 - TRANSITION: removed once runner/history.py reads units
+
 COMMON_THRESHOLDS = {  # shared by every finding; each question declares its own (questions.thresholds())
     "cause_fraction": 0.05,  # a cause gets its own finding at 5 % of the window
     "min_impact_ns": 1_000_000,  # nothing under 1 ms total is worth a finding
@@ -19,16 +21,16 @@ COMMON_THRESHOLDS = {  # shared by every finding; each question declares its own
 
 
 class _Thresholds(Mapping):
-    """Every threshold by name: the common ones and each registered question's, read on first use."""
+    """Every threshold by name: the common ones and each registered question's, read on first use from the
+    registry, which plugs its ``thresholds()`` in as ``source`` (the registry imports findings, never the reverse)."""
 
     def __init__(self):
         self._all: dict | None = None
+        self.source = dict  # the registry's thresholds(), set when the registry is built (questions/__init__)
 
     def _load(self) -> dict:
         if self._all is None:
-            from nvtx_trace.analyzer.questions import thresholds
-
-            self._all = {**COMMON_THRESHOLDS, **thresholds()}
+            self._all = {**COMMON_THRESHOLDS, **self.source()}
         return self._all
 
     def __getitem__(self, key):
@@ -60,34 +62,6 @@ class Finding:
                 "threshold": self.threshold, "evidence": _plain(self.evidence),
                 "recommend": _plain(self.recommend) if self.recommend else None,
                 "predicted": _plain(self.predicted) if self.predicted else None}
-
-
-def ms(ns: float) -> str:
-    """Human duration: 1234567 -> '1.23 ms'."""
-    ns = float(ns)
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    return f"{ns / 1e3:.1f} µs"
-
-
-def size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
-def count(n: int, word: str, plural: str | None = None) -> str:
-    """'1 worker', '3 workers', '2 training processes'."""
-    return f"{n} {word if n == 1 else (plural or word + 's')}"
-
-
-def pct(x: float) -> str:
-    """'37 %'; a share that rounds to 0 but is not zero reads '<1 %'."""
-    return "<1 %" if 0 < x < 0.005 else f"{100 * x:.0f} %"
 
 
 def _plain(obj):

@@ -54,7 +54,9 @@ def ordered(questions: list[Question]) -> list[Question]:
 
 
 def run(questions: list[Question], ctx: Context) -> None:
-    """Each question in turn (the Analysis already holds every result's unset value)."""
+    """Each question in turn (the Analysis already holds every result's unset value); each may read which
+    questions run with it (``ctx.questions``), never import them."""
+    ctx.questions = tuple(questions)
     for q in ordered(questions):
         if q.run is not None:
             q.run(ctx)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from nvtx_trace.analyzer.findings import Finding, count, ms
+from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.measures import loader_waits
 from nvtx_trace.analyzer.measures.step_times import typical_step_ns
+from nvtx_trace.units import count, ms
 
 GPU_BOUND = 0.8  # a GPU-side saving shortens the step 1:1 when the GPU is this busy
 # ... or, on a GPU less busy, when the idle gaps shorter than --min-gap-ms (kernels launched slower than the GPU

@@ -30,6 +30,7 @@ class Context:
     loader_pattern: str
     warmup_steps: int | None
     step_range: str | None = None  # --step-range: the user's own ranges that are the steps
+    questions: tuple = ()  # every question of this analysis (set by the pipeline): what ranking reads of the others
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,13 @@ class Question:
     text_at: int | None = None  # where they sit in the terminal report (default: order)
     html: Callable | None = None  # (Analysis, summary dict, HtmlView) -> HTML of its tables ("" when none)
     html_at: int | None = None  # where they sit in the page's Details (default: order)
+
+
+def kinds(questions, attr: str) -> tuple[str, ...]:
+    """The finding kinds a list of questions declares under ``attr`` (idle_kinds, work_kinds, host_kinds)."""
+    return tuple(k for q in questions for k in getattr(q, attr))
+
+
+def prediction_rules(questions) -> dict:
+    """Finding kind -> the rule its question predicts its fix by (``Question.predicts``)."""
+    return {k: rule for q in questions for k, rule in q.predicts.items()}

@@ -9,10 +9,10 @@ from typing import Optional
 
 import typer
 
-from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.errors import NvtxTraceError
 from nvtx_trace.report.console import console
 from nvtx_trace.report.sections import printable
+from nvtx_trace.units import ms
 
 
 def history(
@@ -31,7 +31,8 @@ def history(
     """
 
     from nvtx_trace.errors import UsageError
-    from nvtx_trace.runner import history as hist
+    from nvtx_trace.runner.history import resolve_path
+    from nvtx_trace.runner.history_store import ENV, query
 
     if last < 0:
         raise UsageError("--last must be >= 0 (0: all runs)")
@@ -40,13 +41,13 @@ def history(
                          "script's name (e.g. --script train.py), or leave --script out for every run")
     if path is not None and path.is_dir():
         raise UsageError(f"--history {path} is a folder; give the database file (e.g. {path / 'history.db'})")
-    where = hist.resolve_path(path)
+    where = resolve_path(path)
     if where is None:
-        raise UsageError(f"the history is switched off (${hist.ENV}={os.environ.get(hist.ENV)!r}); "
+        raise UsageError(f"the history is switched off (${ENV}={os.environ.get(ENV)!r}); "
                          "give --history PATH")
-    runs = _runs(hist, where, script, last)
+    runs = _runs(where, script, last)
     if script and not runs:
-        recorded = sorted({_short(r.get("script") or "") for r in hist.query(where)} - {""})
+        recorded = sorted({_short(r.get("script") or "") for r in query(where)} - {""})
         raise NvtxTraceError(f"no run of a script containing {script!r} in {where} (" + (
             f"recorded: {', '.join(recorded[:10])}{' ...' if len(recorded) > 10 else ''}" if recorded
             else "it holds no runs") + "); nvtx-trace history lists them all")
@@ -61,11 +62,13 @@ def history(
     _table(runs, where, out)
 
 
-def _runs(hist, where: Path, script: str | None, last: int) -> list[dict]:
+def _runs(where: Path, script: str | None, last: int) -> list[dict]:
     """The runs asked for; ``script`` matches as the plain text it is (``_`` and ``%`` too: ``my_train`` must not
-    find ``myXtrain``; history.query escapes them for SQL's LIKE)."""
+    find ``myXtrain``; history_store.query escapes them for SQL's LIKE)."""
     limit = last if 0 < last < 2 ** 63 else None  # 0, or more than SQLite can count: all of them
-    return hist.query(where, script=script, last=limit)
+    from nvtx_trace.runner.history_store import query
+
+    return query(where, script=script, last=limit)
 
 
 def _table(runs: list[dict], where: Path, console) -> None:

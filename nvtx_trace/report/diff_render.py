@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape as esc
 
-from nvtx_trace.analyzer.findings import ms, pct
+from nvtx_trace.units import ms, pct
 
 STATUS_STYLE = {"resolved": "green", "improved": "green", "unchanged": "yellow", "worse": "red", "new": "red"}
 

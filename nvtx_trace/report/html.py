@@ -2,7 +2,7 @@
 
 Why it is built this way:
 
-* Headline numbers come from ``json.to_dict(analysis)``, the same dict the JSON
+* Headline numbers come from ``summary.to_dict(analysis)``, the same dict the JSON
   output writes, so the page and ``--json`` can never disagree; each number
   carries its raw JSON value in ``data-key``/``data-value`` for tests.
 * plotly.js is inlined once from the installed plotly package; figures are
@@ -23,15 +23,15 @@ from string import Template
 import pandas as pd
 
 from nvtx_trace import __version__
-from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.measures.instrumentation_cost import depth_text
 from nvtx_trace.analyzer.questions.ranking import no_findings_line
+from nvtx_trace.analyzer.summary import to_dict
 from nvtx_trace.errors import MissingDependencyError
 from nvtx_trace.files import write_atomically
-from nvtx_trace.report import json as json_report
 from nvtx_trace.report import memorychart, stepchart, timeline
 from nvtx_trace.report.html_table import esc, fmt
 from nvtx_trace.report.sections import html_tables
+from nvtx_trace.units import ms, pct
 
 TEMPLATE = Path(__file__).parent / "templates" / "report.html"
 MAX_POINTS_OPTION = "--html-max-points"
@@ -53,7 +53,7 @@ def render(analysis, max_points: int = timeline.DEFAULT_MAX_POINTS, ranges=None,
     """The whole page as a string."""
     if ranges is None:
         ranges, thread_labels = load_lanes(analysis)
-    d = json_report.to_dict(analysis)
+    d = to_dict(analysis)
     figures, notes = [], []
     if ranges is None and thread_labels and "error" in thread_labels:
         notes.append(thread_labels.pop("error"))

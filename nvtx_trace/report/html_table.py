@@ -7,7 +7,7 @@ import html as _html
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer.findings import ms, pct, size
+from nvtx_trace.units import ms, pct, size
 
 TABLE_ROWS = 25
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer.findings import ms
+from nvtx_trace.units import ms
 
 MAX_DEPTH = 4  # NVTX nesting levels drawn per thread
 MAX_THREADS = 24  # NVTX thread lanes drawn

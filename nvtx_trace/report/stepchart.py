@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer.findings import ms
+from nvtx_trace.units import ms
 
 PARTS = [  # column, legend, colour: a report with GPU activity (the GPU's view)
     ("compute_ns", "GPU computing", "#2e7d32"),

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.analyzer.measures.gpu_idle import CAUSES
 from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.report import nvtx_lanes
 from nvtx_trace.report.nvtx_lanes import esc_plotly
+from nvtx_trace.units import ms
 
 DEFAULT_MAX_POINTS = 20_000
 LANE_PX = 26

@@ -62,8 +62,8 @@ def load_summary(path: Path) -> dict:
         return data
     from nvtx_trace.analyzer import analyze
     from nvtx_trace.analyzer.ranks.inputs import expand
+    from nvtx_trace.analyzer.summary import to_dict
     from nvtx_trace.capture.export import as_sqlite
-    from nvtx_trace.report.json import to_dict
 
     return json.loads(json.dumps(to_dict(analyze([as_sqlite(p) for p in expand(path)]))))
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.units import ms, pct
 
 COMM_KERNEL_RE = re.compile(r"^(nccl|ncclDevKernel|ncclKernel|rccl|gloo|c10d)", re.I)
 # the collective a kernel runs, across NCCL versions' names (ncclKernel_AllReduce_RING_LL_Sum_float,

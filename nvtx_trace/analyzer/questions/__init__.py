@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from nvtx_trace.analyzer import findings
+from nvtx_trace.analyzer import question as declared
 from nvtx_trace.analyzer.question import Question
 
 # summary.json's keys that no question owns: the report's own, first, and the notes on it, last
@@ -45,21 +47,24 @@ def thresholds() -> dict:
     return out
 
 
+findings.THRESHOLDS.source = thresholds  # the registry fills the mapping: findings imports no question
+
+
 def idle_kinds() -> tuple[str, ...]:
-    return tuple(k for q in REGISTRY for k in q.idle_kinds)
+    return declared.kinds(REGISTRY, "idle_kinds")
 
 
 def work_kinds() -> tuple[str, ...]:
-    return tuple(k for q in REGISTRY for k in q.work_kinds)
+    return declared.kinds(REGISTRY, "work_kinds")
 
 
 def host_kinds() -> frozenset[str]:
-    return frozenset(k for q in REGISTRY for k in q.host_kinds)
+    return frozenset(declared.kinds(REGISTRY, "host_kinds"))
 
 
 def prediction_rules() -> dict:
     """Finding kind -> the rule its question predicts its fix by (``Question.predicts``)."""
-    return {k: rule for q in REGISTRY for k, rule in q.predicts.items()}
+    return declared.prediction_rules(REGISTRY)
 
 
 def knobs_of(finding: dict, kept: dict | None = None) -> dict:

@@ -13,10 +13,11 @@ The precision finding covers those GEMMs; under TF32 or bf16 a real misalignment
 from __future__ import annotations
 
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.kernel_kinds import ALIGNED_RATIO, misaligned_kernels, saved_per_step
 from nvtx_trace.analyzer.measures.provenance import facts
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.units import ms, pct
 
 
 def _pad_words(analysis) -> str:

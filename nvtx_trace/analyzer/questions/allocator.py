@@ -15,14 +15,15 @@ import re
 import numpy as np
 
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
+from nvtx_trace.analyzer.measures.allocator_calls import FREE_RE, churns
 from nvtx_trace.analyzer.measures.provenance import facts
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.analyzer.trace.tables import SLOW_API_NS, SYNC_API_RE, api_base_name
+from nvtx_trace.units import ms, pct
 
 ALLOCATOR_API_RE = re.compile(r"^(cudaFree|cudaMalloc|cuMemFree|cuMemAlloc)(_v\d+)?$")
-FREE_RE = re.compile(r"^(cudaFree|cuMemFree)(_v\d+)?$")
 
 
 def _run(ctx: Context) -> None:
@@ -50,11 +51,9 @@ def _run(ctx: Context) -> None:
 
 def _findings(analysis, basis) -> list[Finding]:
     al = analysis.allocator
-    if not al or al["calls"] < 0.5 * al["steps"]:
+    if not churns(al, basis.gpu_ns, THRESHOLDS):
         return []
     t = al["time_ns"]
-    if t < THRESHOLDS["min_impact_ns"] or t < THRESHOLDS["cause_fraction"] * basis.gpu_ns:
-        return []
     per_step = t / al["steps"]
     recorded = (analysis.settings or {}).get("empty_cache_per_step")
     cause = (f"torch.cuda.empty_cache() runs {recorded:g} times a step (recorded)" if recorded else
@@ -77,12 +76,6 @@ def _findings(analysis, basis) -> list[Finding]:
                   f"{pct(THRESHOLDS['cause_fraction'])} of the window",
         evidence={**al, "empty_cache_per_step": recorded, "facts": facts(analysis)},
     )]
-
-
-def freed_ns(analysis, basis) -> int:
-    """The training thread's time in cudaFree that an allocator finding counts (0 when it raises none): the
-    sync finding leaves it out, so the two impacts stay disjoint."""
-    return analysis.allocator["free_ns"] if _findings(analysis, basis) else 0
 
 
 QUESTION = Question(

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.analyzer.measures.collectives import alone_warning, analyze_collectives
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.units import ms
 
 
 def _run(ctx: Context) -> None:

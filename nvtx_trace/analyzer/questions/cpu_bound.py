@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from nvtx_trace.analyzer.basis import CPU_CAUSES, of_window, own_cost_note, profiler_unmeasured
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.gpu_idle import CAUSE_FIXES
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.units import ms, pct
 
 
 def _findings(analysis, basis) -> list[Finding]:

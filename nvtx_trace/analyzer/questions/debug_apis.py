@@ -10,10 +10,11 @@ The prediction: without them the step is bound by the GPU's own work per step (a
 from __future__ import annotations
 
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import Finding, ms
+from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.measures.provenance import RECORDED
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace.tables import name_mask
+from nvtx_trace.units import ms
 
 MIN_OPERATOR_RANGES = 50  # `aten::` ranges per step from which emit_nvtx is taken as on
 

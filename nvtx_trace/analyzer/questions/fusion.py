@@ -12,10 +12,11 @@ the fusable kernels' time (FUSION_REMOVED).
 from __future__ import annotations
 
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures import kernel_kinds as alignment
 from nvtx_trace.analyzer.measures.provenance import facts
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.units import ms, pct
 
 FUSABLE = ("elementwise", "norm_softmax", "reduction")
 # Calibrated on an H100 (programs/busy/gpt_train.py, GPT-2-small class, bf16 autocast, nsys captures eager and

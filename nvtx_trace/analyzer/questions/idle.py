@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.measures.gpu_idle import analyze_idle
 from nvtx_trace.analyzer.measures.kernel_kinds import gpu_missing
 from nvtx_trace.analyzer.question import Context, Question
+from nvtx_trace.units import ms, pct
 
 
 def _run(ctx: Context) -> None:

@@ -20,11 +20,11 @@ import re
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.measures.collectives import COMM_KERNEL_RE
 from nvtx_trace.analyzer.measures.kernel_kinds import gpu_missing, is_transpose
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace.tables import GPU_OP_KINDS
+from nvtx_trace.units import ms, pct
 
 # category -> words shown to a reader
 LABELS = {

@@ -17,11 +17,12 @@ import pandas as pd
 
 from nvtx_trace import names
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.kernel_kinds import TRANSPOSE_HINTS, TRANSPOSE_RE, gpu_missing, is_transpose
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace.attribution import attribute
 from nvtx_trace.analyzer.trace.tables import Trace, name_mask
+from nvtx_trace.units import ms, pct
 
 # Batch norm over NCHW tensors runs kernels that its channels_last form runs faster, part of what channels_last
 # gains beyond the transposes it removes: (name rule, how much faster in channels_last). Measured on ResNet-50,

@@ -6,7 +6,7 @@ import numpy as np
 
 from nvtx_trace.analyzer import predict
 from nvtx_trace.analyzer.basis import of_window
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, count, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.loader_waits import (
     analyze_loader,
     contended_fetch_ns,
@@ -20,6 +20,7 @@ from nvtx_trace.analyzer.measures.pageable_copies import per_step as per_step_pa
 from nvtx_trace.analyzer.measures.step_times import union_of_process
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.units import count, ms, pct
 
 
 def _run(ctx: Context) -> None:

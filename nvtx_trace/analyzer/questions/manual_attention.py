@@ -11,9 +11,10 @@ of the hand-written attention scales with the softmax's, and flash's own work is
 from __future__ import annotations
 
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.provenance import facts
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.units import ms, pct
 
 # GPT-2 small, bf16 autocast, batch 8, seq 1024, H100 (programs/busy/RESULTS.md): the hand-written attention's
 # softmax kernels took 7.44 ms a step in the capture's window; SDPA took the plain step from 74.26 to 29.14 ms:

@@ -14,9 +14,10 @@ import numpy as np
 
 from nvtx_trace import names
 from nvtx_trace.analyzer.findings import THRESHOLDS as T
-from nvtx_trace.analyzer.findings import Finding, ms, size
+from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.measures.instrumentation_cost import read_records
 from nvtx_trace.analyzer.question import Context, Question
+from nvtx_trace.units import ms, size
 
 THRESHOLDS = {
     "memory_growth_min_bytes": 1 << 20,  # a step's start grows by >= 1 MiB a step on average ...

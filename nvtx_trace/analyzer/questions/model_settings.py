@@ -9,9 +9,10 @@ small add and its gradient per convolution.
 
 from __future__ import annotations
 
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.provenance import RECORDED
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.units import pct
 
 CONV = ("conv_fp32", "conv_tf32", "conv_bf16", "conv_fp16", "conv_fp8", "conv")
 

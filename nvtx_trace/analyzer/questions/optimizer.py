@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from nvtx_trace import names
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.provenance import RECORDED, facts
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.analyzer.trace.tables import name_mask
+from nvtx_trace.units import ms, pct
 
 FUSED_REMOVES = 0.68  # of a foreach optimizer's kernel time
 FUSED_NS_PER_PARAMETER = 0.0096  # the fused AdamW kernel's time per parameter (H100)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, size
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.kernel_kinds import gpu_missing
 from nvtx_trace.analyzer.measures.pageable_copies import analyze_pageable, launch_filter
 from nvtx_trace.analyzer.measures.pageable_copies import per_step as per_step_pageable
 from nvtx_trace.analyzer.question import Context, Question
+from nvtx_trace.units import ms, size
 
 
 def _run(ctx: Context) -> None:

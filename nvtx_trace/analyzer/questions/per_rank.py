@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.measures.step_times import find_step_ranges, union_of_process
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.units import ms, pct
 
 
 def _steady_steps(ranges, pids: list[int], window: tuple[int, int], step_range: str | None) -> np.ndarray:

@@ -25,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.provenance import facts
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.units import ms, pct
 
 
 @dataclass(frozen=True)

@@ -10,28 +10,27 @@ import re
 
 from nvtx_trace.analyzer import basis as basis_
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import Finding, ms
+from nvtx_trace.analyzer.findings import Finding
 from nvtx_trace.analyzer.measures.collectives import ALONE_PREFIX
-from nvtx_trace.analyzer.question import Context, Question
+from nvtx_trace.analyzer.question import Context, Question, kinds, prediction_rules
+from nvtx_trace.units import ms
 
 
-def build_findings(analysis) -> list[Finding]:
+def build_findings(analysis, questions: tuple) -> list[Finding]:
     """Each question's findings in registry order (a later question sees the earlier ones in ``basis.found``)."""
-    from nvtx_trace.analyzer.questions import REGISTRY, idle_kinds, prediction_rules, work_kinds
-
     basis = basis_.measure(analysis)
-    for q in REGISTRY:
+    for q in questions:
         if q.findings is not None:
             raised = q.findings(analysis, basis)
             basis.found += raised
             analysis.raised_by.update((f.kind, q.name) for f in raised)
     out = basis.found
-    predict.add_predictions(analysis, out, idle_kinds(), prediction_rules())
+    predict.add_predictions(analysis, out, kinds(questions, "idle_kinds"), prediction_rules(questions))
     _in_the_framework_s_words(analysis, out)
     steps = len(analysis.steps.steady) if analysis.steps else 0
     gpus = max(1, len(analysis.idle.devices) if analysis.idle else 1)
 
-    gpu_work = work_kinds()
+    gpu_work = kinds(questions, "work_kinds")
 
     def rank(f: Finding) -> tuple:
         p = f.predicted
@@ -65,7 +64,7 @@ def first_change(analysis) -> dict | None:
 
 
 def _run(ctx: Context) -> None:
-    ctx.result.findings = build_findings(ctx.result)
+    ctx.result.findings = build_findings(ctx.result, ctx.questions)
 
 
 def no_findings_line(warnings: list[str]) -> str:

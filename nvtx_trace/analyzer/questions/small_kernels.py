@@ -8,9 +8,10 @@ work of a step (compare samples per second).
 
 from __future__ import annotations
 
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.provenance import facts
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.units import pct
 
 
 def _findings(analysis, basis) -> list[Finding]:

@@ -6,10 +6,10 @@ import functools
 
 import numpy as np
 
-from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.analyzer.measures.startup_time import analyze_startup
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.units import ms
 
 
 def _run(ctx: Context) -> None:

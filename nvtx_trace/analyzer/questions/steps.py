@@ -35,13 +35,13 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.measures.instrumentation_cost import read_record
 from nvtx_trace.analyzer.measures.startup_time import FIRST_TIME_NS, first_time_code_ns
 from nvtx_trace.analyzer.measures.step_times import STEP_PARTS, analyze_steps
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.errors import UsageError
+from nvtx_trace.units import ms, pct
 
 MIN_MATCH = 0.9  # share of steady-state positions where the sequence repeats at the period
 MIN_STEPS = 4

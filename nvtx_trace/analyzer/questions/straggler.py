@@ -11,11 +11,12 @@ of the wait; a 1 ms loader difference does not explain 200 ms of waiting, and it
 from __future__ import annotations
 
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.gpu_idle import CAUSE_FIXES
 from nvtx_trace.analyzer.measures.step_times import union_of_process
 from nvtx_trace.analyzer.question import Question
 from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.units import ms, pct
 
 MATERIAL_SHARE = 0.25  # a reason must account for this share of the most-waiting GPU's wait to be named
 EVEN_OUT = "every rank waits for the last"

@@ -15,12 +15,14 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace import names
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
+from nvtx_trace.analyzer.measures.allocator_calls import FREE_RE, freed_ns
 from nvtx_trace.analyzer.measures.gpu_idle import CAUSE_FIXES
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.analyzer.trace.attribution import attribute, range_labels
 from nvtx_trace.analyzer.trace.tables import SYNC_API_RE, Trace
+from nvtx_trace.units import ms, pct
 
 
 @dataclass
@@ -196,11 +198,9 @@ def short_idle_after_syncs(analysis) -> dict[int, int]:
 
 
 def _findings(analysis, basis) -> list[Finding]:
-    from nvtx_trace.analyzer.questions.allocator import FREE_RE, freed_ns
-
     if not analysis.sync or not analysis.sync.count:
         return []
-    freed = freed_ns(analysis, basis)  # cudaFree belongs to the allocator finding when it raises one
+    freed = freed_ns(analysis.allocator, basis.gpu_ns, THRESHOLDS)  # the allocator finding counts it, where raised
     short = short_idle_after_syncs(analysis) if len(_lines(analysis)) else {}  # the per-step syncs of lines we can name
     idle_ns = max(0, basis.cause_ns.get("sync", 0) - freed) + sum(short.values())
     if idle_ns < THRESHOLDS["min_impact_ns"] or idle_ns < THRESHOLDS["cause_fraction"] * basis.gpu_ns:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from nvtx_trace.analyzer.basis import CPU_CAUSES
-from nvtx_trace.analyzer.findings import THRESHOLDS, Finding, ms, pct
+from nvtx_trace.analyzer.findings import THRESHOLDS, Finding
 from nvtx_trace.analyzer.measures.gpu_idle import CAUSE_FIXES, gaps_in
 from nvtx_trace.analyzer.measures.pageable_copies import per_step as per_step_pageable
 from nvtx_trace.analyzer.question import Question
+from nvtx_trace.units import ms, pct
 
 COUNTED_BY = {"dataloader_stall": ("dataloader",), "sync": ("sync",), "pageable_h2d": ("copy",),  # finding -> causes
               "allocator": ("sync", "cuda_api"), "optimizer": ("optimizer",)}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.analyzer.question import Context, Question
+from nvtx_trace.units import ms
 
 
 def _run(ctx: Context) -> None:

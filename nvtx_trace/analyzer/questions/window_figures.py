@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from nvtx_trace.analyzer.findings import ms, pct
 from nvtx_trace.analyzer.measures.gpu_idle import describe_gaps, summarize_causes
 from nvtx_trace.analyzer.question import Context, Question
 from nvtx_trace.analyzer.trace import intervals as iv
+from nvtx_trace.units import ms, pct
 
 
 def _run(ctx: Context) -> None:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nvtx_trace.analyzer.findings import ms
 from nvtx_trace.analyzer.measures.collectives import COMM_KERNEL_RE
 from nvtx_trace.analyzer.trace.decoded import DecodedReport
+from nvtx_trace.units import ms
 
 MIN_PAIRED = 3  # collectives needed to trust an offset taken from them
 MAX_RESIDUAL_NS = 1_000_000  # paired ends farther apart than this after alignment: the pairing is wrong

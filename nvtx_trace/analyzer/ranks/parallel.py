@@ -10,21 +10,23 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from nvtx_trace.analyzer.trace.decoded import DecodedReport, decode
+from nvtx_trace.analyzer.trace.decoded import DecodedReport
 from nvtx_trace.errors import UsageError
 
 # Imported once in the fork server, so each worker starts with them loaded.
-PRELOAD = ["nvtx_trace.analyzer.trace.decoded", "nvtx_trace.analyzer.questions", "pandas", "numpy"]
+PRELOAD = ["nvtx_trace.analyzer.analysis", "pandas", "numpy"]
 
 
-def read_reports(paths: list[Path], scheduler: str | None = None, workers: int | None = None) -> list[DecodedReport]:
-    """Every report decoded, in the order given (options checked by analyzer.options). ``workers=1`` reads them
-    one by one in this process."""
+def read_reports(paths: list[Path], decode: Callable[[Path], DecodedReport], scheduler: str | None = None,
+                 workers: int | None = None) -> list[DecodedReport]:
+    """Every report decoded by ``decode`` (the framework's, a module-level function a worker can import), in the
+    order given (options checked by analyzer.options). ``workers=1`` reads them one by one in this process."""
     if scheduler is not None:
-        return _with_dask(paths, scheduler)
+        return _with_dask(paths, decode, scheduler)
     n = min(len(paths), workers or os.cpu_count() or 1)
     if n <= 1:
         return [decode(p) for p in paths]
@@ -57,7 +59,7 @@ def _start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
-def _with_dask(paths: list[Path], scheduler: str) -> list[DecodedReport]:
+def _with_dask(paths: list[Path], decode: Callable[[Path], DecodedReport], scheduler: str) -> list[DecodedReport]:
     """On a Dask cluster: an address (its workers must see the same files), or ``local:N`` processes here."""
     from distributed import Client, LocalCluster
 

@@ -9,7 +9,6 @@ so its memory is bounded by one report's read, never by the job's.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import pandas as pd
 
 from nvtx_trace.analyzer.trace.reader import ENUM_TABLES, PROBED_TABLES, Reader, ReportInfo
 from nvtx_trace.analyzer.trace.tables import Trace
-from nvtx_trace.errors import BadReportError
 
 
 @dataclass
@@ -65,28 +63,8 @@ class DecodedReport:
         return {int(d) for d in pd.unique(self.gpu_ops["device_id"])}
 
 
-def decode(path) -> DecodedReport:
-    """Read one export the way analyze() would, and keep the decoded tables (runs in a worker)."""
-    from nvtx_trace.analyzer import pipeline
-    from nvtx_trace.analyzer.questions import REGISTRY
-
-    path = Path(path)
-    try:
-        reader = Reader(path)
-        trace = Trace(reader)
-        try:
-            pipeline.announce(REGISTRY, trace)
-            trace.start_runtime_read()
-            return _snapshot(trace, reader)
-        finally:
-            trace.close()
-            reader.close()
-    except sqlite3.DatabaseError as exc:
-        raise BadReportError(f"{path}: cannot be read as an Nsight Systems export ({exc}); "
-                             "if it was cut short, export it again") from None
-
-
-def _snapshot(trace: Trace, reader: Reader) -> DecodedReport:
+def snapshot(trace: Trace, reader: Reader) -> DecodedReport:
+    """The decoded tables of one report, read by ``analysis.decode_report`` (in a worker, or here)."""
     gpu_ops, ranges, runtime = trace.gpu_ops, trace.ranges, trace._runtime
     launch_rows: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     for (table_key, column, _ids), cols in trace._launch_rows.items():
