@@ -10,7 +10,9 @@ the DataLoader prefetched, 2-3x faster than the pace that follows. So:
   mean of the 4 before (step 0 never counts): step 9-14 on every sample, whose medians after that
   point are within 5 % of the whole run's; at the latest WARMUP_MAX_S after step 0 ended;
 - the window then runs until it holds MIN_STEPS steps and MIN_SECONDS, or MAX_SECONDS with at least
-  FLOOR_STEPS (export and analysis cost about 0.8 s per captured second of ResNet-50 on an H100);
+  FLOOR_STEPS (export and analysis cost about 0.8 s per captured second of ResNet-50 on an H100); a timed run
+  (mode ``time``: try's and tune's plain runs, no profile to fill) needs only TIMED_MIN_SECONDS, as each trial
+  repeats and alternates its runs (a stage's time is mostly its runs: 2 s less each);
 - distributed ranks (WORLD_SIZE > 1) cannot agree on a time, so they use fixed step counts
   (DIST_WARMUP, DIST_STEPS): every rank stops after the same step, none waits in a collective;
 - no step boundary within NO_STEP_S (no optimizer, no mark_step): a time window of MAX_SECONDS,
@@ -38,6 +40,7 @@ SETTLED = 0.20  # the last block's mean within this fraction of the block before
 MIN_WARMUP = 5
 WARMUP_MAX_S = 30.0
 MIN_STEPS, MIN_SECONDS = 20, 5.0
+TIMED_MIN_SECONDS = 3.0
 MAX_SECONDS, FLOOR_STEPS = 20.0, 3
 DIST_WARMUP, DIST_STEPS = 10, 20
 NO_STEP_S = 60.0
@@ -79,7 +82,8 @@ def _warmup_over(n: int, now: float) -> str | None:
 def _window_full(k: int, elapsed: float) -> bool:
     if _state["distributed"]:
         return k >= DIST_STEPS
-    return (k >= MIN_STEPS and elapsed >= MIN_SECONDS) or (elapsed >= MAX_SECONDS and k >= FLOOR_STEPS)
+    least = TIMED_MIN_SECONDS if _state.get("mode") == "time" else MIN_SECONDS
+    return (k >= MIN_STEPS and elapsed >= least) or (elapsed >= MAX_SECONDS and k >= FLOOR_STEPS)
 
 
 def _on_boundary(n: int) -> None:

@@ -73,6 +73,10 @@ def test_a_pace_that_keeps_changing_never_settles_and_the_cap_opens_the_window(m
     assert aw._window_full(aw.MIN_STEPS, aw.MIN_SECONDS)
     assert not aw._window_full(aw.FLOOR_STEPS - 1, aw.MAX_SECONDS + 60)  # slow steps: at least 3
     assert aw._window_full(aw.FLOOR_STEPS, aw.MAX_SECONDS)
+    monkeypatch.setattr(aw, "_state", {"times": times, "distributed": False, "mode": "time"})  # a timed run
+    assert not aw._window_full(aw.MIN_STEPS - 1, aw.MIN_SECONDS)
+    assert not aw._window_full(aw.MIN_STEPS, aw.TIMED_MIN_SECONDS - 0.1)
+    assert aw._window_full(aw.MIN_STEPS, aw.TIMED_MIN_SECONDS) and aw.TIMED_MIN_SECONDS < aw.MIN_SECONDS
     monkeypatch.setattr(aw, "_state", {"times": times, "distributed": True})
     assert aw._warmup_over(aw.DIST_WARMUP - 1, now=1e9) is None  # no time cap for ranks: they must agree
     assert "fixed warm-up" in aw._warmup_over(aw.DIST_WARMUP, now=0.0)
