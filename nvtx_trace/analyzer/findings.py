@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nvtx_trace.analyzer.measures.collectives import ALONE_PREFIX
 from nvtx_trace.units import count, ms, pct, size  # noqa: F401 - TRANSITION: removed once runner/history.py reads units
 
 COMMON_THRESHOLDS = {  # shared by every finding; each question declares its own (questions.thresholds())
@@ -79,3 +80,11 @@ def _plain(obj):
     if isinstance(obj, np.bool_):
         return bool(obj)
     return obj
+
+
+def no_findings_line(warnings: list[str]) -> str:
+    """"Nothing to fix", unless the report is one rank's whose busy time may be waiting for the others."""
+    if any(w.startswith(ALONE_PREFIX) for w in warnings):
+        return ("No findings above the thresholds in this one rank's report, but its time in collectives may be "
+                f"waiting for other ranks (see the warning \"{ALONE_PREFIX} ...\").")
+    return "No findings above the thresholds: nothing obvious to fix."

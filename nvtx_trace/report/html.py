@@ -23,8 +23,8 @@ from string import Template
 import pandas as pd
 
 from nvtx_trace import __version__
+from nvtx_trace.analyzer.findings import no_findings_line
 from nvtx_trace.analyzer.measures.instrumentation_cost import depth_text
-from nvtx_trace.analyzer.questions.ranking import no_findings_line
 from nvtx_trace.analyzer.summary import to_dict
 from nvtx_trace.errors import MissingDependencyError
 from nvtx_trace.files import write_atomically

@@ -10,8 +10,7 @@ import re
 
 from nvtx_trace.analyzer import basis as basis_
 from nvtx_trace.analyzer import predict
-from nvtx_trace.analyzer.findings import Finding
-from nvtx_trace.analyzer.measures.collectives import ALONE_PREFIX
+from nvtx_trace.analyzer.findings import Finding, no_findings_line
 from nvtx_trace.analyzer.question import Context, Question, kinds, prediction_rules
 from nvtx_trace.units import ms
 
@@ -65,14 +64,6 @@ def first_change(analysis) -> dict | None:
 
 def _run(ctx: Context) -> None:
     ctx.result.findings = build_findings(ctx.result, ctx.questions)
-
-
-def no_findings_line(warnings: list[str]) -> str:
-    """"Nothing to fix", unless the report is one rank's whose busy time may be waiting for the others."""
-    if any(w.startswith(ALONE_PREFIX) for w in warnings):
-        return ("No findings above the thresholds in this one rank's report, but its time in collectives may be "
-                f"waiting for other ranks (see the warning \"{ALONE_PREFIX} ...\").")
-    return "No findings above the thresholds: nothing obvious to fix."
 
 
 def _text(analysis, view) -> None:
