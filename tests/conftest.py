@@ -295,6 +295,21 @@ THE_TOOLS = ("nvtx-trace-", "injection_config_", "nsys_termination_status_", "ns
 _SEEN_IN_TMP: dict[str, str] = {}  # what appeared in SUITE_TMP -> the test it appeared during
 
 
+def new_nsys_configs(before: set) -> set:
+    """nsys's injection configs in /tmp made since ``before`` that no live process names: the ones a test's nsys
+    left behind (another nsys on the machine names its own while it runs, and removes it as it ends)."""
+    import time
+
+    from nvtx_trace.capture.nsys_files import in_use
+
+    deadline = time.monotonic() + 5  # another nsys ending just now removes its own in a moment
+    while True:
+        left = {p for p in set(Path("/tmp").glob("injection_config_*")) - before if p.exists() and str(p) not in in_use()}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
 def marked_processes() -> list[str]:
     """Live processes (zombies aside) that carry this suite's mark: this one and the helpers multiprocessing
     keeps for it (a forkserver, a resource tracker, which end with it) excepted."""
@@ -341,8 +356,11 @@ def left_behind() -> list[str]:
         time.sleep(0.5)
     files = sorted(p.name for p in SUITE_TMP.iterdir() if not p.name.startswith(KEPT_ON_PURPOSE)) \
         if SUITE_TMP.exists() else []
+    from nvtx_trace.capture.nsys_files import in_use
+
+    named = in_use()  # another nsys on the machine, still running, names its own injection configs: not ours
     new = sorted(name for name in {p.name for p in REAL_TMP.iterdir()} - _TMP_BEFORE
-                 if not name.startswith("pytest-of-") and name != SUITE_TMP.name)
+                 if not name.startswith("pytest-of-") and name != SUITE_TMP.name and str(REAL_TMP / name) not in named)
     return ([f"process still running: {p}" for p in procs]
             + [f"left in TMPDIR: {f} (by {_SEEN_IN_TMP.get(f, 'the session')})" for f in files]
             + [f"left in {REAL_TMP}: {n} (by {_SEEN_IN_TMP.get(n, 'the session')})" for n in new

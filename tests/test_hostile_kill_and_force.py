@@ -103,7 +103,7 @@ def _wait_for(child: subprocess.Popen, text: str, timeout: float = 120) -> list[
     ("tune", "stage 1: profiling"),
 ])
 def test_a_sigkill_takes_nsys_the_program_and_its_workers_with_it(tmp_path, verb, wait_for):
-    from conftest import installed_nsys
+    from conftest import installed_nsys, new_nsys_configs
 
     installed_nsys()
     marker = f"--steps {100000 + os.getpid() % 1000}{len(verb)}{len(wait_for)}"  # in the program's args only
@@ -143,7 +143,7 @@ def test_a_sigkill_takes_nsys_the_program_and_its_workers_with_it(tmp_path, verb
         while ours() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not ours(), ours()
-        assert not set(Path("/tmp").glob("injection_config_*")) - nsys_files
+        assert not new_nsys_configs(nsys_files)
     finally:
         _kill_all(marker)
         for pid in _agents_of(locals().get("tree", [])):
