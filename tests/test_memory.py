@@ -206,7 +206,7 @@ def test_the_command_line_s_values_are_read_as_argparse_reads_them():
 def test_tune_folds_only_where_the_accumulation_option_says_what_the_profile_counted():
     """A GAN's two backward calls a step, or an option read wrong, are no accumulation to fold."""
     from nvtx_trace.runner import program_options as po
-    from nvtx_trace.runner.tune import next_knobs
+    from nvtx_trace.runner.tune_trial import next_knobs
 
     program = ["python", "programs/memory/memory_train.py", "--micro-batch", "8", "--accum", "4"]
     levers = po.levers(po.with_current(po.read(Path(program[1])), program))

@@ -11,7 +11,7 @@ import pytest
 from question_snapshots import SAMPLES, recorded_summary, recorded_text
 
 from nvtx_trace.analyzer.questions import host_kinds
-from nvtx_trace.runner import history, try_runs, tune
+from nvtx_trace.runner import history, timing, try_runs, tune_trial
 from nvtx_trace.runner.diff import compare
 from nvtx_trace.units import ms
 
@@ -54,12 +54,12 @@ def test_each_command_shows_the_finding_s_one_saving(report, tmp_path):
         pred = f["predicted"]
         plain = (pred["step_ns"] + pred["saving_ns"]) / 1e6 * 0.9  # a plain pace below the profile's
         stat = pred.get("statistic") or "median"
-        base = try_runs.Variant({}, [try_runs.Round([plain], stat, plain, [], 0)])
+        base = timing.Variant({}, [timing.Round([plain], stat, plain, [], 0)])
         knobs = try_runs.knobs_of(f)
         if not knobs:
             continue
         said = [{"event": "knob", "knobs": {k: v}, "applied": True, "line": f"{k}={v}: applied"} for k, v in knobs.items()]
-        v = try_runs.Variant(knobs, [try_runs.Round([plain * 0.8], stat, plain * 0.8, said, 0)])
+        v = timing.Variant(knobs, [timing.Round([plain * 0.8], stat, plain * 0.8, said, 0)])
         r = try_runs.row(v, base, {**summary, "findings": [f]})
         assert r["predicted_saving_ms"] * 1e6 == pytest.approx(pred["saving_ns"])
         net = pred["saving_ns"] - r["tool_cost_ms"] * 1e6
@@ -71,10 +71,10 @@ def test_each_command_shows_the_finding_s_one_saving(report, tmp_path):
         assert r["predicted_step_ms"] == pytest.approx(after)
         if f["kind"] not in host_kinds():
             assert r["tool_cost_ms"] == 0
-        c = next((c for c in tune.candidates({**summary, "findings": [f]}, {}, [], plain)), None)
+        c = next((c for c in tune_trial.candidates({**summary, "findings": [f]}, {}, [], plain)), None)
         if c is not None:
             assert c.predicted_step_ms == pytest.approx(after)
-            assert tune._saving_ms(c.finding) == pytest.approx(pred["saving_ns"] / 1e6, abs=1e-3)
+            assert tune_trial.saving_ms(c.finding) == pytest.approx(pred["saving_ns"] / 1e6, abs=1e-3)
 
 
 def test_every_sample_predicts_something_somewhere():
@@ -108,5 +108,5 @@ def test_a_plain_pace_takes_the_tool_s_extra_cost_out_of_a_cpu_bound_saving_only
     # tune ranks by the net saving: the CPU-bound finding made of the tool's own cost is no candidate
     both = {**profile, "steps": {"summary": {"step_ns_median": 165e6}},
             "findings": [{**cpu, "recommend": {"compile": "reduce-overhead"}}, {**gpu, "recommend": {"tf32": True}}]}
-    assert [c.knobs for c in tune.candidates(both, {}, [], 113.0)] == [{"tf32": True}]
-    assert [c.knobs for c in tune.candidates(both, {}, [])] == [{"compile": "reduce-overhead"}, {"tf32": True}]
+    assert [c.knobs for c in tune_trial.candidates(both, {}, [], 113.0)] == [{"tf32": True}]
+    assert [c.knobs for c in tune_trial.candidates(both, {}, [])] == [{"compile": "reduce-overhead"}, {"tf32": True}]

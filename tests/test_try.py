@@ -143,7 +143,7 @@ def test_no_workers_drops_the_script_s_own_worker_options():
 
 
 def test_a_verdict_needs_the_finding_s_own_knobs_and_is_judged_on_closeness_first():
-    from nvtx_trace.runner.try_runs import Round, Variant
+    from nvtx_trace.runner.timing import Round, Variant
     from nvtx_trace.runner.try_runs import row as _row
 
     base = Variant({}, [Round([100.0], "median", 100.0, [], 0)])
@@ -161,7 +161,7 @@ def test_a_verdict_needs_the_finding_s_own_knobs_and_is_judged_on_closeness_firs
 def test_a_knob_that_changed_nothing_gets_no_verdict_and_no_second_round():
     """A knob refused (or never reached: no line names it) leaves the baseline's program: timing it again, or
     judging a finding by it, would be wrong."""
-    from nvtx_trace.runner.try_runs import Round, Variant
+    from nvtx_trace.runner.timing import Round, Variant
     from nvtx_trace.runner.try_runs import row as _row
 
     base = Variant({}, [Round([100.0], "median", 100.0, [], 0)])
@@ -180,7 +180,7 @@ def test_a_knob_that_changed_nothing_gets_no_verdict_and_no_second_round():
 
 
 def test_uneven_steps_compare_both_sides_by_their_mean():
-    from nvtx_trace.runner.try_runs import Round, Variant
+    from nvtx_trace.runner.timing import Round, Variant
     from nvtx_trace.runner.try_runs import row as _row
 
     bursty = [10.0] * 8 + [60.0] * 2  # median 10, mean 20: uneven
@@ -281,7 +281,7 @@ def test_channels_last_moves_the_optimizer_state_made_before_it():
 def test_one_refused_knob_leaves_the_others_judged_and_a_slower_variant_is_never_confirmed():
     """Review findings: amp=fp16 refused beside tf32=1 must not turn the tf32 timing into "the baseline's program";
     a variant 4 % slower than the baseline is not "confirmed" by a prediction of 5 % faster, though within 25 %."""
-    from nvtx_trace.runner.try_runs import Round, Variant
+    from nvtx_trace.runner.timing import Round, Variant
     from nvtx_trace.runner.try_runs import row as _row
 
     base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
@@ -310,7 +310,8 @@ def test_try_json_keys_are_the_documented_contract():
     """docs/json-schema.md, "nvtx-trace try", names exactly the keys try.json and a variant's summary.json carry."""
     import re
 
-    from nvtx_trace.runner.try_runs import Round, Variant, result, summary_of
+    from nvtx_trace.runner.timing import Round, Variant
+    from nvtx_trace.runner.try_runs import result, summary_of
 
     base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
     variant = Variant({"tf32": True}, [Round([5.0], "median", 5.0, knob_records("tf32=1: set at start-up"), 0)])
@@ -333,7 +334,7 @@ def test_a_loader_paced_prediction_keeps_the_pace_when_the_tool_s_cost_is_taken_
     from conftest import sample_analysis
 
     from nvtx_trace.analyzer.summary import to_dict
-    from nvtx_trace.runner.try_runs import Round, Variant
+    from nvtx_trace.runner.timing import Round, Variant
     from nvtx_trace.runner.try_runs import row as _row
 
     summary = to_dict(sample_analysis(SAMPLES / "heldout_rn18_loader_h200.sqlite"))
@@ -359,7 +360,8 @@ def test_a_step_that_compiles_a_new_graph_is_left_out_of_the_timing(tmp_path, mo
     of 378.7 ms in a round whose window held the evaluation graph's compilation) while the same change by hand ran
     1.21x faster. Here a real torch.compile on the CPU meets a second graph (no_grad, a new shape) at step 30,
     inside the timed window: that step, and only that one, is left out and said; the rest keep their pace."""
-    from nvtx_trace.runner.try_runs import Variant, row, time_once
+    from nvtx_trace.runner.timing import Variant, time_once
+    from nvtx_trace.runner.try_runs import row
 
     script = ROOT / "programs" / "compile_midway_train.py"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # compiled anew: a warm cache of an
@@ -381,7 +383,7 @@ def test_channels_last_on_a_model_without_convolutions_says_it_changed_nothing(c
     import torch
 
     from nvtx_autotrace import knobs
-    from nvtx_trace.runner.try_runs import Round
+    from nvtx_trace.runner.timing import Round
 
     said = []
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
@@ -402,7 +404,8 @@ def test_try_and_diff_pages_say_what_they_compare_not_dashes():
     """Issue 42: diff.html showed "GPU busy - -> -" for two plain try variants, and try.html's "Findings and
     predictions from ..." named a file and nothing else."""
     from nvtx_trace.report import diff_render, try_render
-    from nvtx_trace.runner.try_runs import Round, Variant, result
+    from nvtx_trace.runner.timing import Round, Variant
+    from nvtx_trace.runner.try_runs import result
 
     base = Variant({}, [Round([10.0], "median", 10.0, [], 0)])
     variant = Variant({"tf32": True}, [Round([5.0], "median", 5.0, knob_records("tf32=1: set at start-up"), 0)])
@@ -422,17 +425,17 @@ def test_try_and_diff_pages_say_what_they_compare_not_dashes():
 def test_no_variant_runs_once_the_baseline_gave_no_step_times(monkeypatch):
     """Issue 52: try ran the variant after the baseline had already failed."""
     from nvtx_trace.errors import NvtxTraceError
-    from nvtx_trace.runner import try_runs
+    from nvtx_trace.runner import timing
 
     ran = []
 
     def fake_time_once(target, knobs, python=None, cwd=None, timeout=None, log=None):
         ran.append(dict(knobs))
-        return try_runs.Round([], "median", None, [], 1, "the program exited with status 1: boom")
+        return timing.Round([], "median", None, [], 1, "the program exited with status 1: boom")
 
-    monkeypatch.setattr(try_runs, "time_once", fake_time_once)
+    monkeypatch.setattr(timing, "time_once", fake_time_once)
     with pytest.raises(NvtxTraceError, match="the baseline run gave no step times"):
-        try_runs.compare(["train.py"], [{"tf32": True}], rounds=2)
+        timing.compare(["train.py"], [{"tf32": True}], rounds=2)
     assert ran == [{}]
 
 
@@ -446,7 +449,8 @@ def test_at_80_columns_try_and_tune_print_each_row_as_a_block_with_every_cell_wh
     from rich.console import Console
 
     from nvtx_trace.report import try_render, tune_render
-    from nvtx_trace.runner.try_runs import Round, Variant, result
+    from nvtx_trace.runner.timing import Round, Variant
+    from nvtx_trace.runner.try_runs import result
 
     base = Variant({}, [Round([116.32] * 3, "median", 116.32, [], 0)])
     variant = Variant({"tf32": True}, [Round([58.1] * 3, "median", 58.1, knob_records("tf32=1: set at start-up"), 0)])
@@ -479,7 +483,7 @@ def test_a_timed_run_leaves_as_its_window_closes_and_nothing_in_the_temporary_fo
     import time
     from pathlib import Path
 
-    from nvtx_trace.runner.try_runs import time_once
+    from nvtx_trace.runner.timing import time_once
 
     # deep: a folder the program alone can use (its sockets' paths fit), but not one nested in it
     tmp = Path(tempfile.mkdtemp(prefix="t", dir="/tmp")) if not deep else tmp_path / "x"

@@ -19,8 +19,8 @@ import sys
 import pytest
 from conftest import ROOT, knob_records
 
-from nvtx_trace.runner import tune
-from nvtx_trace.runner.try_runs import Round, Variant
+from nvtx_trace.runner import timing, tune, tune_stages, tune_trial
+from nvtx_trace.runner.timing import Round, Variant
 
 
 def cli(*args: str, cwd=ROOT, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
@@ -48,32 +48,32 @@ def test_a_finding_without_a_prediction_is_tried_after_every_predicted_one_throu
     layout = {"kind": "layout_transpose", "impact_ns": 1e8, "recommend": None, "predicted": None}
     p = profile(attention, layout, finding("fusion", 80, {"compile": True}))
     flash = program_options.levers([program_options.Option(("--flash",), "value", "int", 0)])
-    assert [c.knobs for c in tune.candidates(p, {}, [], levers=flash)] == [
+    assert [c.knobs for c in tune_trial.candidates(p, {}, [], levers=flash)] == [
         {"compile": True}, {"sdpa": True}, {"channels_last": True}]
-    assert [c.knobs for c in tune.candidates(p, {}, [])] == [{"compile": True}, {"channels_last": True}]
-    assert tune.candidates(p, {}, [], levers=flash)[1].predicted_step_ms is None
+    assert [c.knobs for c in tune_trial.candidates(p, {}, [])] == [{"compile": True}, {"channels_last": True}]
+    assert tune_trial.candidates(p, {}, [], levers=flash)[1].predicted_step_ms is None
 
 
 def test_precision_is_tried_a_step_at_a_time_and_amp_fp16_never():
     fp32 = finding("precision", 40, {"tf32": True, "amp": "bf16"})
-    assert tune.next_knobs(fp32, {}) == {"tf32": True}
-    assert tune.next_knobs(fp32, {"tf32": True}) == {"amp": "bf16"}  # TF32 kept: bf16 is its next step
-    assert tune.next_knobs(finding("precision", 40, {"amp": "fp16"}), {}) == {}
-    assert tune.next_knobs({"kind": "layout_transpose", "recommend": None}, {}) == {"channels_last": True}
-    assert tune.next_knobs(finding("manual_attention", 40, {"sdpa": True}), {}) == {}  # no knob applies
+    assert tune_trial.next_knobs(fp32, {}) == {"tf32": True}
+    assert tune_trial.next_knobs(fp32, {"tf32": True}) == {"amp": "bf16"}  # TF32 kept: bf16 is its next step
+    assert tune_trial.next_knobs(finding("precision", 40, {"amp": "fp16"}), {}) == {}
+    assert tune_trial.next_knobs({"kind": "layout_transpose", "recommend": None}, {}) == {"channels_last": True}
+    assert tune_trial.next_knobs(finding("manual_attention", 40, {"sdpa": True}), {}) == {}  # no knob applies
 
 
 def test_the_largest_predicted_saving_goes_first_and_small_or_rejected_ones_never():
     p = profile(finding("fusion", 90, {"compile": True}), finding("precision", 50, {"tf32": True, "amp": "bf16"}),
                 finding("optimizer", 98, {"fused_optimizer": True}), finding("sync", 10, None),
                 finding("dataloader_stall", 60, {"num_workers": 8}), step_ms=100.0, own_ns=int(2e6))
-    got = tune.candidates(p, {}, [])
+    got = tune_trial.candidates(p, {}, [])
     # predictions less the tool's own cost (2 ms): 48, 58, 88 (of 98); 96 is 2 % of 98: not worth a trial
     assert [c.knobs for c in got] == [{"tf32": True}, {"num_workers": 8}, {"compile": True}]
     assert got[0].predicted_step_ms == pytest.approx(48.0) and got[0].profile_step_ms == pytest.approx(98.0)
     # a knob rejected once is not tried again, whatever value a later profile proposes
-    assert [c.knobs for c in tune.candidates(p, {}, [{"num_workers": 4}, {"tf32": True}])] == [{"compile": True}]
-    left = tune.remaining(p)
+    assert [c.knobs for c in tune_trial.candidates(p, {}, [{"num_workers": 4}, {"tf32": True}])] == [{"compile": True}]
+    left = tune_trial.remaining(p)
     assert [r["kind"] for r in left] == ["sync"] and left[0]["saving_fraction"] == pytest.approx(1 - 8 / 98, abs=1e-3)
 
 
@@ -89,42 +89,42 @@ def rounds(*steps, losses=(1.0, 0.9, 0.8), knobs=("tf32", "compile", "amp", "pin
 ])
 def test_a_knob_is_kept_only_when_every_round_is_faster_by_3_percent(base, variant, knobs, kept, why):
     b, v = Variant({}, rounds(*base), added={}), Variant(knobs, rounds(*variant), added=knobs)
-    got = tune.judge(b, v)
+    got = tune_trial.judge(b, v)
     assert got["kept"] is kept and why in got["why"], got
 
 
 def test_losses_must_agree_within_the_knob_s_bound_beyond_the_baseline_s_own_noise():
     b = Variant({}, rounds(100, 100, losses=(2.0, 1.9)), added={})
     moved = rounds(50, 50, losses=(2.0, 1.9 * 1.01))  # 1 %: within bf16's 2 %, beyond exact loader knobs
-    assert tune.judge(b, Variant({"amp": "bf16"}, moved, added={"amp": "bf16"}))["kept"]
-    got = tune.judge(b, Variant({"pin_memory": True}, moved, added={"pin_memory": True}))
+    assert tune_trial.judge(b, Variant({"amp": "bf16"}, moved, added={"amp": "bf16"}))["kept"]
+    got = tune_trial.judge(b, Variant({"pin_memory": True}, moved, added={"pin_memory": True}))
     assert not got["kept"] and "losses moved 1.00%" in got["why"]
     nan = rounds(50, 50, losses=(2.0, float("nan")))
-    assert not tune.judge(b, Variant({"tf32": True}, nan, added={"tf32": True}))["kept"]
+    assert not tune_trial.judge(b, Variant({"tf32": True}, nan, added={"tf32": True}))["kept"]
 
 
 def test_a_trial_stops_once_its_verdict_cannot_change():
     """Issue 51: a round with the knob no faster than one without already rejects it (judge wants every round
     faster); so does a failed run. Until then the rounds go on."""
     b = Variant({}, rounds(100), added={})
-    assert tune.settled([b, Variant({"tf32": True}, rounds(101), added={"tf32": True})]).endswith("rejected")
-    assert tune.settled([b, Variant({"tf32": True}, rounds(90), added={"tf32": True})]) is None  # 10 %: go on
-    assert "clear" in tune.settled([b, Variant({"tf32": True}, rounds(60), added={"tf32": True})])  # 40 %: done
+    assert tune_trial.settled([b, Variant({"tf32": True}, rounds(101), added={"tf32": True})]).endswith("rejected")
+    assert tune_trial.settled([b, Variant({"tf32": True}, rounds(90), added={"tf32": True})]) is None  # 10 %: go on
+    assert "clear" in tune_trial.settled([b, Variant({"tf32": True}, rounds(60), added={"tf32": True})])  # 40 %: done
     two = Variant({"tf32": True}, rounds(60, 61), added={"tf32": True})
-    assert tune.settled([Variant({}, rounds(100, 100), added={}), two]) is None  # the rounds went on: judge decides
+    assert tune_trial.settled([Variant({}, rounds(100, 100), added={}), two]) is None  # the rounds went on: judge decides
     failed = Variant({"tf32": True}, [Round([], "median", None, knob_records("tf32=1: set"), 1, "boom")],
                      added={"tf32": True})
-    assert "failed" in tune.settled([b, failed])
+    assert "failed" in tune_trial.settled([b, failed])
 
 
 def test_a_knob_that_changed_nothing_or_crashed_is_rejected_with_its_reason():
     b = Variant({}, rounds(100, 100), added={})
     inert = Variant({"compile": True}, [Round([50.0], "median", 50.0, knob_records("compile=1: not applied: compiled"), 0)],
                     added={"compile": True})
-    assert "changed nothing" in tune.judge(b, inert)["why"]
+    assert "changed nothing" in tune_trial.judge(b, inert)["why"]
     crashed = Variant({"tf32": True}, [Round([], "median", None, knob_records("tf32=1: set"), 1, "the program exited with "
                                              "status 1: boom (its output: x/round-1.log)")], added={"tf32": True})
-    got = tune.judge(b, crashed)
+    got = tune_trial.judge(b, crashed)
     assert not got["kept"] and "a run failed" in got["why"] and "round-1.log" in got["why"]
 
 
@@ -144,7 +144,7 @@ def documented(section: str) -> dict[str, set[str]]:
 
 def test_tune_json_keys_are_the_documented_contract(tmp_path):
     """The keys the issue named are all there, and every key tune.json carries is documented."""
-    t = tune.Tuner(["train.py"], tmp_path)
+    t = tune_stages.Tuner(["train.py"], tmp_path)
     t.stages = [{"stage": 1, "profile_step_ms": 10.0, "knobs": None, "kept": False}]
     keys = documented("tune")
     d = t.result()
@@ -416,7 +416,7 @@ def test_compile_takes_a_mode_and_the_launch_bound_finding_recommends_cuda_graph
     assert _cuda_graphs(SimpleNamespace(settings={"cuda_graphs": 0})) == {"compile": "reduce-overhead"}
     assert _cuda_graphs(SimpleNamespace(settings={"cuda_graphs": 2})) is None
     # kept compile=1, a later profile's launch-bound finding: the mode is the next thing to try
-    assert tune.next_knobs({"kind": "cpu_overhead", "recommend": {"compile": "reduce-overhead"}},
+    assert tune_trial.next_knobs({"kind": "cpu_overhead", "recommend": {"compile": "reduce-overhead"}},
                            {"compile": True}) == {"compile": "reduce-overhead"}
 
 
@@ -459,9 +459,9 @@ def test_when_the_budget_ends_after_a_kept_knob_what_is_left_comes_from_a_profil
             v.rounds.append(Round([ms] * 20, "median", ms, knob_records("num_workers=8: DataLoader created"), 0))
         return variants
 
-    monkeypatch.setattr(tune, "profile", fake_profile)
-    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
-    t = tune.Tuner(["train.py"], tmp_path, budget_s=150, clock=lambda: now[0], say=lambda m: None)
+    monkeypatch.setattr(tune_stages, "profile", fake_profile)
+    monkeypatch.setattr(timing, "alternate", fake_alternate)
+    t = tune_stages.Tuner(["train.py"], tmp_path, budget_s=150, clock=lambda: now[0], say=lambda m: None)
     d = t.run()
     assert d["kept_knobs"] == {"num_workers": 8} and d["stopped"] == "budget"
     assert [p.parent.name for p in profiled] == ["stage-1", "final"]
@@ -497,9 +497,9 @@ def test_an_option_whose_trial_fails_is_tried_again_as_the_knob(tmp_path, monkey
             v.rounds.append(Round([50.0] * 20, "median", 50.0, knob_records("tf32=1: set at start-up"), 0))
         return variants
 
-    monkeypatch.setattr(tune, "profile", fake_profile)
-    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
-    t = tune.Tuner([str(script)], tmp_path / "t", budget_s=600, clock=lambda: now[0], say=lambda m: None)
+    monkeypatch.setattr(tune_stages, "profile", fake_profile)
+    monkeypatch.setattr(timing, "alternate", fake_alternate)
+    t = tune_stages.Tuner([str(script)], tmp_path / "t", budget_s=600, clock=lambda: now[0], say=lambda m: None)
     assert program_options.words_for(t.levers, "tf32", True) == ["--tensorcores", "1"]
     d = t.run()
     first, second = d["stages"][:2]
@@ -515,9 +515,9 @@ def test_a_loss_that_is_nan_without_the_knob_too_does_not_reject_it():
     """Issue 52: a knob 1.72x faster was rejected for "the loss became NaN" where the loss was NaN without it too."""
     nan = (2.0, float("nan"))
     b = Variant({}, rounds(100, 100, losses=nan), added={})
-    assert tune.judge(b, Variant({"tf32": True}, rounds(58, 58, losses=nan), added={"tf32": True}))["kept"]
+    assert tune_trial.judge(b, Variant({"tf32": True}, rounds(58, 58, losses=nan), added={"tf32": True}))["kept"]
     clean = Variant({}, rounds(100, 100, losses=(2.0, 1.9)), added={})
-    assert not tune.judge(clean, Variant({"tf32": True}, rounds(58, 58, losses=nan), added={"tf32": True}))["kept"]
+    assert not tune_trial.judge(clean, Variant({"tf32": True}, rounds(58, 58, losses=nan), added={"tf32": True}))["kept"]
 
 
 def test_tune_json_says_running_while_tune_goes_on_and_an_interrupt_after_the_first_profile_keeps_it(
@@ -546,8 +546,8 @@ def test_tune_json_says_running_while_tune_goes_on_and_an_interrupt_after_the_fi
             v.rounds.append(Round([ms] * 20, "median", ms, said, 0))
         return variants
 
-    monkeypatch.setattr(tune, "profile", fake_profile)
-    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
+    monkeypatch.setattr(tune_stages, "profile", fake_profile)
+    monkeypatch.setattr(timing, "alternate", fake_alternate)
     with pytest.raises(Interrupted) as told:
         tune.run_tune(tune.TuneRequest([str(script)], out=tmp_path / "t", no_history=True))
     assert seen == ["running"]  # what a SIGKILL at that moment would have left
@@ -559,7 +559,7 @@ def test_tune_json_says_running_while_tune_goes_on_and_an_interrupt_after_the_fi
     def interrupted(*_a, **_k):
         raise Interrupted(2, "in round 1/2")
 
-    monkeypatch.setattr(tune.try_runs, "alternate", interrupted)
+    monkeypatch.setattr(timing, "alternate", interrupted)
     with pytest.raises(Interrupted):
         tune.run_tune(tune.TuneRequest([str(script)], out=tmp_path / "u", no_history=True))
     d = json.loads((tmp_path / "u" / "tune.json").read_text())
@@ -585,7 +585,7 @@ def test_a_program_that_never_steps_is_the_documented_line_not_a_missing_summary
 
 
 def knobs_make_it_faster(now: list, by_ms: float):
-    """A stand-in for try_runs.alternate: 10 s a run; every knob a variant adds takes ``by_ms`` off a 100-ms step."""
+    """A stand-in for timing.alternate: 10 s a run; every knob a variant adds takes ``by_ms`` off a 100-ms step."""
     from nvtx_trace import knobs as declared
 
     def alternate(target, variants, rounds, python=None, progress=None, logs=None, settled=None):
@@ -616,10 +616,10 @@ def test_a_knob_of_another_part_of_the_step_is_tried_on_the_last_profile(tmp_pat
         profiled.append(out.parent.name)
         return out
 
-    monkeypatch.setattr(tune, "profile", fake_profile)
-    monkeypatch.setattr(tune.try_runs, "alternate", knobs_make_it_faster(now, by_ms=20))
+    monkeypatch.setattr(tune_stages, "profile", fake_profile)
+    monkeypatch.setattr(timing, "alternate", knobs_make_it_faster(now, by_ms=20))
     said = []
-    d = tune.Tuner(["train.py"], tmp_path, budget_s=1000, clock=lambda: now[0], say=said.append).run()
+    d = tune_stages.Tuner(["train.py"], tmp_path, budget_s=1000, clock=lambda: now[0], say=said.append).run()
     assert [s["knobs"] for s in d["stages"][:2]] == [{"tf32": True}, knob_of[second]]
     assert d["stages"][1]["profile_reused"] is reused and d["stages"][0]["profile_reused"] is False
     assert profiled[:2] == (["stage-1", "stage-3"] if reused else ["stage-1", "stage-2"])
@@ -655,12 +655,12 @@ def test_the_final_check_is_reserved_at_the_slowest_run_so_the_budget_is_a_ceili
 
     from nvtx_trace import knobs as declared
 
-    monkeypatch.setattr(tune, "profile", fake_profile)
-    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
+    monkeypatch.setattr(tune_stages, "profile", fake_profile)
+    monkeypatch.setattr(timing, "alternate", fake_alternate)
     finals = 0
     for budget in range(150, 260, 5):
         now[0] = 1000.0  # a clock that began long ago
-        t = tune.Tuner(["train.py"], tmp_path / str(budget), budget_s=budget, clock=lambda: now[0], say=lambda m: None)
+        t = tune_stages.Tuner(["train.py"], tmp_path / str(budget), budget_s=budget, clock=lambda: now[0], say=lambda m: None)
         d = t.run()
         assert d["elapsed_s"] <= budget, (budget, d["elapsed_s"], d["stopped"])
         assert t.reserve_s() >= 2 * 20.0 + 30.0  # a round of the slowest runs and a profile, not the last mean
@@ -710,8 +710,8 @@ def test_a_stage_whose_profile_fails_ends_tune_with_its_reason_and_a_failing_exi
             v.rounds.append(Round([ms] * 20, "median", ms, knob_records("num_workers=8: DataLoader created"), 0))
         return variants
 
-    monkeypatch.setattr(tune, "profile", fake_profile)
-    monkeypatch.setattr(tune.try_runs, "alternate", fake_alternate)
+    monkeypatch.setattr(tune_stages, "profile", fake_profile)
+    monkeypatch.setattr(timing, "alternate", fake_alternate)
     with pytest.raises(NvtxTraceError, match="tune stopped after 1 stage.*the disk is full.*; kept so far: "
                                              "num_workers=8") as err:
         tune.run_tune(tune.TuneRequest([str(script)], out=tmp_path / "t", no_history=True))
@@ -724,8 +724,6 @@ def test_a_trial_s_first_baseline_round_is_the_configuration_s_last_timed_run(tm
     """Issue 51, item 3: the configuration so far was timed in the last trial, so that run is the next trial's first
     baseline round (A B, then B A): a run saved a stage, and a clear first round (15 % faster) costs one run. The
     real alternation, with stand-in runs whose step halves with each knob."""
-    from nvtx_trace.runner import try_runs as tr
-
     def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
         out.mkdir(parents=True, exist_ok=True)
         kind, knob = ("dataloader_stall", {"num_workers": 8}) if not knobs else ("pageable_h2d", {"pin_memory": True})
@@ -740,9 +738,9 @@ def test_a_trial_s_first_baseline_round_is_the_configuration_s_last_timed_run(tm
         ms = 100.0 / 2 ** len(knobs)
         return Round([ms] * 20, "median", ms, knob_records(*[f"{k}={int(v)}: set" for k, v in knobs.items()]), 0)
 
-    monkeypatch.setattr(tune, "profile", fake_profile)
-    monkeypatch.setattr(tr, "time_once", fake_time_once)
-    d = tune.Tuner(["train.py"], tmp_path, budget_s=10_000, say=lambda m: None).run()
+    monkeypatch.setattr(tune_stages, "profile", fake_profile)
+    monkeypatch.setattr(timing, "time_once", fake_time_once)
+    d = tune_stages.Tuner(["train.py"], tmp_path, budget_s=10_000, say=lambda m: None).run()
     first, second = d["stages"][:2]
     assert first["kept"] and second["kept"] and second["rounds_ms"]["baseline"] == [50.0]  # stage 1's variant run
     assert d["time"]["runs"] == 3  # 2 for stage 1 (A B, then clear), 1 for stage 2 (its A reused, B clear)
@@ -762,10 +760,10 @@ def test_a_trial_has_one_prediction_in_its_progress_line_and_in_its_row(tmp_path
         (out / "summary.json").write_text(json.dumps(profile(*found, step_ms=120.0)))  # the profile runs slower
         return out
 
-    monkeypatch.setattr(tune, "profile", fake_profile)
-    monkeypatch.setattr(tune.try_runs, "alternate", knobs_make_it_faster(now, by_ms=40))  # plain: 100 ms, not 120
+    monkeypatch.setattr(tune_stages, "profile", fake_profile)
+    monkeypatch.setattr(timing, "alternate", knobs_make_it_faster(now, by_ms=40))  # plain: 100 ms, not 120
     said = []
-    d = tune.Tuner(["train.py"], tmp_path, budget_s=1000, clock=lambda: now[0], say=said.append).run()
+    d = tune_stages.Tuner(["train.py"], tmp_path, budget_s=1000, clock=lambda: now[0], say=said.append).run()
     row = d["stages"][0]
     line = next(m for m in said if "stage 1: trying" in m)
     assert f"-> {row['predicted_step_ms']:.2f} ms" in line, (line, row["predicted_step_ms"])

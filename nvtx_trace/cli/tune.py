@@ -40,7 +40,8 @@ def tune(
     """
     from nvtx_trace.capture import interrupts
     from nvtx_trace.cli.own_options import refuse_unknown
-    from nvtx_trace.runner.tune import DEFAULT_BUDGET_S, TuneRequest, run_tune
+    from nvtx_trace.runner.tune import TuneRequest, run_tune
+    from nvtx_trace.runner.tune_stages import DEFAULT_BUDGET_S
 
     refuse_unknown(ctx, target, "tune")
     request = TuneRequest(target or [], budget=DEFAULT_BUDGET_S if budget is None else budget, rounds=rounds,

@@ -2,599 +2,32 @@
 
 A stage is one profile (``nvtx-trace run``, default window) of the program with the knobs kept so far, and one
 trial: the untried finding with the largest predicted saving whose fix a knob applies, timed plain against the
-configuration so far, alternating (``try``'s compare). The knob is kept only when the step is at least 3 %
+configuration so far, alternating (``timing.alternate``, as ``try``). The knob is kept only when the step is at least 3 %
 faster beyond the rounds' spread and the first steps' losses agree within what that knob allows. A kept knob
 changes the program, so the next stage profiles it anew (GPU settings are then judged on a profile taken after
 a loader fix); a rejected one is never tried again and the same profile offers its next finding. It ends when no
 untried finding predicts 3 % or more, or when the budget cannot pay for the next stage.
+
+This module is the command: its checks, the folder, tune.json and tune.html, the history and the exit status. The
+stages are ``tune_stages.py``'s loop; what a stage tries and whether it holds, ``tune_trial.py``'s.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
-import statistics
-import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from nvtx_trace import knobs as declared
-from nvtx_trace import names
 from nvtx_trace.errors import NvtxTraceError, UsageError
-from nvtx_trace.report.sections import printable
-from nvtx_trace.report.tune_render import mmss
-from nvtx_trace.runner import program_options, try_runs
-from nvtx_trace.runner.profile_child import ProfileFailed, profile
+from nvtx_trace.runner import verbs
+from nvtx_trace.runner.tune_stages import DEFAULT_BUDGET_S, Tuner
 
-TUNE_JSON, TUNE_HTML = "tune.json", "tune.html"
-MIN_SAVING = 0.03  # a finding must predict at least this share of the step, and a trial measure it
-CLEAR_WIN = 0.15  # a first round this much faster needs no second: rounds drift apart by a few percent
-DEFAULT_BUDGET_S = 600  # measured on H200s: a stage costs 35-100 s, GPT-2 trainer fp32 7.08x in 356 s
+TUNE = verbs.Verb("tune", "tune.json", "tune.html", first="stage-1", done="tuned")
 MIN_BUDGET_S = 60  # less cannot pay for one profile and one trial of any program
 MIN_RUN_S = 5.0  # a plain run's timed window lasts at least this (nvtx_autotrace.auto_window.MIN_SECONDS)
-TOP_FINDINGS = 5  # findings shown per stage
-MIN_STEPS = 3  # fewer in a profile: no loop ends its steps (one range for the whole run is no training step)
-
-
-@dataclass
-class Candidate:
-    finding: dict
-    knobs: dict  # what the trial adds to the configuration so far
-    predicted_step_ms: float | None  # as a plain run keeps it (the tool's own cost taken out); None: no prediction
-    profile_step_ms: float  # the step it comes off: the plain pace where one is known, else the profile's less
-    # the tool's own cost
-    via: dict = field(default_factory=dict)  # knob -> the program's own option words that applied it in the trial
-
-    @property
-    def saving(self) -> float:
-        return 1 - self.predicted_step_ms / self.profile_step_ms if self.predicted_step_ms is not None else 0.0
-
-
-def next_knobs(finding: dict, kept: dict, levers: dict | None = None) -> dict:
-    """The knobs that take the finding's fix further than the configuration so far: those of its ``recommend``
-    not already kept at that value, as its question applies them (a ``precision`` finding's next step only: TF32
-    from fp32, then bf16). A knob only the program's own option applies (``sdpa``) counts where ``levers`` (the
-    program's options, program_options.levers) can set it."""
-    from nvtx_trace.analyzer.questions import knobs_of
-
-    wanted = knobs_of(finding, kept)
-    if declared.for_tune(wanted) != wanted:  # a value tune never applies (amp=fp16): none
-        return {}
-    wanted = {k: v for k, v in wanted.items() if not declared.get(k).option_with
-              or _accumulation_matches(finding, levers or {}, k)}
-    return {k: v for k, v in wanted.items() if declared.get(k).applied != "option"
-            or program_options.words_for(levers or {}, k, v)}
-
-
-def _accumulation_matches(finding: dict, levers: dict, knob: str) -> bool:
-    """A knob of two options (a micro-batch and its accumulation steps): the second says what the profile counted
-    (backward passes a step); a GAN's two backward calls, or an option read wrong (a config file the command
-    names), fold nothing."""
-    counted = (finding.get("evidence") or {}).get("micro_batches")
-    return any(lever.partner is not None and lever.partner.value == counted for lever in levers.get(knob, []))
-
-
-def _profile_step_ms(summary: dict, statistic: str) -> float | None:
-    stats = (summary.get("steps") or {}).get("summary") or {}
-    value = stats.get(f"step_ns_{statistic}") or stats.get("step_ns_median")
-    return value / 1e6 if value else None
-
-
-def candidates(summary: dict, kept: dict, rejected: list[dict], plain_ms: float | None = None,
-               levers: dict | None = None) -> list[Candidate]:
-    """The profile's findings a knob applies, not yet rejected, predicting at least MIN_SAVING; largest first.
-    ``plain_ms``: the configuration's plain step where a trial measured it; savings are then net of the tool's
-    cost that pace shows (try_runs.net_saving_ns), so a finding made of the tool's own cost is no candidate.
-    After them, the findings a knob applies that predict nothing (the tool cannot say what their fix saves, e.g.
-    hand-written attention, a GPU launches hold back): the trial measures it; largest impact first."""
-    own = try_runs.own_cost_ns(summary)
-    out, unpredicted = [], []
-    for f in summary.get("findings") or []:
-        knobs = next_knobs(f, kept, levers)
-        pred = f.get("predicted")
-        if not knobs or _rejected(knobs, rejected):
-            continue
-        if not pred or pred.get("step_ns") is None:
-            step = plain_ms or _profile_step_ms(summary, "median")
-            # a lever whose measured cost other findings count (a larger micro-batch, through the program's own
-            # options) is tried last; another finding of no cost is not tried at all
-            if step and (f.get("impact_ns") or all(declared.get(k).applied == "option" for k in knobs)):
-                before = step if plain_ms else step - own / 1e6
-                unpredicted.append(Candidate(f, knobs, None, max(before, 1e-9)))
-            continue
-        step = plain_ms or _profile_step_ms(summary, pred.get("statistic") or "median")
-        if not step:
-            continue
-        before = step if plain_ms else step - own / 1e6
-        c = Candidate(f, knobs, try_runs.plain_prediction_ms(f, summary, plain_ms), max(before, 1e-9))
-        if c.saving >= MIN_SAVING:
-            out.append(c)
-    return sorted(out, key=lambda c: -c.saving) + sorted(unpredicted, key=lambda c: -(c.finding.get("impact_ns") or 0))
-
-
-def _saving_ms(finding: dict) -> float | None:
-    """The finding's one prediction (``predicted.saving_ns``), as every command shows it."""
-    saving = (finding.get("predicted") or {}).get("saving_ns")
-    return round(saving / 1e6, 3) if saving is not None else None
-
-
-def _rejected(knobs: dict, rejected: list[dict]) -> bool:
-    """A knob rejected once is not tried again, whatever value a later profile proposes for it."""
-    return any(k in r for r in rejected for k in knobs)
-
-
-def remaining(summary: dict, levers: dict | None = None) -> list[dict]:
-    """What neither a knob nor the program's own options apply, with its predicted gain on top of the configuration
-    profiled: the user's edits. (A finding whose knob was kept or rejected is not among them: a knob did apply.)"""
-    own = try_runs.own_cost_ns(summary)
-    out = []
-    for f in summary.get("findings") or []:
-        if next_knobs(f, {}, levers):
-            continue
-        pred = f.get("predicted") or {}
-        step = _profile_step_ms(summary, pred.get("statistic") or "median")
-        after = try_runs.plain_prediction_ms(f, summary)
-        before = step - own / 1e6 if step else None
-        out.append({"kind": f.get("kind"), "title": f.get("title"), "fix": f.get("fix"),
-                    "impact_ms": round((f.get("impact_ns") or 0) / 1e6, 3),
-                    "predicted_step_ms": round(after, 3) if after is not None else None,
-                    "saving_fraction": round(1 - after / before, 4) if after is not None and before else None,
-                    "where": (f.get("evidence") or {}).get("where")})
-    return sorted(out, key=lambda r: (-(r["saving_fraction"] or 0), -r["impact_ms"]))
-
-
-def _said(option, trial: dict):
-    """What a trial set the option to, in the option's own words (``--micro-batch 64``: 64), where they say it;
-    else the knob's value (a switch: True)."""
-    words = trial["words"]
-    for i, w in enumerate(words):
-        if w in option.flags and option.kind == "value" and i + 1 < len(words):
-            return program_options.typed(option, words[i + 1])
-        for f in option.flags:
-            if w.startswith(f + "="):
-                return program_options.typed(option, w[len(f) + 1:])
-    return trial["value"]
-
-
-def settled(variants: list) -> str | None:
-    """Why a trial needs no more rounds, or None: a run of it failed, or one of its rounds is already no faster
-    than one of the baseline's (judge keeps a knob only when every round with it beats every round without, in
-    either statistic): rejected whatever comes; or its first round is CLEAR_WIN faster in both statistics, far
-    beyond the few percent rounds drift apart (the final check measures the whole again, alternating)."""
-    base, v = variants[0], variants[-1]
-    if any(r.value_ms is None for r in v.rounds):
-        return "a run with it failed: it is rejected"
-    mine = {s: [x for x in v.per_round(s) if x is not None] for s in ("median", "mean")}
-    theirs = {s: [x for x in base.per_round(s) if x] for s in ("median", "mean")}
-    if all(mine[s] and theirs[s] and max(mine[s]) >= min(theirs[s]) for s in mine):
-        return "a round with it was already no faster than one without: it is rejected"
-    if len(v.rounds) == 1 and all(mine[s] and theirs[s] and mine[s][0] <= (1 - CLEAR_WIN) * theirs[s][0]
-                                  for s in mine):
-        return f"its first round is {CLEAR_WIN:.0%} faster or more: clear beyond the rounds' drift"
-    return None
-
-
-def judge(base: try_runs.Variant, v: try_runs.Variant) -> dict:
-    """Measured against the configuration so far, in one statistic (the mean where either's steps are uneven);
-    kept only if faster by MIN_SAVING with every variant round faster than every baseline round, and the
-    losses within the knob's bound beyond the baseline's own noise."""
-    stat = "mean" if "mean" in (v.statistic, base.statistic) else "median"
-    before, after = base.value(stat), v.value(stat)
-    mine, theirs = [x for x in v.per_round(stat) if x is not None], [x for x in base.per_round(stat) if x]
-    noise = try_runs.loss_noise(base)
-    diff = try_runs.loss_difference(base.rounds[0].losses, v.rounds[0].losses) if v.rounds and base.rounds else None
-    bound = declared.loss_bound(v.trial)  # how far the first losses may move with them (each knob declares it)
-    out = {"statistic": stat, "baseline_step_ms": before, "measured_step_ms": after,
-           "rounds_ms": {"baseline": base.per_round(stat), "variant": v.per_round(stat)},
-           "speedup": before / after if before and after else None,
-           "changed": v.changed(),
-           "loss_max_rel_diff": diff, "loss_noise_rel": noise, "loss_bound_rel": bound,
-           "logs": [str(r.log) for r in v.rounds if r.log]}
-    failures = [r.why for r in v.rounds if r.value_ms is None]
-    lost = [x for x in (v.rounds[0].losses if v.rounds else []) if x is not None and not (abs(x) < float("inf"))]
-    if lost and any(x is not None and not (abs(x) < float("inf")) for r in base.rounds for x in r.losses):
-        lost = []  # NaN without the knob too: the program's, not the knob's
-    if v.inert:
-        why = f"it changed nothing in this program ({'; '.join(out['changed']) or 'no line from the knob'})"
-    elif failures:
-        why = f"a run failed: {failures[0]}"
-    elif not before or not after:
-        why = "no step time was measured"
-    elif after > (1 - MIN_SAVING) * before:
-        why = f"{before / after:.2f}x: less than {MIN_SAVING:.0%} faster"
-    elif mine and theirs and max(mine) >= min(theirs):
-        why = (f"{before / after:.2f}x, but within the spread of the rounds (slowest with it {max(mine):.2f} ms, "
-               f"fastest without {min(theirs):.2f} ms)")
-    elif lost:
-        why = "the loss became NaN or infinite"
-    elif diff is not None and diff > bound + (noise or 0):
-        why = (f"the first steps' losses moved {diff:.2%}, beyond the {bound:.2%} this knob allows"
-               + (f" plus the baseline's own {noise:.2%}" if noise else ""))
-    else:
-        out["kept"] = True
-        allowed = f"bound {bound:.2%}" + (f" + the baseline's own {noise:.2%}" if noise else "")
-        out["why"] = (f"{before / after:.2f}x faster, every round; losses "
-                      + ("not recorded" if diff is None else f"within {diff:.2%} ({allowed})"))
-        return out
-    out["kept"], out["why"] = False, why
-    return out
-
-
-@dataclass
-class Tuner:
-    program: list[str]
-    folder: Path
-    python: str | None = None
-    budget_s: float = DEFAULT_BUDGET_S
-    rounds: int = 2
-    say: object = print  # progress, one line at a time
-    clock: object = time.monotonic
-    kept: dict = field(default_factory=dict)
-    rejected: list = field(default_factory=list)
-    stages: list = field(default_factory=list)
-    stopped: str | None = None
-    failed: bool = False  # it stopped on a failure (a profile, the configuration's runs), not by choice
-    final_check: dict | None = None
-    last_profile: dict = field(default_factory=dict)
-    first_settings: dict = field(default_factory=dict)  # the program as it is: its FLOPs were counted there
-    _began: float = 0.0
-    _profile_s: float | None = None
-    _run_s: float | None = None
-    _baseline: float | None = None  # the original program, plain, in the first trial
-    _current: float | None = None  # the configuration so far, as last measured
-    _profiles: int = 0
-    options: list = field(default_factory=list)  # the program's own options (program_options.read)
-    levers: dict = field(default_factory=dict)  # knob -> the options that do what it does
-    via: dict = field(default_factory=dict)  # kept knobs the program's options apply: knob -> its words
-    option_trials: list = field(default_factory=list)  # (knob, value, words, kept) for each option trial
-    unusable: dict = field(default_factory=dict)  # knob -> the option words whose trial failed: the knob applies
-    spent: dict = field(default_factory=lambda: {"profiles_s": 0.0, "trials_s": 0.0, "final_check_s": 0.0,
-                                                 "trials": 0, "runs": 0, "stopped_early": 0})
-    _fresh_profile_s: float | None = None
-    _trial_s: float | None = None
-    _reused: bool = False  # this stage tries a knob on the last stage's profile (_independent)
-    _parts: list = field(default_factory=list)  # each plain run's parts (try_runs.run_parts)
-    _last_round: object = None  # the configuration so far's last timed run: the next trial's first baseline round
-
-    def __post_init__(self):
-        self.options = program_options.with_current(program_options.read(script_of(self.program)), self.program)
-        self.levers = program_options.levers(self.options)
-
-    def left(self) -> float:
-        return self.budget_s - (self.clock() - self._began)
-
-    def current_program(self) -> list[str]:
-        """The program with the options kept so far set on its command line."""
-        return program_options.with_words(self.program, self.options, [w for ws in self.via.values() for w in ws])
-
-    def knob_part(self, knobs: dict) -> dict:
-        """The knobs nvtx_autotrace applies: those no kept or tried option applies."""
-        return {k: v for k, v in knobs.items() if k not in self.via}
-
-    def reserve_s(self) -> float:
-        """Kept once a knob is kept: for the final check (the original against the tuned program, a trial's cost),
-        so the speed-up is always measured in one sitting, and for a profile of the tuned program, so what is left
-        comes from it."""
-        return self.trial_s(rounds=1) + (self._profile_s or 0.0) if self.kept else 0.0
-
-    def clock_text(self) -> str:
-        used = self.clock() - self._began
-        return f"{mmss(used)} used, {mmss(max(0.0, self.budget_s - used))} left"
-
-    def trial_s(self, rounds: int | None = None) -> float:
-        per_run = self._run_s if self._run_s is not None else 0.7 * (self._profile_s or 0)
-        return 2 * (rounds or self.rounds) * per_run
-
-    def run(self, on_stage=None) -> dict:
-        """Stages until nothing is left or the budget is spent; ``on_stage(result)`` after each (tune.json
-        written as it goes). Interrupted propagates, the result so far is ``self.result()``."""
-        self._began = self.clock()
-        stale, summary = True, {}
-        since: dict = {}  # the knobs kept since the profile in hand
-        while True:
-            found = self._independent(summary, since) if stale and summary else []
-            self._reused = bool(found)
-            if found:
-                self.say(f"stage {len(self.stages) + 1}: no new profile: {declared.text(since)} changed another part "
-                         f"of a step than {declared.text(found[0].knobs)} fixes, so the last profile still holds")
-            if stale and not found:
-                if self._profiles and self._profile_s + self.trial_s() + self.reserve_s() > self.left():
-                    self.stopped = "budget"
-                    break
-                summary = self._profile()
-                if summary is None:
-                    break
-                stale, since = False, {}
-            found = found or candidates(summary, self.kept, self.rejected, self._current, self.levers)
-            if not found:
-                self._stage_row(summary, None, {"kept": False, "why": self._nothing_left(summary)})
-                self.stopped = "nothing left"
-                break
-            c = found[0]
-            if self.trial_s() + self.reserve_s() > self.left():
-                self.stopped = "budget"
-                break
-            kept, via, failed = self._trial(summary, c)
-            if not kept and via and failed:
-                # the program refused or crashed on its own option: the knob is tried as nvtx_autotrace applies it
-                self.say(f"stage {len(self.stages)}: the program's own option failed; "
-                         f"{declared.text(c.knobs)} is tried as a knob instead")
-                self.unusable.update(via)
-                self.levers = {k: v for k, v in self.levers.items() if k not in via}
-                continue
-            if kept:
-                self.kept.update(c.knobs)
-                since.update(c.knobs)
-                for k in c.knobs:  # a knob now applied by an option, or by nvtx_autotrace instead of one
-                    self.via.pop(k, None)
-                self.via.update(via)
-                stale = True
-            else:
-                self.rejected.append(c.knobs)
-            if on_stage:
-                on_stage(self.result())
-        if stale and self.kept and self.stopped == "budget" and self._profile_s is not None and (
-                self._profile_s <= self.left() - (self.trial_s(rounds=1) if len(self.kept) > 1 else 0.0)):
-            self._profile("final")  # what is left comes from the tuned program, not from before its last knob
-        if len([s for s in self.stages if s["kept"]]) > 1:
-            self._check_final()
-        return self.result()
-
-    def _independent(self, summary: dict, since: dict) -> list[Candidate]:
-        """The last profile's candidates that the knobs kept since cannot change (they change another part of a
-        step: knobs.interact): tried without profiling again, a profile's time saved a stage."""
-        return [c for c in candidates(summary, self.kept, self.rejected, self._current, self.levers)
-                if not declared.interact(c.knobs, since)]
-
-    def _profile(self, final: str | None = None) -> dict | None:
-        """The program profiled with the configuration so far: a stage's (``stage-N/profile``), or ``final``'s."""
-        n = len(self.stages) + 1
-        out = self.folder / (final or f"stage-{n}") / "profile"
-        what = f" with {self.configuration_text()}" if self.kept else " as it is"
-        shown = script_of(self.program) or " ".join(self.program[:2])
-        said = f"{final}: what is left in the tuned program:" if final else f"stage {n}:"
-        self.say(f"{said} profiling {shown}{what} (nvtx-trace run; {self.clock_text()})")
-        t0 = self.clock()
-        try:
-            profile(self.current_program(), self.python, out, self.knob_part(self.kept),
-                    stage=f"while profiling ({final or f'stage {n}'})",
-                    log=out.parent / "profile.log", env={} if self._profiles else {names.FLOPS_ENV: "1"})
-        except ProfileFailed as exc:
-            if not self._profiles and exc.program_ran_clean:  # it ran to its end, and left nothing to analyze
-                raise UsageError(f"{script_of(self.program) or self.program[0]}: the profile found no training "
-                                 "steps (nothing called optimizer.step() or nvtx_autotrace.mark_step()): tune needs a "
-                                 f"training loop of at least ~30 steps ({exc})") from None
-            if not self._profiles:
-                raise UsageError(f"{script_of(self.program) or self.program[0]}: {exc}") from None
-            if not final:  # a failed final profile leaves what is left as the last stage's profile said
-                self.stopped, self.failed = f"profile failed: {exc}", True
-            return None
-        self._profile_s = self.clock() - t0
-        self._fresh_profile_s = self._profile_s  # the next stage row's: it profiled anew
-        self.spent["profiles_s"] += self._profile_s
-        self._profiles += 1
-        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-        if (((summary.get("steps") or {}).get("summary") or {}).get("steps") or 0) < MIN_STEPS:
-            if self._profiles == 1:
-                raise UsageError(f"{script_of(self.program) or self.program[0]}: the profile found no training "
-                                 "steps (nothing called optimizer.step() or nvtx_autotrace.mark_step()): tune needs a "
-                                 f"training loop of at least ~30 steps; the profile is in {out}")
-            if not final:
-                self.stopped, self.failed = "the profile found no training steps", True
-            return None
-        self.last_profile = {"path": str(out), "summary": summary, "configuration": dict(self.kept)}
-        if self._profiles == 1:
-            self.first_settings = summary.get("settings") or {}
-        return summary
-
-    def _no_time_for_a_run(self, final: bool = False) -> str | None:
-        """The budget is a ceiling: a trial's next run is not started where it would leave too little for the final
-        check (judge then decides on the rounds run). One round of the final check is reserved; its later rounds
-        run where the budget still holds them."""
-        if self._run_s is not None and self.left() - (0.0 if final else self.reserve_s()) < self._run_s:
-            return f"another run would pass the --budget of {self.budget_s:.0f} s"
-        return None
-
-    def configuration_text(self, knobs: dict | None = None, via: dict | None = None) -> str:
-        """``num_workers=8 (--workers 8),tf32=1``: each knob, with the program's own words where an option sets it."""
-        knobs = self.kept if knobs is None else knobs
-        via = self.via if via is None else via
-        return ",".join(declared.text({k: v}) + (f" ({' '.join(via[k])})" if k in via else "")
-                        for k, v in knobs.items())
-
-    def _trial(self, summary: dict, c: Candidate) -> tuple[bool, dict, bool]:
-        """The candidate timed plain against the configuration so far: through the program's own options where it
-        has them (what the user keeps), else by nvtx_autotrace; (kept, the options it set: knob -> words, whether a
-        run with it failed)."""
-        n = len(self.stages) + 1
-        via = {k: w for k, v in c.knobs.items() if (w := program_options.words_for(self.levers, k, v))}
-        c.via = via
-        label = self.configuration_text(c.knobs, via)
-        guess = (f"predicted {c.profile_step_ms:.2f} -> {c.predicted_step_ms:.2f} ms" if c.predicted_step_ms is not None
-                 else "no prediction: measured")
-        self.say(f"stage {n}: trying {label} ({c.finding.get('kind')}: {guess}) against "
-                 f"{self.configuration_text() or 'the program as it is'}, "
-                 f"{self.rounds} round(s) each, plain ({self.clock_text()})")
-        current = self.current_program()
-        kept_knobs = self.knob_part(self.kept)
-        added = {k: v for k, v in c.knobs.items() if k not in via}
-        kept_via = {k: w for k, w in self.via.items() if k not in c.knobs}
-        tried = program_options.with_words(current, self.options, [w for ws in via.values() for w in ws])
-        # the configuration so far was timed in the last trial: that run is this trial's first baseline round (A B,
-        # then B A), a run saved; a first round 15 % faster then needs no second
-        reused = [self._last_round] if self._last_round is not None else []
-        variants = [try_runs.Variant(kept_knobs, rounds=list(reused), added={}, program=current,
-                                     via_options=dict(self.via)),
-                    try_runs.Variant({**{k: v for k, v in kept_knobs.items() if k not in via}, **added},
-                                     added=dict(c.knobs), program=tried, via_options={**kept_via, **via})]
-        t0 = self.clock()
-        try:
-            base, v = try_runs.alternate(current, variants, self.rounds, self.python,
-                                         progress=lambda m: self.say(f"stage {n}: {m}"),
-                                         logs=self.folder / f"stage-{n}",
-                                         settled=lambda vs: settled(vs) or self._no_time_for_a_run())
-        except NvtxTraceError:
-            if self._baseline is None:
-                raise
-            self.stopped, self.failed = "the configuration so far stopped giving step times", True
-            return False, via, False
-        timed = base.rounds[len(reused):] + v.rounds  # the runs this trial made
-        runs = len(timed)
-        self._parts += [r.parts for r in timed if r.parts]
-        self._trial_s = self.clock() - t0
-        # the slowest run yet: the budget is a ceiling, and the final check's runs (the original program, the tuned
-        # one compiling) are no shorter than a trial's (an H200 run went 4.5 s past 430 s on the mean)
-        self._run_s = max([self._run_s or 0.0, self._trial_s / max(1, runs),
-                           *(r.parts["wall_s"] for r in timed if r.parts)])
-        self.spent["trials_s"] += self._trial_s
-        self.spent["runs"] += runs
-        self.spent["trials"] += 1
-        self.spent["stopped_early"] += len(base.rounds) + len(v.rounds) < 2 * self.rounds and not v.inert
-        verdict = judge(base, v)
-        last = [r for r in (v if verdict["kept"] else base).rounds if r.value_ms is not None]
-        self._last_round = last[-1] if last else None  # the configuration now, as last timed
-        if self._baseline is None:
-            self._baseline = verdict["baseline_step_ms"]
-        self._stage_row(summary, c, verdict)
-        self._current = verdict["measured_step_ms"] if verdict["kept"] else (verdict["baseline_step_ms"]
-                                                                              or self._current)
-        self.say(f"stage {n}: {label} {'kept' if verdict['kept'] else 'rejected'}: {verdict['why']}")
-        for k, words in via.items():
-            self.option_trials.append({"knob": k, "value": c.knobs[k], "words": words, "kept": verdict["kept"]})
-        return verdict["kept"], via, any(r.value_ms is None for r in v.rounds)
-
-    def _check_final(self) -> None:
-        """The original program against the tuned one, alternating: the cumulative speed-up measured, not
-        chained over trials that ran minutes apart (its time is reserved from the budget once a knob is kept)."""
-        label = self.configuration_text()
-        self.say(f"final check: the program as it is against {label}, {self.rounds} round(s) each, plain "
-                 f"({self.clock_text()})")
-        variants = [try_runs.Variant({}, added={}, program=list(self.program)),
-                    try_runs.Variant(self.knob_part(self.kept), added=dict(self.kept), program=self.current_program(),
-                                     via_options=dict(self.via))]
-        t0 = self.clock()
-        base, v = try_runs.alternate(self.program, variants, self.rounds, self.python,
-                                     progress=lambda m: self.say(f"final check: {m}"), logs=self.folder / "final",
-                                     settled=lambda vs: self._no_time_for_a_run(final=True))
-        self.final_check = judge(base, v)
-        self._parts += [r.parts for x in (base, v) for r in x.rounds if r.parts]
-        self.spent["final_check_s"] = self.clock() - t0
-
-    def _stage_row(self, summary: dict, c: Candidate | None, verdict: dict) -> None:
-        """The stage as tune.json keeps it. The trial's prediction is the one said before it ran (one prediction
-        for one trial: the progress line and the table agree); the top findings' come off the profiled
-        configuration's plain step where a trial measured it (this stage's baseline, else the last measured)."""
-        own = try_runs.own_cost_ns(summary)
-        plain = verdict.get("baseline_step_ms") or self._current
-        profiled = _profile_step_ms(summary, ((summary.get("steps") or {}).get("summary") or {}).get("statistic")
-                                    or "median")
-        top = []
-        for f in (summary.get("findings") or [])[:TOP_FINDINGS]:
-            after = try_runs.plain_prediction_ms(f, summary, plain)
-            top.append({"kind": f.get("kind"), "impact_ms": round((f.get("impact_ns") or 0) / 1e6, 3),
-                        "knobs": next_knobs(f, self.kept, self.levers) or None,
-                        "predicted_step_ms": round(after, 3) if after is not None else None,
-                        "predicted_saving_ms": _saving_ms(f)})
-        self.stages.append({
-            "stage": len(self.stages) + 1, "profile": self.last_profile.get("path"),
-            "configuration": dict(self.kept), "profile_step_ms": round(profiled - own / 1e6, 3) if profiled else None,
-            "top_findings": top, "knobs": dict(c.knobs) if c else None,
-            "options": [w for ws in c.via.values() for w in ws] if c and c.via else None,
-            "command": self.current_program() if self.via else None,
-            "finding": c.finding.get("kind") if c else None,
-            "predicted_step_ms": round(c.predicted_step_ms, 3) if c and c.predicted_step_ms is not None else None,
-            "predicted_saving_ms": _saving_ms(c.finding) if c else None,
-            **{k: verdict.get(k) for k in ("baseline_step_ms", "measured_step_ms", "speedup", "statistic",
-                                           "rounds_ms", "changed", "loss_max_rel_diff", "loss_noise_rel",
-                                           "loss_bound_rel", "logs")},
-            "kept": bool(verdict.get("kept")), "why": verdict["why"], "profile_reused": self._reused,
-            "profile_s": round(self._fresh_profile_s, 1) if self._fresh_profile_s is not None else None,
-            "trial_s": round(self._trial_s, 1) if c is not None and self._trial_s is not None else None,
-            "elapsed_s": round(self.clock() - self._began, 1)})
-        self._fresh_profile_s = self._trial_s = None
-
-    def _nothing_left(self, summary: dict) -> str:
-        tried = [declared.text(r) for r in self.rejected]
-        return ("nothing left: every finding a knob or the program's own options apply was tried, or predicts less "
-                f"than {MIN_SAVING:.0%}" + (f" (rejected before: {', '.join(tried)})" if tried else ""))
-
-    def result(self) -> dict:
-        from nvtx_trace.runner import permanent
-
-        check = self.final_check
-        if check and check.get("measured_step_ms"):
-            base, final, source = check["baseline_step_ms"], check["measured_step_ms"], "final check"
-        elif self._baseline is not None:
-            base, final, source = self._baseline, self._current, "stages"
-        else:
-            base = final = next((s["profile_step_ms"] for s in self.stages if s["profile_step_ms"]), None)
-            source = "profile"
-        settings = (self.last_profile.get("summary") or {}).get("settings") or {}
-        last = self.last_profile.get("summary") or {}
-        return {
-            "program": self.program, "rounds": self.rounds, "budget_s": self.budget_s,
-            "elapsed_s": round(self.clock() - self._began, 1) if self._began else 0.0,
-            "stopped": self.stopped, "baseline_step_ms": base, "final_step_ms": final,
-            "speedup": base / final if base and final else None, "step_source": source,
-            "kept_knobs": dict(self.kept), "stages": list(self.stages),
-            "final_check": check,
-            "remaining": remaining(last, self.levers) if last else [],
-            "remaining_from": {"profile": self.last_profile.get("path"),
-                               "configuration": self.last_profile.get("configuration")} if last else None,
-            "permanent": permanent.lines(self.kept, settings, self.levers, self.via),
-            "command": self.current_program(),
-            "options": self._options(),
-            "time": {**{k: round(v, 1) if isinstance(v, float) else v for k, v in self.spent.items()},
-                     "per_run": {k: round(statistics.median(p[k] for p in self._parts), 2) for k in self._parts[0]}
-                     if self._parts else None},
-            "flops": self._flops(base),
-        }
-
-    def _options(self) -> list[dict]:
-        """Each option the program declares, what it maps to, the values tune tried through it and the one kept."""
-        mapped = {o.flag: knob for knob, found in program_options.levers(self.options).items()
-                  for lever in found for o in (lever.option, lever.partner) if o is not None}
-        failed = {w for words in self.unusable.values() for w in words}
-        out = []
-        for o in self.options:
-            knob = mapped.get(o.flag)
-            trials = [t for t in self.option_trials if o.flag in t["words"] or any(
-                w.startswith(o.flag + "=") for w in t["words"])]
-            kept = next((_said(o, t) for t in reversed(trials) if t["kept"]), None)
-            out.append({"flag": o.flag, "kind": o.kind, "default": o.default, "maps_to": knob,
-                        "values_tried": [_said(o, t) for t in trials], "kept": kept,
-                        "failed": o.flag in failed or any(w.startswith(o.flag + "=") for w in failed)})
-        return out
-
-    def _flops(self, original_ms: float | None) -> dict | None:
-        """Model FLOPs per step (counted once, in the first profile's warm-up), and what each measured
-        configuration achieves of the GPU's dense peak for the math it runs in."""
-        from nvtx_trace import device_peaks
-
-        flops = self.first_settings.get("model_flops_per_step")
-        if not flops:
-            return None
-        device = (self.first_settings.get("device") or {}).get("name")
-        points = [("as it is", {}, original_ms)] if original_ms else []
-        points += [(declared.text({**s["configuration"], **s["knobs"]}), {**s["configuration"], **s["knobs"]},
-                    s["measured_step_ms"]) for s in self.stages if s["kept"] and s["measured_step_ms"]]
-        rows = [{"label": label, "step_ms": round(step, 3),
-                 **device_peaks.achieved(flops, step, device, device_peaks.precision_of(self.first_settings, knobs))}
-                for label, knobs, step in points]
-        return {"per_step": flops, "method": "torch.utils.flop_counter's formulas over one warm-up step "
-                f"(step {self.first_settings.get('flops_step')}) of the first profile", "device": device,
-                "stages": rows}
-
-
-def script_of(program: list[str]) -> Path | None:
-    """The script file the program runs (a torchrun job's ranks' too); None for a module."""
-    from nvtx_trace.capture import torchrun
-
-    launch = torchrun.parse(program)
-    words = launch.program if launch is not None and launch.kind == "script" else program
-    return Path(words[0]) if words and words[0] != "-m" and words[0].endswith(".py") else None
 
 
 def check_budget(budget_s: float) -> None:
@@ -625,9 +58,9 @@ def run_tune(req: TuneRequest) -> None:
     """The whole of `nvtx-trace tune`: every output checked before anything runs, then the stages, tune.json after
     each (and what was kept so far when interrupted), the table, tune.html and a history row per stage."""
     from nvtx_trace.capture import interrupts
-    from nvtx_trace.files import check_outputs, file_digest, inside, make_folder, same_path
+    from nvtx_trace.files import file_digest
     from nvtx_trace.runner import history
-    from nvtx_trace.runner.plan import DEFAULT_OUT_ROOT, check_module, classify, fresh_folder, given_folder, run_name
+    from nvtx_trace.runner.plan import check_module, classify, run_name
 
     began = time.time()
     declared.check()
@@ -641,33 +74,18 @@ def run_tune(req: TuneRequest) -> None:
         raise UsageError(f"--rounds {req.rounds}: a trial is {2 * req.rounds} plain runs of at least {MIN_RUN_S:g} s "
                          f"each, more than the --budget of {req.budget:g} s; give fewer --rounds (default 2)")
     digest = file_digest(script) if script else None
-    out, json_out = req.out, req.json_out
-    if out is not None:
-        given_folder(out)
-        taken = [n for n in (TUNE_JSON, TUNE_HTML, "stage-1") if (out / n).exists()]
-        if taken and not req.force:
-            raise UsageError(f"{out} already holds {', '.join(taken)}; choose another --out or pass --force")
-        folder = out.resolve()
-    else:
+    json_out = req.json_out
+
+    def name() -> str:
         module = program[0] == "-m"
-        mode = classify(program[1:] if module else program, module)
-        folder = fresh_folder(Path(DEFAULT_OUT_ROOT), f"{run_name(program[1:] if module else program, mode)}-tune",
-                              began)
+        words = program[1:] if module else program
+        return f"{run_name(words, classify(words, module))}-tune"
+
+    folder = TUNE.folder(req.out, req.force, name, began)
     inputs = [script] if script else []
-    if json_out:
-        if inside(json_out, folder):
-            raise UsageError(f"--json {json_out} is inside the tune folder {folder}, which gets {TUNE_JSON} "
-                             "itself; give --json a path outside it")
-        check_outputs([json_out], inputs, req.force)
-    history_db = history.resolve_path(req.history_path, disabled=req.no_history)
-    history.check(history_db, inputs=inputs,
-                  written=lambda p: inside(p, folder) or (json_out is not None and same_path(p, json_out)))
-    made = not folder.exists()
-    make_folder(folder)
-
-    def say(message: str) -> None:
-        print(f"nvtx-trace tune: {printable(message)}", file=sys.stderr, flush=True)
-
+    history_db = TUNE.check_outputs(folder, json_out, inputs, req.force, req.history_path, req.no_history)
+    made = verbs.make(folder)
+    say = TUNE.say
     say(f"{' '.join(program)}: budget {req.budget:.0f} s; each stage profiles (nsys) and times one knob plain, "
         f"{req.rounds} round(s) a side; outputs in {folder}")
     tuner = Tuner(program, folder, req.python, req.budget, req.rounds, say)
@@ -678,15 +96,12 @@ def run_tune(req: TuneRequest) -> None:
         if tuner.stages or tuner.last_profile:  # a stage, or the first profile at least
             _write(folder, tuner.result(), json_out)
             exc.kept = (f"kept so far: {declared.text(tuner.kept) or 'nothing'}; the stages so far are in "
-                        f"{folder / TUNE_JSON}")
-        elif made and not any(p.is_file() for p in folder.rglob("*")):
-            shutil.rmtree(folder, ignore_errors=True)
-        else:
+                        f"{folder / TUNE.json}")
+        elif not made or verbs.drop_if_empty(folder, made):
             exc.kept = exc.kept or f"no stage ended; what the runs wrote is in {folder}"
         raise
     except Exception:
-        if made and not any(p.is_file() for p in folder.rglob("*")):
-            shutil.rmtree(folder, ignore_errors=True)
+        verbs.drop_if_empty(folder, made)
         raise
 
     from nvtx_trace.report import tune_render
@@ -694,12 +109,12 @@ def run_tune(req: TuneRequest) -> None:
 
     tune_render.text(result, console(highlight=False))
     written = _write(folder, result, json_out)
-    try_runs.said_after_writing(say, written, script or None, digest, "tuned", folder,
-                                lambda: history.after_tune(result, program, folder, history_db, began))
+    TUNE.said_after_writing(written, script or None, digest, folder,
+                            lambda: history.after_tune(result, program, folder, history_db, began))
     if tuner.failed:  # what was kept is written; the stop itself is a failure to say (a full disk, a folder
         # turned read-only, a configuration that stopped stepping), never an exit 0 with nothing said
         raise NvtxTraceError(f"tune stopped after {len(result['stages'])} stage(s): {result['stopped']}; kept so far: "
-                             f"{declared.text(tuner.kept) or 'nothing'} (in {folder / TUNE_JSON})")
+                             f"{declared.text(tuner.kept) or 'nothing'} (in {folder / TUNE.json})")
     if not any(s["knobs"] for s in result["stages"]) and result["stopped"] != "nothing left":
         raise UsageError(f"nothing was tried ({result['stopped']}): the profile alone took "
                          f"{result['elapsed_s']:.0f} s of the {req.budget:.0f} s budget, and a trial of "
@@ -738,19 +153,11 @@ def _program(target: list[str]) -> tuple[list[str], Path | None]:
 def _write_json(folder: Path, result: dict) -> None:
     from nvtx_trace.files import write_atomically
 
-    write_atomically(folder / TUNE_JSON, json.dumps(result, indent=2) + "\n")
+    write_atomically(folder / TUNE.json, json.dumps(result, indent=2) + "\n")
 
 
 def _write(folder: Path, result: dict, json_out: Path | None) -> list[Path]:
     """tune.json and tune.html in the folder (and --json): after the last stage, or when interrupted."""
-    from nvtx_trace.files import write_atomically
     from nvtx_trace.report import tune_render
 
-    text = json.dumps(result, indent=2) + "\n"
-    write_atomically(folder / TUNE_JSON, text)
-    write_atomically(folder / TUNE_HTML, tune_render.html(result))
-    written = [folder / TUNE_JSON, folder / TUNE_HTML]
-    if json_out:
-        write_atomically(json_out, text)
-        written.append(json_out)
-    return written
+    return TUNE.write(folder, result, tune_render.html(result), json_out)

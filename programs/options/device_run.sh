@@ -11,8 +11,8 @@
 set -u
 O=${OUT:-/tmp/out}
 TIMED='import json, sys
-from nvtx_trace.runner import try_runs
-r = try_runs.time_once(sys.argv[1:], {})
+from nvtx_trace.runner import timing
+r = timing.time_once(sys.argv[1:], {})
 print(json.dumps({"step_ms": r.value_ms, "statistic": r.statistic, "parts": r.parts, "why": r.why}))'
 
 mkdir -p "$O"
