@@ -27,7 +27,7 @@ from nvtx_trace.runner.tune_stages import DEFAULT_BUDGET_S, Tuner
 
 TUNE = verbs.Verb("tune", "tune.json", "tune.html", first="stage-1", done="tuned")
 MIN_BUDGET_S = 60  # less cannot pay for one profile and one trial of any program
-MIN_RUN_S = 5.0  # a plain run's timed window lasts at least this (nvtx_autotrace.auto_window.MIN_SECONDS)
+MIN_RUN_S = 3.0  # a plain run's timed window lasts at least this (nvtx_autotrace.auto_window.TIMED_MIN_SECONDS)
 
 
 def check_budget(budget_s: float) -> None:
