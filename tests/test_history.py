@@ -18,7 +18,7 @@ from conftest import ROOT
 
 from nvtx_trace import runner
 from nvtx_trace.cli import main as cli_main
-from nvtx_trace.runner import history
+from nvtx_trace.runner import history, history_rows, history_store
 from nvtx_trace.units import ms
 
 SCRIPT = ROOT / "programs" / "slow_loader_train.py"
@@ -49,15 +49,15 @@ def test_location_follows_the_platform_and_can_be_overridden_or_switched_off(tmp
     assert history.default_path({**home, "XDG_DATA_HOME": "/x"}, "linux") == Path("/x/nvtx-trace/history.db")
     assert history.default_path(home, "darwin") == Path("/home/u/Library/Application Support/nvtx-trace/history.db")
     assert history.default_path({**home, "LOCALAPPDATA": "C:/L"}, "win32") == Path("C:/L/nvtx-trace/history.db")
-    env = {**home, history.ENV: str(tmp_path / "h.db")}
+    env = {**home, history_store.ENV: str(tmp_path / "h.db")}
     assert history.resolve_path(None, environ=env) == tmp_path / "h.db"
     assert history.resolve_path(tmp_path / "o.db", environ=env) == tmp_path / "o.db"  # --history wins
     assert history.resolve_path(tmp_path / "o.db", disabled=True, environ=env) is None  # --no-history
-    assert history.resolve_path(None, environ={**home, history.ENV: "off"}) is None
+    assert history.resolve_path(None, environ={**home, history_store.ENV: "off"}) is None
 
 
 def test_the_test_session_never_writes_the_real_history(private_history):
-    assert os.environ[history.ENV] == str(private_history)
+    assert os.environ[history_store.ENV] == str(private_history)
     assert history.resolve_path() == private_history
 
 
@@ -66,7 +66,7 @@ def test_a_row_holds_the_run_and_its_findings_as_the_summary_says(tmp_path):
     result = finished(tmp_path / "run1", "cpu_slow_loader")
     change, warning = history.after_run(result, db, started=1_000.0)
     assert (change, warning) == (None, None)  # the first run of this script: nothing to compare with
-    [run] = history.query(db)
+    [run] = history_store.query(db)
     want = summary("cpu_slow_loader")
     assert run["script"] == str(SCRIPT.resolve()) and run["args"] == ["--steps", "12"]
     assert run["step_ns_median"] == want["steps"]["summary"]["step_ns_median"]
@@ -101,8 +101,8 @@ def test_the_next_run_of_the_same_script_prints_what_changed(tmp_path):
     resolved = [f["kind"] for f in diff["findings"] if f["status"] == "resolved"]
     assert resolved and f"resolved: {', '.join(resolved)}" in change
     assert str(tmp_path / "a") in change  # where the earlier run's outputs are
-    assert len(history.query(db)) == 2 and len(history.query(db, last=1)) == 1
-    assert history.query(db, script="no-such-script") == []
+    assert len(history_store.query(db)) == 2 and len(history_store.query(db, last=1)) == 1
+    assert history_store.query(db, script="no-such-script") == []
 
 
 def test_a_run_is_compared_with_the_last_complete_one_and_says_which(tmp_path):
@@ -195,10 +195,10 @@ def test_the_documented_tables_are_the_written_ones(tmp_path):
 
 def test_the_same_script_is_its_path_its_module_and_folder_or_its_command_up_to_the_script(tmp_path):
     (tmp_path / "train.py").write_text("")
-    assert history.script_key(["train.py", "--lr", "1"], "script", tmp_path) == str(tmp_path / "train.py")
-    assert history.script_key(["pkg.train", "--lr", "1"], "module", tmp_path) == f"-m pkg.train @ {tmp_path}"
-    one = history.script_key(["torchrun", "--nproc_per_node=2", "train.py", "--lr", "1"], "command", tmp_path)
-    two = history.script_key(["torchrun", "--nproc_per_node=2", "train.py", "--lr", "2"], "command", tmp_path)
+    assert history_rows.script_key(["train.py", "--lr", "1"], "script", tmp_path) == str(tmp_path / "train.py")
+    assert history_rows.script_key(["pkg.train", "--lr", "1"], "module", tmp_path) == f"-m pkg.train @ {tmp_path}"
+    one = history_rows.script_key(["torchrun", "--nproc_per_node=2", "train.py", "--lr", "1"], "command", tmp_path)
+    two = history_rows.script_key(["torchrun", "--nproc_per_node=2", "train.py", "--lr", "2"], "command", tmp_path)
     assert one == two == f"torchrun --nproc_per_node=2 {tmp_path / 'train.py'}"
 
 

@@ -22,7 +22,7 @@ from conftest import SAMPLES, fill
 from test_history import finished
 from test_hostile_outputs import one_line
 
-from nvtx_trace.runner import history
+from nvtx_trace.runner import history, history_store
 
 EXPORT = SAMPLES / "cpu_slow_loader.sqlite"
 
@@ -101,7 +101,7 @@ def test_an_earlier_history_is_migrated_when_the_next_run_is_recorded(tmp_path):
     assert warning is None
     assert change is not None and change.startswith("since the last run of this script (2026-01-01 11:00, commit "
                                                     "abcdef12, /w/o2): step 5.10 ms -> ")  # the mean: numbers
-    assert marks(db) == (history.APPLICATION_ID, history.SCHEMA_VERSION)
+    assert marks(db) == (history_store.APPLICATION_ID, history_store.SCHEMA_VERSION)
     types = column_types(db, "runs")
     assert types["step_ns_median"] == "INTEGER" and types["gpu_busy_fraction"] == "REAL" and \
         types["git_dirty"] == "INTEGER" and types["kind"] == "TEXT"
@@ -111,13 +111,13 @@ def test_an_earlier_history_is_migrated_when_the_next_run_is_recorded(tmp_path):
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
         assert con.execute("SELECT run_id, kind, impact_ns FROM findings ORDER BY rowid LIMIT 2").fetchall() == [
             (2, "dataloader_stall", None), (2, "sync", 1_500_000)]
-    assert [r["id"] for r in history.query(db)] == [3, 2, 1]
+    assert [r["id"] for r in history_store.query(db)] == [3, 2, 1]
 
 
 def test_a_new_history_is_typed_and_marked_even_when_its_first_run_had_no_steps(tmp_path):
     db = tmp_path / "h.db"
     assert history.after_run(finished(tmp_path / "a", None, exit_code=1), db, started=1.0) == (None, None)
-    assert marks(db) == (history.APPLICATION_ID, history.SCHEMA_VERSION)
+    assert marks(db) == (history_store.APPLICATION_ID, history_store.SCHEMA_VERSION)
     assert {c: t for c, t in column_types(db, "runs").items() if c in ("steps", "gpu_busy_fraction", "git_dirty")} \
         == {"steps": "INTEGER", "gpu_busy_fraction": "REAL", "git_dirty": "INTEGER"}
     change, warning = history.after_run(finished(tmp_path / "b", "resnet_flawed"), db, started=2.0)
@@ -147,10 +147,10 @@ def test_a_history_of_a_later_version_is_read_and_written_with_its_extra_columns
     with sqlite3.connect(db) as con:
         con.execute("ALTER TABLE runs ADD COLUMN energy_j REAL")
         con.execute("UPDATE runs SET energy_j = 12.5")
-        con.execute(f"PRAGMA user_version = {history.SCHEMA_VERSION + 1}")
+        con.execute(f"PRAGMA user_version = {history_store.SCHEMA_VERSION + 1}")
     change, warning = history.after_run(finished(tmp_path / "b", "cpu_slow_loader"), db, started=2.0)
     assert warning is None and change
-    assert [r.get("energy_j") for r in history.query(db)] == [None, 12.5]
+    assert [r.get("energy_j") for r in history_store.query(db)] == [None, 12.5]
 
 
 # ================================================================ databases that are not ours
@@ -185,7 +185,7 @@ def test_an_empty_file_becomes_a_history(tmp_path):
     db.write_bytes(b"")
     assert cli("history", "--history", db).stdout.startswith("No runs recorded")
     assert history.after_run(finished(tmp_path / "a", "cpu_slow_loader"), db, started=1.0) == (None, None)
-    assert marks(db) == (history.APPLICATION_ID, history.SCHEMA_VERSION) and len(history.query(db)) == 1
+    assert marks(db) == (history_store.APPLICATION_ID, history_store.SCHEMA_VERSION) and len(history_store.query(db)) == 1
 
 
 # ================================================================ writes
@@ -202,7 +202,7 @@ def test_a_full_disk_leaves_the_history_as_it_was(tmpfs, tmp_path):
     assert sha(db) == kept and sorted(p.name for p in where.iterdir()) == ["filler", "h.db"]
     (where / "filler").unlink()
     assert history.after_run(finished(tmp_path / "r", "resnet_flawed"), db, started=1.0)[1] is None
-    assert len(history.query(db)) == 3 and marks(db)[0] == history.APPLICATION_ID
+    assert len(history_store.query(db)) == 3 and marks(db)[0] == history_store.APPLICATION_ID
 
 
 def test_runs_recorded_at_once_all_land(tmp_path):
@@ -220,7 +220,7 @@ def test_runs_recorded_at_once_all_land(tmp_path):
     for t in threads:
         t.join()
     assert errors == []
-    runs = history.query(db)
+    runs = history_store.query(db)
     assert sorted(r["id"] for r in runs) == list(range(1, 7))
     assert all(len(r["findings"]) == runs[0]["findings_count"] for r in runs)
 
@@ -231,7 +231,7 @@ def test_a_run_killed_while_writing_leaves_a_history_that_still_lists(tmp_path):
     committed before."""
     db = tmp_path / "h.db"
     history.after_run(finished(tmp_path / "r1", "cpu_slow_loader"), db, started=1.0)
-    before = history.query(db)
+    before = history_store.query(db)
     # a tiny page cache spills the uncommitted rows into the database file; the journal keeps the old pages
     writer = ("import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
               "c.execute('PRAGMA cache_size=1'); c.execute('BEGIN IMMEDIATE'); "
@@ -242,7 +242,7 @@ def test_a_run_killed_while_writing_leaves_a_history_that_still_lists(tmp_path):
     proc = cli("history", "--history", db, "--json")
     assert proc.returncode == 0, proc.stderr
     assert [r["id"] for r in json.loads(proc.stdout)["runs"]] == [r["id"] for r in before]
-    assert len(history.query(db)[0]["findings"]) == len(before[0]["findings"])  # the half transaction is gone
+    assert len(history_store.query(db)[0]["findings"]) == len(before[0]["findings"])  # the half transaction is gone
 
 
 # ================================================================ odd arguments to `nvtx-trace history`

@@ -11,7 +11,7 @@ import pytest
 from question_snapshots import SAMPLES, recorded_summary, recorded_text
 
 from nvtx_trace.analyzer.questions import host_kinds
-from nvtx_trace.runner import history, timing, try_runs, tune_trial
+from nvtx_trace.runner import history_rows, history_store, timing, try_runs, tune_trial
 from nvtx_trace.runner.diff import compare
 from nvtx_trace.units import ms
 
@@ -33,8 +33,8 @@ def test_each_command_shows_the_finding_s_one_saving(report, tmp_path):
     # the history, written and read back through a real database
     db = tmp_path / "h.db"
     row = {"started_at": "t", "kind": "run", "script": "s", "mode": "script", "exit_code": 0}
-    history.record(db, row, history.finding_rows(summary))
-    stored = history.query(db)[0]["findings"]
+    history_store.record(db, row, history_rows.finding_rows(summary))
+    stored = history_store.query(db)[0]["findings"]
     assert [s["predicted_saving_ns"] for s in stored if s["predicted_saving_ns"]] == [
         f["predicted"]["saving_ns"] for f in found]
 

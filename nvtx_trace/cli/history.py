@@ -65,9 +65,9 @@ def history(
 def _runs(where: Path, script: str | None, last: int) -> list[dict]:
     """The runs asked for; ``script`` matches as the plain text it is (``_`` and ``%`` too: ``my_train`` must not
     find ``myXtrain``; history_store.query escapes them for SQL's LIKE)."""
-    limit = last if 0 < last < 2 ** 63 else None  # 0, or more than SQLite can count: all of them
     from nvtx_trace.runner.history_store import query
 
+    limit = last if 0 < last < 2 ** 63 else None  # 0, or more than SQLite can count: all of them
     return query(where, script=script, last=limit)
 
 
