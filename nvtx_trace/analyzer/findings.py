@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nvtx_trace.analyzer.measures.collectives import ALONE_PREFIX
-from nvtx_trace.units import count, ms, pct, size  # noqa: F401 - TRANSITION: removed once runner/history.py reads units
 
 COMMON_THRESHOLDS = {  # shared by every finding; each question declares its own (questions.thresholds())
     "cause_fraction": 0.05,  # a cause gets its own finding at 5 % of the window

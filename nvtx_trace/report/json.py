@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from nvtx_trace.analyzer.summary import SCHEMA_VERSION, to_dict  # noqa: F401 - SCHEMA_VERSION: until try_runs reads it from summary
+from nvtx_trace.analyzer.summary import to_dict
 
 
 def render(analysis) -> str:

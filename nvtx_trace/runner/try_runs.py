@@ -181,7 +181,7 @@ def summary_of(r: dict, folder: Path) -> dict:
     """One variant in the shape of summary.json, as far as ``nvtx-trace diff`` and the history read it: its
     plain steady step, no findings (nothing was profiled), and the prediction it was measured against."""
     from nvtx_trace import __version__
-    from nvtx_trace.report.json import SCHEMA_VERSION
+    from nvtx_trace.analyzer.summary import SCHEMA_VERSION
 
     def ns(x):
         return int(round(x * 1e6)) if x else None
