@@ -146,23 +146,23 @@ def test_one_ranks_failed_export_leaves_the_others_to_analyze(per_rank, ready, t
 
 def test_a_rank_that_wrote_no_report_is_named(tmp_path):
     """The files a rank-numbered stem names are exactly rankN.*; a rank missing among them is said by number."""
-    from nvtx_trace.capture.profile import _files_of, _missing_ranks
+    from nvtx_trace.capture.nsys_reports import files_of, missing_ranks
     from nvtx_trace.capture.torchrun import rank_stem
 
     for name in ("rank0.nsys-rep", "rank2.qdstrm", "rank10.nsys-rep", "rank0_baseline.nsys-rep", "ranks.nsys-rep",
                  "rank1.sqlite"):
         (tmp_path / name).write_bytes(b"")
     stem = rank_stem(tmp_path)
-    found = _files_of(stem, (".nsys-rep", ".qdstrm"))
+    found = files_of(stem, (".nsys-rep", ".qdstrm"))
     assert sorted(p.name for p in found) == ["rank0.nsys-rep", "rank10.nsys-rep", "rank2.qdstrm"]
     stems = [tmp_path / "rank0", tmp_path / "rank2"]
-    assert _missing_ranks(stems, ranks=3).startswith("rank 1 wrote no report (2 of 3 did)")
-    assert _missing_ranks(stems, ranks=None).startswith("rank 1 wrote no report")  # a hole in the numbers
-    assert _missing_ranks([tmp_path / "rank0"], ranks=4).startswith("ranks 1, 2, 3 wrote no report (1 of 4 did)")
-    assert _missing_ranks(stems + [tmp_path / "rank1"], ranks=3) is None
+    assert missing_ranks(stems, ranks=3).startswith("rank 1 wrote no report (2 of 3 did)")
+    assert missing_ranks(stems, ranks=None).startswith("rank 1 wrote no report")  # a hole in the numbers
+    assert missing_ranks([tmp_path / "rank0"], ranks=4).startswith("ranks 1, 2, 3 wrote no report (1 of 4 did)")
+    assert missing_ranks(stems + [tmp_path / "rank1"], ranks=3) is None
     node_2 = [tmp_path / f"rank{r}" for r in (4, 5, 7)]  # the second node of a 4-per-node job
-    assert _missing_ranks(node_2, ranks=4).startswith("rank 6 wrote no report (3 of 4 did)")
-    assert _missing_ranks(node_2 + [tmp_path / "rank6"], ranks=4) is None
+    assert missing_ranks(node_2, ranks=4).startswith("rank 6 wrote no report (3 of 4 did)")
+    assert missing_ranks(node_2 + [tmp_path / "rank6"], ranks=4) is None
 
 
 def test_a_launch_where_one_rank_writes_no_report_names_it(ready, tmp_path, monkeypatch):  # noqa: F811

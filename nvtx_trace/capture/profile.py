@@ -24,9 +24,20 @@ from nvtx_trace import names
 from nvtx_trace.capture import interrupts, lifeline, nsys_files, own_output, stuck
 from nvtx_trace.capture.locate import Nsys
 from nvtx_trace.capture.nsys_log import NsysLog, bar_label, pump, tail
+from nvtx_trace.capture.nsys_reports import (
+    MAX_PARALLEL_IMPORTS,
+    collect,
+    files_of,
+    kept_raw,
+    make_scratch,
+    missing_ranks,
+    no_space,
+    raw_captures,
+    remove_scratch,
+    stems_written,
+)
 from nvtx_trace.capture.processes import OWN_GROUP, alive, started_at
-from nvtx_trace.capture.qdstrm import import_qdstrm
-from nvtx_trace.capture.torchrun import RANK_FIELD, rank_of
+from nvtx_trace.capture.torchrun import RANK_FIELD
 from nvtx_trace.errors import NsysFailedError
 from nvtx_trace.files import stem_of, with_suffix
 
@@ -184,7 +195,7 @@ def profile(
     """
     stem = Path(os.path.abspath(Path(cwd or ".") / stem_of(out_stem)))
     stem.parent.mkdir(parents=True, exist_ok=True)
-    for stale in _files_of(stem, (".nsys-rep", ".qdstrm")):
+    for stale in files_of(stem, (".nsys-rep", ".qdstrm")):
         stale.unlink(missing_ok=True)
     env = dict(os.environ if env is None else env)
     handover = scratch = born = None
@@ -208,7 +219,7 @@ def profile(
         if handover is not None:  # nsys's own temporary files (its raw capture while it records,
             # /tmp/nsys-report-*) go to a folder of ours, removed when it ends, however it ended (a signal before
             # nsys starts included); the program starts through own_output, which gives it the user's TMPDIR back
-            scratch = _scratch(env)
+            scratch = make_scratch(env)
         with interrupts.guarded(progress) as guard:
             guard.notice = progress or guard.notice
             interrupts.stage("while nsys was starting")
@@ -272,10 +283,10 @@ def profile(
                 _end_agents({proc.pid, *rank_nsys}, since=born)
             nsys_files.remove_leftovers({proc.pid, *rank_nsys}, since=began,
                                         folders=(env.get(own_output.TMPDIR_ENV), env.get("TMPDIR"), scratch))
-        made = [p for p in _files_of(stem, (".nsys-rep", ".qdstrm")) if p.exists() and p.stat().st_size > 0]
-        raw = _raw_captures(scratch) if scratch is not None and not made else []
+        made = [p for p in files_of(stem, (".nsys-rep", ".qdstrm")) if p.exists() and p.stat().st_size > 0]
+        raw = raw_captures(scratch) if scratch is not None and not made else []
         if scratch is not None and not raw:  # after nsys and its agent ended (or failed to start)
-            _remove_scratch(scratch)
+            remove_scratch(scratch)
     result = ProfileResult(returncode, None, None, text, interrupted=capture.first is not None, pid=proc.pid,
                            signal=capture.first, aborted=capture.aborted is not None, left_running=left,
                            abandoned=capture.abandoned, stuck=finishing.stuck_for is not None,
@@ -288,21 +299,21 @@ def profile(
         for partial in finishing.leftovers():
             partial.unlink(missing_ok=True)
     if result.stuck and not launcher:  # what it left is no report (its raw capture stopped halfway)
-        for partial in _files_of(stem, (".nsys-rep", ".qdstrm")):
+        for partial in files_of(stem, (".nsys-rep", ".qdstrm")):
             partial.unlink(missing_ok=True)
         result.problem = finishing.problem()
         return result
     if result.aborted:  # ended before the program started: a half-written capture is no report
-        for partial in _files_of(stem, (".nsys-rep", ".qdstrm")):
+        for partial in files_of(stem, (".nsys-rep", ".qdstrm")):
             partial.unlink(missing_ok=True)
         result.problem = "nothing was captured: nsys had not started the program yet"
         return result
     interrupts.stage("while importing the capture")
-    stems = _stems_written(stem) if launcher else [stem]
+    stems = stems_written(stem) if launcher else [stem]
     if len(stems) > 1 and progress:
         progress(f"{len(stems)} rank reports written")
     with ThreadPoolExecutor(max_workers=min(len(stems), MAX_PARALLEL_IMPORTS) or 1) as pool:
-        collected = list(pool.map(lambda s: _collect(nsys, s, log, progress if len(stems) == 1 else None), stems))
+        collected = list(pool.map(lambda s: collect(nsys, s, log, progress if len(stems) == 1 else None), stems))
     for rep, qdstrm, imported, problem in collected:
         result.qdstrm = result.qdstrm or qdstrm
         result.imported_by_us |= imported
@@ -311,22 +322,22 @@ def profile(
         result.problem = result.problem or problem
     result.rep = result.reports[0] if result.reports else None
     if launcher and result.rep is not None:
-        result.problem = result.problem or _missing_ranks([stem_of(r) for r in result.reports], ranks)  # an empty file too
+        result.problem = result.problem or missing_ranks([stem_of(r) for r in result.reports], ranks)  # an empty file too
     if result.stuck:  # the other ranks' reports are kept and analyzed
         result.problem = ("; ".join(filter(None, [result.problem, finishing.problem(ranks=True)])) if stems
                           else finishing.problem())
     if (not stems and not result.stuck) or (result.rep is None and result.problem is None):
-        full = _no_space(log)
+        full = no_space(log)
         said = "" if full else tail(text) if text else (log.tail() if log is not None else "")
         wrote = (f"no {stem.name.replace(RANK_FIELD, 'N')}.nsys-rep" if launcher
                  else f"neither {with_suffix(stem, '.nsys-rep').name} nor {with_suffix(stem, '.qdstrm').name}")
         result.problem = (
             f"{'the launcher' if launcher else 'nsys'} exited with status {returncode} and wrote {wrote}"
             + full + (f": {said}" if said else "") + (f" ({log.where()})" if log is not None else "")
-            + _kept_raw(raw, stem, full=bool(full))
+            + kept_raw(raw, stem, full=bool(full))
         )
     elif raw and result.rep is None:
-        result.problem = (result.problem or "") + _kept_raw(raw, stem, full=bool(_no_space(log)))
+        result.problem = (result.problem or "") + kept_raw(raw, stem, full=bool(no_space(log)))
     elif raw:  # a report came after all (a rank's): the raw capture left beside it is no longer needed
         shutil.rmtree(raw[0].parent, ignore_errors=True)
     return result
@@ -338,113 +349,6 @@ def _program_started(handover, launcher, watch) -> bool | None:
     if handover is None or (launcher and not watch.saw_rank):
         return None
     return handover.started.is_set()
-
-
-NO_SPACE = ("No space left on device", "ENOSPC", "Disk quota exceeded")
-
-
-def _no_space(log: NsysLog | None) -> str:
-    """The cause, where nsys's log names a full disk (nsys itself exits 0 and says it only there)."""
-    try:
-        text = log.path.read_text(errors="replace") if log is not None else ""
-    except OSError:
-        return ""
-    return " because a disk was full (nsys: \"No space left on device\")" if any(w in text for w in NO_SPACE) else ""
-
-
-def _raw_captures(scratch: str) -> list[Path]:
-    """nsys's raw captures (``nsys-report-*.qdstrm``) left in its private folder: the recording itself, when nsys
-    could not make the report of it."""
-    try:
-        return [p for p in Path(scratch).glob("nsys-report-*.qdstrm") if p.stat().st_size > 0]
-    except OSError:
-        return []
-
-
-def _kept_raw(raw: list[Path], stem: Path, full: bool) -> str:
-    if not raw:
-        return ""
-    size = sum(p.stat().st_size for p in raw if p.exists()) / 2**20
-    return (f"; the raw capture is kept in {raw[0]} ({size:.1f} MiB): {'free some space, then ' if full else ''}"
-            f"nvtx-trace analyze {raw[0]} makes the report of it (or move it beside {stem.name}.nsys-rep first)")
-
-
-def _remove_scratch(scratch: str) -> None:
-    """nsys's private folder removed; once more a moment later where something of nsys's that was still ending
-    wrote into it again (seen once under load, a signal as nsys started)."""
-    for _attempt in range(5):
-        shutil.rmtree(scratch, ignore_errors=True)
-        time.sleep(0.1)
-        if not os.path.exists(scratch):
-            return
-
-
-def _scratch(env: dict) -> str | None:
-    """A private temporary folder for nsys (TMPDIR), the user's own kept for the program; None where none can
-    be made (nsys then uses the user's, as before)."""
-    import tempfile
-
-    try:
-        folder = tempfile.mkdtemp(prefix="nvtx-trace-nsys-", dir=env.get("TMPDIR") or None)
-    except OSError:
-        return None
-    env[own_output.TMPDIR_ENV] = env.get("TMPDIR", "")
-    env["TMPDIR"] = folder
-    return folder
-
-
-MAX_PARALLEL_IMPORTS = 4  # importing or exporting a big report takes a core and GBs of memory
-
-
-def _files_of(stem: Path, suffixes: Sequence[str]) -> list[Path]:
-    """The files a stem names, ``%q{RANK}`` standing for a rank number only (``rank0_baseline.nsys-rep``,
-    the user's, is none of ours)."""
-    if RANK_FIELD not in stem.name:
-        return [with_suffix(stem, s) for s in suffixes]
-    before, after = stem.name.split(RANK_FIELD, 1)
-    named = re.compile(re.escape(before) + r"\d+" + re.escape(after) + "(" + "|".join(map(re.escape, suffixes)) + ")$")
-    return sorted(p for p in stem.parent.glob(before + "*") if named.match(p.name))
-
-
-def _missing_ranks(stems: list[Path], ranks: int | None) -> str | None:
-    """Which ranks wrote no report: of the block of ``ranks`` this host runs when the launch says how many (on
-    node 2 of a 4-per-node job, ranks 4-7), else the holes in the numbers."""
-    written = {rank_of(s) for s in stems} - {None}
-    if not written:
-        return None
-    first = min(written) // ranks * ranks if ranks else min(written)
-    block = set(range(first, first + ranks)) if ranks else set()
-    expected = block if written <= block else set(range(first, max(written) + 1))
-    missing = sorted(expected - written)
-    if not missing:
-        return None
-    which = ", ".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-    return (f"rank{'s' if len(missing) > 1 else ''} {which} wrote no report ({len(written)} of "
-            f"{len(expected)} did): that rank or its nsys ended before writing one; its output above or nsys.log "
-            "says why; the analysis covers the ranks that wrote one")
-
-
-def _stems_written(stem: Path) -> list[Path]:
-    """Each rank's stem, in rank order (rank2 before rank10)."""
-    found = {stem_of(p) for p in _files_of(stem, (".nsys-rep", ".qdstrm"))}
-    return sorted(found, key=lambda p: (rank_of(p) is None, rank_of(p) or 0, p.name))
-
-
-def _collect(nsys: Nsys, stem: Path, log: NsysLog | None, progress: Progress | None) \
-        -> tuple[Path | None, Path | None, bool, str | None]:
-    """(the report, the raw capture left, imported by us, why there is no report) for one stem."""
-    if interrupts.stopping():  # told to stop: the ranks' imports still queued do not start
-        return None, None, False, None
-    rep_path, qd_path = with_suffix(stem, ".nsys-rep"), with_suffix(stem, ".qdstrm")
-    qdstrm = qd_path if qd_path.exists() else None
-    if rep_path.exists() and rep_path.stat().st_size > 0:
-        return rep_path, qdstrm, False, None
-    if qdstrm is None:
-        return None, None, False, None
-    try:
-        return import_qdstrm(nsys, qdstrm, progress=progress, log=log), qdstrm, True, None
-    except NsysFailedError as exc:
-        return None, qdstrm, False, str(exc)
 
 
 def _drain(proc: subprocess.Popen, capture: interrupts.Capture, finishing: stuck.Finishing) -> str:

@@ -21,7 +21,8 @@ from typing import Callable
 from nvtx_trace.capture import interrupts, leftovers
 from nvtx_trace.capture.export import export_sqlite
 from nvtx_trace.capture.nsys_log import NsysLog, tail
-from nvtx_trace.capture.profile import MAX_PARALLEL_IMPORTS, ProfileResult, profile
+from nvtx_trace.capture.nsys_reports import MAX_PARALLEL_IMPORTS
+from nvtx_trace.capture.profile import ProfileResult, profile
 from nvtx_trace.errors import BadReportError, MissingDependencyError, NsysFailedError, NvtxTraceError, UsageError
 from nvtx_trace.files import FolderClaim, cannot_write, stem_of, with_suffix, write_atomically
 from nvtx_trace.runner import default_window

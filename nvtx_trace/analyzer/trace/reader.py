@@ -1,10 +1,9 @@
 """The only code that knows the Nsight Systems SQLite schema and how it differs across versions.
 
 It opens exports read-only, checks they are exports at all, and hands out plain
-numpy columns (integer nanoseconds, integer ids). Bulk columns come through
-``group_concat`` + ``np.fromstring``: the rows never become Python objects,
-which is ~3x faster than ``fetchall`` and what lets million-kernel reports load
-in seconds. Branch on tables and columns that exist, never on version numbers.
+numpy columns (integer nanoseconds, integer ids), read through export_db.py (the SQLite side: which
+tables and columns exist, bulk columns, strings, enums). Branch on tables and columns that exist, never
+on version numbers.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nvtx_trace.analyzer.trace.export_db import ExportDb, as_text
 from nvtx_trace.analyzer.trace.opening import open_export
 from nvtx_trace.errors import BadReportError
 
@@ -39,15 +39,6 @@ RUNTIME_COLUMNS = {"start_ns": "start", "end_ns": "end", "gtid": "globalTid", "c
 FALLBACK_MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 10: "PtoP"}
 FALLBACK_MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 7: "Unknown"}
 
-
-def as_text(value) -> str | None:
-    """A text cell as ``str``: exports written by other tools can store names as BLOBs (decoded as UTF-8, invalid
-    bytes replaced) or numbers (written out); NULL stays None for the caller to name."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
 
 
 @dataclass(frozen=True)
@@ -92,18 +83,11 @@ def open_report(path: Path) -> tuple[sqlite3.Connection, ReportInfo]:
     return conn, info
 
 
-def _text(value):
-    """A metadata value as text: an export may store it as a BLOB (bytes, which no JSON takes) or a number."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value if value is None or isinstance(value, str) else str(value)
-
-
 def _read_metadata(conn: sqlite3.Connection, info: ReportInfo) -> None:
     meta = {}
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if table in info.tables:
-            meta.update({_text(k): _text(v) for k, v in conn.execute(f"SELECT name, value FROM {table}")})
+            meta.update({as_text(k): as_text(v) for k, v in conn.execute(f"SELECT name, value FROM {table}")})
     info.nsys_version = meta.get("EXPORT_PRODUCT_VERSION")
     info.schema_version = meta.get("EXPORT_SCHEMA_VERSION")
     if "ANALYSIS_DETAILS" in info.tables:
@@ -119,28 +103,14 @@ def _read_metadata(conn: sqlite3.Connection, info: ReportInfo) -> None:
         }
 
 
-class Reader:
-    """Typed, version-independent access to one export."""
+class Reader(ExportDb):
+    """Typed, version-independent access to one export: what nsys's tables mean."""
 
     def __init__(self, path: Path):
-        self.conn, self.info = open_report(Path(path))
-        self._columns: dict[str, set[str]] = {}
-        self._strings: dict[int, str] = {}
+        super().__init__(*open_report(Path(path)))
         self._device_sources: dict[str, DeviceSource] = {}
 
-    def close(self) -> None:
-        self.conn.close()
-
     # ---- schema probing -----------------------------------------------------
-    def has(self, table: str, column: str | None = None) -> bool:
-        if table not in self.info.tables:
-            return False
-        if column is None:
-            return True
-        if table not in self._columns:
-            self._columns[table] = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
-        return column in self._columns[table]
-
     def has_cuda_api(self) -> bool:
         """Whether CUDA API calls (the runtime table) were recorded: syncs and launches need them."""
         return self.has(RUNTIME)
@@ -270,10 +240,6 @@ class Reader:
         return self.conn.execute(f"SELECT count(*) FROM {NVTX} n LEFT JOIN StringIds s ON s.id = n.textId "
                                  "WHERE COALESCE(s.value, n.text) = ?", (text,)).fetchone()[0]
 
-    def interrupt(self) -> None:
-        """Stop a query running on this reader's connection (from another thread)."""
-        self.conn.interrupt()
-
     def first_starts(self) -> list[int]:
         """The first positive start of the NVTX and kernel tables: which clock the events are stamped on."""
         out = []
@@ -290,81 +256,7 @@ class Reader:
             return None
         return [r[0] for r in self.conn.execute("SELECT DISTINCT id FROM TARGET_INFO_GPU") if isinstance(r[0], int)]
 
-    # ---- bulk columns -------------------------------------------------------
-    def columns(self, select: dict[str, str], source: str, params=()) -> dict[str, np.ndarray]:
-        """Integer columns of ``SELECT <exprs> FROM <source>`` as int64 arrays, row-aligned; NULL reads as -1.
-
-        group_concat skips NULLs, so every expression is wrapped in IFNULL: one NULL would
-        otherwise shift a column against the others.
-        """
-        inner = ", ".join(f"IFNULL({expr}, -1) AS c{i}" for i, expr in enumerate(select.values()))
-        outer = ", ".join(f"group_concat(c{i})" for i in range(len(select)))
-        texts = list(self.conn.execute(f"SELECT {outer} FROM (SELECT {inner} FROM {source})", params).fetchone())
-        out = {}
-        try:
-            for i, key in enumerate(select):  # parse and free one text at a time: they are the memory peak
-                out[key] = np.fromstring(texts[i], dtype=np.int64, sep=",") if texts[i] else np.empty(0, np.int64)
-                texts[i] = None
-        except ValueError:
-            out = {}
-        if len({len(v) for v in out.values()}) != 1:  # a non-integer value (text, real) in a column
-            raise BadReportError(f"{self.info.path}: non-integer values in {source.split()[0]} "
-                                 f"({', '.join(select.values())}); export the report again with nsys")
-        return out
-
-    def table_columns(self, select: dict[str, str], table: str, chunk_rows: int = 1_000_000) -> dict[str, np.ndarray]:
-        """``columns`` over a whole table, read in rowid slices so the text never holds more than
-        ``chunk_rows`` rows (a 5M-kernel table is ~400 MB of text in one piece)."""
-        first, last = self.conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
-        if first is None:
-            return {key: np.empty(0, np.int64) for key in select}
-        parts = [self.columns(select, f"{table} WHERE rowid >= ? AND rowid < ?", (lo, lo + chunk_rows))
-                 for lo in range(int(first), int(last) + 1, chunk_rows)]
-        out = {}
-        for key in select:
-            out[key] = np.concatenate([p.pop(key) for p in parts])
-        return out
-
-    def strings(self, ids) -> dict[int, str]:
-        """StringIds values for the given ids, cached (names are looked up many times)."""
-        want = {int(i) for i in ids if int(i) not in self._strings and int(i) >= 0}
-        want_list = sorted(want)
-        for i in range(0, len(want_list), 900):
-            chunk = want_list[i:i + 900]
-            q = f"SELECT id, value FROM StringIds WHERE id IN ({','.join('?' * len(chunk))}) AND value IS NOT NULL"
-            self._strings.update((i, as_text(v)) for i, v in self.conn.execute(q, chunk))
-        return {int(i): self._strings.get(int(i), f"<string {int(i)}>") for i in ids}
-
-    def odd_strings(self) -> dict[str, int]:
-        """How many StringIds values are NULL or BLOB ({} in every nsys export): names read as ``<string ID>``
-        or decoded with replacement characters, which the analysis says in a warning."""
-        rows = self.conn.execute("SELECT typeof(value), count(*) FROM StringIds "
-                                 "WHERE typeof(value) IN ('null', 'blob') GROUP BY 1").fetchall()
-        return {kind: int(n) for kind, n in rows}
-
-    def string_ids(self, like_any: tuple[str, ...], pattern) -> list[int]:
-        """Ids of the strings matching ``pattern``; ``like_any`` (SQL LIKE, one must match) narrows the
-        scan first so the regex runs on a handful of strings, not on every kernel and range name."""
-        where = " OR ".join("value LIKE ?" for _ in like_any)
-        rows = self.conn.execute(f"SELECT id, value FROM StringIds WHERE {where}", like_any).fetchall()
-        return sorted(int(i) for i, v in rows if v is not None and pattern.search(as_text(v)))
-
-    # ---- enums ---------------------------------------------------------------
-    def enum(self, table: str, fallback: dict[int, str]) -> dict[int, str]:
-        """Enum id -> label; the report's own ENUM_* table wins (its numbering is not CUPTI's)."""
-        if self.has(table):
-            cols = self._columns.setdefault(table, {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")})
-            label = "label" if "label" in cols else "name"
-            return {int(i): str(v) for i, v in self.conn.execute(f"SELECT id, {label} FROM {table}")}
-        return dict(fallback)
-
-    def enum_id(self, table: str, fallback: dict[int, str], *labels: str) -> int | None:
-        wanted = {lab.lower() for lab in labels}
-        for i, lab in self.enum(table, fallback).items():
-            if lab.lower() in wanted:
-                return i
-        return None
-
+    # ---- events and enum codes -----------------------------------------------
     def memory_usage(self) -> dict | None:
         """nsys's CUDA memory trace (``--cuda-memory-usage=true``): device memory (not pinned host memory) the
         driver handed out and took back, per GPU, and its high-water mark (None without the table). nsys records
@@ -506,10 +398,3 @@ class Reader:
             return None
         row = self.conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         return int(row[0]) if row and isinstance(row[0], int) else None
-
-    def table_columns_present(self, table: str) -> set[str]:
-        """Every column of ``table`` (empty when the export has no such table)."""
-        if not self.has(table):
-            return set()
-        self.has(table, "")  # fills the cache
-        return set(self._columns[table])
