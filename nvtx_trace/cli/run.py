@@ -1,7 +1,7 @@
 """`nvtx-trace run train.py args...`: profile under nsys with auto-instrumentation, then analyze.
 
-Thin on purpose: ``nvtx_trace.runner`` plans and runs; this parses options, shows
-progress on stderr, prints the findings, "Wrote ..." lines and the next command.
+Thin on purpose: this parses the options; ``nvtx_trace.runner.run_verb`` plans and runs, shows progress on
+stderr, prints the findings, "Wrote ..." lines and the next command, and records the run in the history.
 Everything after the script (or module, or command) belongs to it: our options
 come first (``nvtx-trace run --steps 3 train.py --steps 100``).
 """
@@ -9,14 +9,13 @@ come first (``nvtx-trace run --steps 3 train.py --steps 100``).
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from nvtx_trace.report.console import command_lines, console, framing
-from nvtx_trace.report.sections import printable
+if TYPE_CHECKING:
+    from nvtx_trace.runner.plan import RunOptions
 
 # Options stop at the first argument: the rest is the program's, even names we also use.
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -85,26 +84,24 @@ def run(
     """
     from nvtx_trace.capture import interrupts
     from nvtx_trace.cli.own_options import refuse_unknown
+    from nvtx_trace.runner.run_verb import RunRequest, run_profile
 
     refuse_unknown(ctx, target, "run")
     with interrupts.Guard():  # SIGINT, SIGTERM, SIGHUP from here on: nothing started outlives the run (docs/run.md)
-        return _run(target, module, out, force, warmup_steps, steps, keep_running, full, capture_mode, python,
-                    no_autotrace, autotrace_depth, autotrace_budget, trace, nsys_args, nsys, min_gap_ms,
-                    html_max_points, per_rank, history_path, no_history, try_knobs)
+        options = _options(target, module, out, force, warmup_steps, steps, keep_running, full, capture_mode, python,
+                           no_autotrace, autotrace_depth, autotrace_budget, trace, nsys_args, nsys, min_gap_ms,
+                           html_max_points, per_rank, try_knobs)
+        return run_profile(RunRequest(options, history_path=history_path, no_history=no_history))
 
 
-def _run(target, module, out, force, warmup_steps, steps, keep_running, full, capture_mode, python, no_autotrace,
-         autotrace_depth, autotrace_budget, trace, nsys_args, nsys, min_gap_ms, html_max_points, per_rank,
-         history_path, no_history, try_knobs) -> int:
-    import time
-
+def _options(target, module, out, force, warmup_steps, steps, keep_running, full, capture_mode, python, no_autotrace,
+             autotrace_depth, autotrace_budget, trace, nsys_args, nsys, min_gap_ms, html_max_points, per_rank,
+             try_knobs) -> RunOptions:
+    """The run's options from the command line's, each refused in one line that names it."""
     from nvtx_trace import knobs as declared
-    from nvtx_trace import runner
     from nvtx_trace.errors import UsageError
-    from nvtx_trace.runner import history
+    from nvtx_trace.runner.plan import RunOptions
 
-    began = time.time()
-    err = console(stderr=True, highlight=False)
     try:
         tried = declared.parse(try_knobs) if try_knobs is not None else None
     except ValueError as exc:
@@ -118,103 +115,10 @@ def _run(target, module, out, force, warmup_steps, steps, keep_running, full, ca
     except ValueError as exc:
         raise UsageError(f"--nsys-args {nsys_args!r}: {exc}; quote it as a shell would, "
                          "e.g. --nsys-args \"--sample=process-tree\"") from None
-    history_db = history.resolve_path(history_path, disabled=no_history)
-    opts = runner.RunOptions(
+    return RunOptions(
         target=list(target or []), module=module, python=python, autotrace=not no_autotrace,
         warmup_steps=warmup_steps, steps=steps, capture_mode=capture_mode, keep_running=keep_running, full=full,
         trace=[t for t in trace.split(",") if t] if trace else None,
         nsys_args=extra_nsys_args, out=out, force=force, nsys=nsys,
         min_gap_ms=min_gap_ms, html_max_points=html_max_points, autotrace_depth=autotrace_depth,
         autotrace_budget=autotrace_budget, per_rank=per_rank, tried=tried)
-    plan = runner.plan_run(opts)
-    history.check(history_db, inputs=[Path(t) for t in opts.target[:1]], written=plan.owns)  # before it runs
-    from rich.markup import escape
-
-    for note in plan.notes:
-        err.print(f"[yellow]warning:[/yellow] {escape(printable(note))}", soft_wrap=True)
-    framing(err, printable(f"nvtx-trace: profiling {plan.capture} with nsys {plan.nsys.version}; outputs in "
-                           f"{plan.out_dir}" + (f"; knobs applied: {declared.text(tried)}" if tried else "")))
-    if err.is_terminal:  # a command to copy: cut at words with shell continuations
-        for line in command_lines(plan.nsys_command(), err.width):
-            err.print(printable(line), style="dim", soft_wrap=True, markup=False, highlight=False)
-    else:
-        err.print(printable(f"$ {shlex.join(plan.nsys_command())}"), style="dim", soft_wrap=True, markup=False)
-
-    progress = Progress(err)
-    try:
-        result = runner.execute(plan, progress=progress)
-    finally:
-        progress.stop()
-    try:
-        _report(result, err)
-    finally:  # a closed or full stdout costs the findings on screen, not the run's row in the history
-        change, warning = history.after_run(result, history_db, began)
-        if warning:
-            err.print(f"nvtx-trace: warning: {warning}", soft_wrap=True, markup=False)
-        if change:
-            err.print(f"nvtx-trace: {change}", soft_wrap=True, markup=False)
-    if result.exit_code != 0:
-        return result.exit_code
-    return result.error.exit_code if result.error else 0
-
-
-class Progress:
-    """Our own progress lines: a spinner on a terminal, plain lines otherwise (logs, CI).
-
-    Steps under way (import, export, analysis) end with "…"; other messages (the capture's end, a
-    forwarded Ctrl-C) are lines either way. While the program runs nothing is drawn: the terminal is its.
-    """
-
-    def __init__(self, err):
-        self.err, self.status = err, None
-
-    def __call__(self, message: str) -> None:
-        under_way = message.endswith("…") and not message.startswith(("Stopping", "Still"))
-        if not under_way or not self.err.is_terminal:
-            self.err.print(f"nvtx-trace: {message[:1].lower()}{message[1:]}", soft_wrap=True, markup=False)
-            return
-        if self.status is None:
-            self.status = self.err.status(message, spinner="dots")
-            self.status.start()
-        self.status.update(message)
-
-    def stop(self) -> None:
-        if self.status is not None:
-            self.status.stop()
-
-
-def _report(result, err) -> None:
-
-    from nvtx_trace import runner
-    from nvtx_trace.report import text
-
-    prof = result.profile
-    if result.analysis is not None:
-        text.render(result.analysis, console())
-    if result.window is not None and result.window.line not in result.problems:
-        err.print(f"nvtx-trace: {result.window.line}", soft_wrap=True, markup=False)
-    if result.oom and result.exit_code != 0 and result.analysis is None:  # no report: the program's record alone
-        from nvtx_trace.analyzer.questions.memory import explain_oom
-
-        said = explain_oom({"oom": result.oom})
-        err.print(printable(f"nvtx-trace: {said.title}"), soft_wrap=True, markup=False)
-        err.print(printable(f"   fix: {said.fix}"), soft_wrap=True, markup=False)
-    for problem in result.problems:
-        err.print(f"[red]nvtx-trace: {problem}[/red]", soft_wrap=True)  # one line, however long
-    for path in result.written:
-        print(f"Wrote {printable(runner.display(path))}", file=sys.stderr)
-    if result.exit_code != 0:
-        from nvtx_trace.capture.interrupts import signal_name
-
-        told = prof is not None and prof.interrupted
-        why = f"was interrupted ({signal_name(prof.signal)})" if told else f"exited with status {result.exit_code}"
-        reports = [p for p in result.written if p.suffix in (".nsys-rep", ".sqlite")]
-        if told and reports and result.analysis is None:  # stopped before it did anything to analyze
-            several = len(prof.reports) > 1  # one per rank: the folder
-            after = f"what was captured is kept in {runner.display(result.plan.out_dir if several else reports[0])}"
-        else:
-            after = "the report covers what ran until then" if reports else "no report was written"
-        err.print(f"nvtx-trace: the program {why}; {after}", soft_wrap=True, markup=False)
-    nxt = runner.next_command(result)
-    if nxt:
-        print(f"Next: {nxt}", file=sys.stderr)
