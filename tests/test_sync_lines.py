@@ -127,12 +127,15 @@ def test_the_implicit_sync_of_a_boolean_mask_is_said_with_its_range_never_a_line
     w0, w1 = analysis.window["start_ns"], analysis.window["end_ns"]
     conn = sqlite3.connect(f"file:{SAMPLE}?mode=ro", uri=True)
     try:
+        # the named ranges first, indexed in a temporary table (the export stays read-only): 0.8 s, not 11
         name = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))"
-        n, total = conn.execute(f"""
+        conn.execute(f"""CREATE TEMP TABLE named AS SELECT n.globalTid AS tid, n.start AS start, n.end AS end
+                         FROM NVTX_EVENTS n WHERE n.end IS NOT NULL AND ({name} LIKE 'sync % at %' OR {name} LIKE 'copy.%')""")
+        conn.execute("CREATE INDEX temp.named_at ON named (tid, start)")
+        n, total = conn.execute("""
             SELECT COUNT(*), SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
             WHERE s.value LIKE 'cudaStreamSynchronize%' AND r.start >= ? AND r.start < ?
-              AND NOT EXISTS (SELECT 1 FROM NVTX_EVENTS n WHERE n.globalTid = r.globalTid AND n.start <= r.start
-                              AND n.end >= r.end AND ({name} LIKE 'sync % at %' OR {name} LIKE 'copy.%'))""",
+              AND NOT EXISTS (SELECT 1 FROM named n WHERE n.tid = r.globalTid AND n.start <= r.start AND n.end >= r.end)""",
                                 (w0, w1)).fetchone()
     finally:
         conn.close()
