@@ -360,7 +360,8 @@ def left_behind() -> list[str]:
 
     named = in_use()  # another nsys on the machine, still running, names its own injection configs: not ours
     new = sorted(name for name in {p.name for p in REAL_TMP.iterdir()} - _TMP_BEFORE
-                 if not name.startswith("pytest-of-") and name != SUITE_TMP.name and str(REAL_TMP / name) not in named)
+                 if not name.startswith(("pytest-of-", "nvtx-trace-suite-")) and str(REAL_TMP / name) not in named)
+    # another pytest session of this suite (nvtx-trace-suite-<its pid>) removes its own folder as it ends
     return ([f"process still running: {p}" for p in procs]
             + [f"left in TMPDIR: {f} (by {_SEEN_IN_TMP.get(f, 'the session')})" for f in files]
             + [f"left in {REAL_TMP}: {n} (by {_SEEN_IN_TMP.get(n, 'the session')})" for n in new
