@@ -32,7 +32,6 @@ import numpy as np
 import pandas as pd
 
 from nvtx_trace.analyzer.measures.gpu_idle import CAUSES
-from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.report import nvtx_lanes
 from nvtx_trace.report.nvtx_lanes import esc_plotly
 from nvtx_trace.units import ms
@@ -332,7 +331,7 @@ def _utilization_trace(dev, lane: int, t0: int, bins: int) -> dict:
     """
     lo, hi = int(dev.busy[0][0]), int(dev.busy[1][-1])
     edges = np.linspace(lo, hi, bins + 1).astype(np.int64)
-    share = iv.Coverage(dev.busy).measure(edges[:-1], edges[1:]) / np.maximum(np.diff(edges), 1)
+    share = dev.busy_share(edges[:-1], edges[1:])
     top = lane + 0.42 - 0.84 * share
     x = np.repeat(_sec(edges, t0), 2)[1:-1]
     y = np.repeat(np.round(top, 4), 2)

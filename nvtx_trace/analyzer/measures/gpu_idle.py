@@ -61,6 +61,10 @@ class DeviceIdle:
     def utilization(self) -> float:
         return self.busy_ns / self.span_ns if self.span_ns > 0 else 0.0
 
+    def busy_share(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """The share of each interval [starts, ends) the GPU was busy (the timeline's bins: a page draws it)."""
+        return iv.Coverage(self.busy).measure(starts, ends) / np.maximum(ends - starts, 1)
+
 
 @dataclass
 class IdleResult:
