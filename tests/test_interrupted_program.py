@@ -27,7 +27,8 @@ def test_a_ctrl_c_s_traceback_is_the_program_s_own(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "nvtx_autotrace", str(script)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.stderr.rstrip().endswith("KeyboardInterrupt"), proc.stderr[-1000:]
-    assert f'File "{script}", line 6' in proc.stderr  # where the program was
+    # where the program was: in the loop's body, or on its `while` line between two iterations (seen once)
+    assert f'File "{script}", line 6' in proc.stderr or f'File "{script}", line 5' in proc.stderr, proc.stderr
     assert "nvtx_autotrace" not in proc.stderr and "runpy" not in proc.stderr, proc.stderr
 
 
