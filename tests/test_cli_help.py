@@ -33,6 +33,7 @@ def test_cli_version():
     assert proc.returncode == 0 and proc.stdout.strip() == f"nvtx-trace {__version__}"
 
 
+@pytest.mark.slow  # a process of its own (issue 54: the unit loop runs in-process)
 def test_output_that_is_no_terminal_is_not_wrapped_at_80_columns():
     """Issue 42: piped into a log, rich wrapped at 80 columns and put a GPU's name over three lines. Without a
     terminal (and without COLUMNS) lines run to WIDE columns; COLUMNS, when set, is obeyed."""

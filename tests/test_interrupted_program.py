@@ -21,6 +21,7 @@ while True:
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # a process of its own (issue 54: the unit loop runs in-process)
 def test_a_ctrl_c_s_traceback_is_the_program_s_own(tmp_path):
     script = tmp_path / "spin.py"
     script.write_text(PROGRAM)

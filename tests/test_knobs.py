@@ -175,6 +175,7 @@ def test_the_flop_count_keeps_the_convolutions_apart():
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # a process of its own (issue 54: the unit loop runs in-process)
 def test_a_declaration_of_the_user_s_that_does_not_load_never_harms_the_program(tmp_path):
     """$NVTX_TRACE_KNOBS naming a module that is not there: the program runs to its end, one warning says why."""
     script = tmp_path / "train.py"
