@@ -156,3 +156,14 @@ def test_the_json_schema_has_one_section_per_question_with_its_keys_and_finding_
         raised.update(sample_analysis(report).raised_by)
     for kind, name in raised.items():
         assert f"`{kind}`" in sections[name], (kind, name)
+
+
+def test_thresholds_read_before_the_registry_are_read_again_once_it_plugs_in():
+    """findings imports no question: the registry plugs its thresholds in; a read before that (the common ones only)
+    is not kept once it does."""
+    from nvtx_trace.analyzer.findings import COMMON_THRESHOLDS, _Thresholds
+
+    early = _Thresholds()
+    assert dict(early) == COMMON_THRESHOLDS
+    early.use(questions.thresholds)
+    assert dict(early) == {**COMMON_THRESHOLDS, **questions.thresholds()} and "pageable_min_bytes" in early

@@ -22,15 +22,19 @@ COMMON_THRESHOLDS = {  # shared by every finding; each question declares its own
 
 class _Thresholds(Mapping):
     """Every threshold by name: the common ones and each registered question's, read on first use from the
-    registry, which plugs its ``thresholds()`` in as ``source`` (the registry imports findings, never the reverse)."""
+    registry, which plugs its ``thresholds()`` in (``use``) (the registry imports findings, never the reverse)."""
 
     def __init__(self):
         self._all: dict | None = None
-        self.source = dict  # the registry's thresholds(), set when the registry is built (questions/__init__)
+        self._source = dict  # the registry's thresholds(), plugged in when the registry is built
+
+    def use(self, source) -> None:
+        """Read the questions' thresholds from ``source`` (the registry's), forgetting any read before it."""
+        self._source, self._all = source, None
 
     def _load(self) -> dict:
         if self._all is None:
-            self._all = {**COMMON_THRESHOLDS, **self.source()}
+            self._all = {**COMMON_THRESHOLDS, **self._source()}
         return self._all
 
     def __getitem__(self, key):

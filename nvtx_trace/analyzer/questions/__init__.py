@@ -47,7 +47,7 @@ def thresholds() -> dict:
     return out
 
 
-findings.THRESHOLDS.source = thresholds  # the registry fills the mapping: findings imports no question
+findings.THRESHOLDS.use(thresholds)  # the registry fills the mapping: findings imports no question
 
 
 def idle_kinds() -> tuple[str, ...]:
