@@ -25,6 +25,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import threading
 
 from nvtx_autotrace import _backend, _registry, steps, window_file
 from nvtx_trace import names
@@ -38,6 +39,7 @@ _state: dict = {}
 _carried: dict = {}  # device -> {peak path: the highest peak the resets dropped}: kept across a reinstall
 _pending: dict = {}  # device -> the stats read just before each reset, not yet folded into _carried
 CARRY_EVERY = 32  # stats held before they are folded: one warm loop every 32 steps costs less than 32 cold ones
+_carry_lock = threading.Lock()  # the program may read or reset its peaks on another thread than the training one
 _observer = {"attached": False}  # the allocator cannot detach it: attached once per process
 _guard = _registry.Guard("memory")
 
@@ -83,9 +85,8 @@ def _started() -> None:
         return
     device = _training_device(torch)
     _state["device"] = device
-    stats = _stats(torch, device)
+    stats = _reset_peaks(torch, device)
     a, _ap, r, _rp = _read(torch, device, stats)
-    _reset_peaks(torch, device, stats)
     _state["start"] = (a, r)
     _attach_observer(torch)
     if _state["history_mode"] in ("0", "off", "false", "no"):
@@ -144,9 +145,8 @@ def _boundary(n: int) -> None:
             _started()
         return
     device = _state["device"]
-    stats = _stats(torch, device)  # one read a step (13 µs alone, 43-65 µs in the loop on an H200 host)
+    stats = _reset_peaks(torch, device)  # one read a step (13 µs alone, 43-65 µs in the loop on an H200 host)
     a, ap, r, rp = _read(torch, device, stats)
-    _reset_peaks(torch, device, stats)
     (a0, r0), fwd, bwd = _state["start"], _state["forward_peak"], _state["backward_peak"]
     record = {"step": n - 1, "allocated": a0, "reserved": r0, "peak_allocated": ap, "peak_reserved": rp,
               "end_allocated": a}
@@ -226,17 +226,23 @@ def peak_allocated() -> int | None:
 
 # ---- the peaks the program reads --------------------------------------------------------------------------
 
-def _reset_peaks(torch, device: int, stats: dict | None = None) -> None:
-    """Keep what the reset drops (the stats just read), then reset; folded into the carried peaks in batches."""
-    held = _pending.setdefault(device, [])
-    held.append(stats if stats is not None else _stats(torch, device))
-    if len(held) >= CARRY_EVERY:
-        _carry(device)
-    torch._C._cuda_resetPeakMemoryStats(device)
+def _reset_peaks(torch, device: int, stats: dict | None = None) -> dict:
+    """Read the stats (unless given), keep them (the peaks the reset drops: folded into the carried peaks in
+    batches), then reset; under one lock with the program's own reads and resets, so none sees a peak lost or twice."""
+    with _carry_lock:
+        if stats is None:
+            stats = _stats(torch, device)
+        held = _pending.setdefault(device, [])
+        held.append(stats)
+        if len(held) >= CARRY_EVERY:
+            _carry(device)
+        torch._C._cuda_resetPeakMemoryStats(device)
+    return stats
 
 
 def _carry(device) -> dict | None:
-    """The peaks every reset so far dropped on ``device``, folded into its carried peaks."""
+    """The peaks every reset so far dropped on ``device``, folded into its carried peaks (under ``_carry_lock``);
+    a layout the allocator's stats do not have is skipped, never an error in the program's own read."""
     held = _pending.pop(device, None)
     carried = _carried.get(device)
     if held:
@@ -246,11 +252,10 @@ def _carry(device) -> dict | None:
         for stats in held:
             for stat, pools in groups:
                 node = stats.get(stat)
-                if node is None:
-                    continue
                 for pool, path in pools:
-                    value = (node if pool is None else node[pool])["peak"]
-                    if value > carried[path]:
+                    sub = node if pool is None or not isinstance(node, dict) else node.get(pool)
+                    value = sub.get("peak") if isinstance(sub, dict) else None
+                    if isinstance(value, int) and value > carried[path]:
                         carried[path] = value
     return carried
 
@@ -307,7 +312,9 @@ def stats_wrapper(torch, original, flat: bool = False):
         stats = original(*args, **kwargs)
         if _carried or _pending:
             device = args[0] if args else kwargs.get("device", kwargs.get("device_index"))
-            carried = _carry(_index(torch, device))
+            index = _index(torch, device)
+            with _carry_lock:
+                carried = dict(_carry(index) or {})
             if carried:
                 _fold_flat(stats, carried) if flat else _fold(stats, carried)
         return stats
@@ -319,9 +326,10 @@ def reset_wrapper(torch, original):
     def reset_peak_memory_stats(*args, **kwargs):
         device = args[0] if args else kwargs.get("device", kwargs.get("device_index"))
         index = _index(torch, device)
-        _carried.pop(index, None)
-        _pending.pop(index, None)
-        return original(*args, **kwargs)
+        with _carry_lock:  # no peak read before the program's reset is carried past it
+            _carried.pop(index, None)
+            _pending.pop(index, None)
+            return original(*args, **kwargs)
 
     return reset_peak_memory_stats
 

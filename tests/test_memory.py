@@ -371,3 +371,25 @@ def test_the_memory_record_is_the_json_every_other_record_is():
     text = names.memory(record)
     assert text == names.MEMORY_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True)
     assert json.loads(text[len(names.MEMORY_PREFIX):]) == record
+
+
+def test_a_stats_layout_without_a_peak_is_skipped_never_an_error_in_the_program_s_read():
+    """The program's own read folds the held stats in (the fold runs in its call): a pool or a peak the allocator
+    leaves out of one step's stats is skipped there, and the other peaks still carried."""
+    from nvtx_autotrace import memory
+
+    fake_torch = type("T", (), {"_C": type("C", (), {"_cuda_resetPeakMemoryStats": staticmethod(lambda d: None)}),
+                                "cuda": type("cuda", (), {"_utils": type("u", (), {
+                                    "_get_device_index": staticmethod(lambda d, optional=True: d or 0)})})})
+    read = memory.stats_wrapper(fake_torch, lambda device=None: {"allocated_bytes": {"all": {"current": 1, "peak": 2}}})
+    memory._carried.clear()
+    memory._pending.clear()
+    try:
+        memory._reset_peaks(fake_torch, 0, {"allocated_bytes": {"all": {"current": 1, "peak": 9},
+                                                                 "large_pool": {"current": 1, "peak": 4}}})
+        memory._reset_peaks(fake_torch, 0, {"allocated_bytes": {"all": {"current": 1}}})  # no peak, no pool
+        memory._reset_peaks(fake_torch, 0, {"allocated_bytes": None})
+        assert read(0)["allocated_bytes"]["all"]["peak"] == 9
+    finally:
+        memory._carried.clear()
+        memory._pending.clear()
