@@ -505,6 +505,7 @@ def _xz(path: Path, data: bytes, size: int | None = None) -> Path:
     return path
 
 
+@pytest.mark.slow  # a CLI process each (issue 54: the unit loop runs in-process)
 @pytest.mark.parametrize("case", ["zeros", "damaged_export"])
 def test_a_compressed_input_that_holds_no_report_is_one_line_naming_it_and_leaves_nothing(tmp_path, case):
     """Issue 42: a 300 MB xz of zeros was decompressed whole into the cache and left there, and the message named
@@ -524,6 +525,7 @@ def test_a_compressed_input_that_holds_no_report_is_one_line_naming_it_and_leave
         assert not [p for p in cache.rglob("*") if p.is_file()]
 
 
+@pytest.mark.slow  # a CLI process (issue 54: the unit loop runs in-process)
 def test_a_report_whose_times_are_all_negative_is_called_shifted_not_empty(tmp_path):
     """Issue 42: every timestamp shifted below 0 was refused as "no GPU activity ... capture with nsys profile",
     which sends the user to capture again. The line now counts the rows whose times are unusable (by SQL here)
