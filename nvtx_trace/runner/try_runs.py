@@ -266,11 +266,11 @@ def _measure(req: TryRequest, folder: Path, profile: dict, script_hash: str, his
         sets = [{k: v} for k, v in req.knobs.items()] if req.each else [req.knobs]
     result = measure(program, sets, req.rounds, req.python, folder, profile, str(from_run) if from_run else None, say)
     try_render.text(result, console(highlight=False))
-    written = TRY.write(folder, result, try_render.html(result), req.json_out)
-    for r in result["variants"]:
+    for r in result["variants"]:  # the folder whole before the --json copy outside it (review)
         sub = folder / variant_folder(r["label"])
         make_folder(sub)
         write_atomically(sub / "summary.json", json.dumps(summary_of(r, sub), indent=2) + "\n")
+    written = TRY.write(folder, result, try_render.html(result), req.json_out)
     TRY.said_after_writing(written, Path(program[0]), script_hash, folder,
                            lambda: history.after_try(result, program, folder, history_db, began))
     if len(result["variants"]) > 1:
