@@ -35,6 +35,7 @@ DataLoader, or the ``nvtx_name`` attribute a user set on it.
 
 from __future__ import annotations
 
+import json
 import re
 
 STEP_PREFIX = "step "
@@ -172,29 +173,21 @@ SYNC_SITE_RE = re.compile(r"^sync (?P<what>\S+) at (?P<where>.+:\d+)$")
 
 def instrumentation(record: dict) -> str:
     """One range whose name carries what the instrumentation measured about its own cost (JSON)."""
-    import json
-
-    return INSTRUMENTATION_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True)
+    return _record(INSTRUMENTATION_PREFIX, record)
 
 
 def window(record: dict) -> str:
     """One range, the first thing a capture window holds: the step it opened at (``first_step``), so that any
     reader of the report knows the steps before it ran outside the capture (the warm-up is already left out)."""
-    import json
-
-    return WINDOW_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True)
+    return _record(WINDOW_PREFIX, record)
 
 
-_encoders: list = []
+_ENCODE = json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=str).encode  # made once
 
 
 def _record(prefix: str, record: dict) -> str:
-    """One encoder made once: the memory record is written every step."""
-    if not _encoders:
-        import json
-
-        _encoders.append(json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=str).encode)
-    return prefix + _encoders[0](record)
+    """Every record range's text: the prefix, then its JSON (sorted keys, compact)."""
+    return prefix + _ENCODE(record)
 
 
 def memory(record: dict) -> str:
@@ -214,9 +207,7 @@ def oom(record: dict) -> str:
 
 def settings(record: dict) -> str:
     """One range whose name carries the program's settings (precision, optimizer, loaders...) as JSON."""
-    import json
-
-    return SETTINGS_PREFIX + json.dumps(record, separators=(",", ":"), sort_keys=True, default=str)
+    return _record(SETTINGS_PREFIX, record)
 
 
 # ---- reading side ---------------------------------------------------------

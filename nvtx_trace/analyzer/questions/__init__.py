@@ -54,10 +54,6 @@ def idle_kinds() -> tuple[str, ...]:
     return declared.kinds(REGISTRY, "idle_kinds")
 
 
-def work_kinds() -> tuple[str, ...]:
-    return declared.kinds(REGISTRY, "work_kinds")
-
-
 def host_kinds() -> frozenset[str]:
     return frozenset(declared.kinds(REGISTRY, "host_kinds"))
 
