@@ -266,10 +266,11 @@ def fill(folder: Path, leave: int = 0) -> None:
 
 
 # ---------------------------------------------------------------- nothing left behind (issue 42)
-# Every process the suite starts inherits SUITE_MARK and a TMPDIR of the suite's own; at the end, what is left in
-# that TMPDIR and what is new in the real temporary folder (nsys writes some there whatever TMPDIR says) is listed
-# with the test it appeared during. A process still carrying the mark, or a file of the tool's or its nsys's
-# (THE_TOOLS), fails the run. pytest's own tmp_path folders (kept by design) are exempt.
+# Every process the suite starts, and the tool run in this one, writes its temporary files to a TMPDIR of the
+# suite's own and carries SUITE_MARK; at the end, what is left in that TMPDIR is listed with the test it appeared
+# during, and of the real temporary folder only what nsys writes there whatever TMPDIR says (NSYS_IN_TMP): the
+# rest of it belongs to other programs on the machine, never the suite's to judge (issue 54). A process still
+# carrying the mark, or a file of the tool's or its nsys's (THE_TOOLS), fails the run.
 SUITE_MARK = "NVTX_TRACE_TEST_SUITE"
 REAL_TMP = Path(tempfile.gettempdir())
 SUITE_TMP = REAL_TMP / f"nvtx-trace-suite-{os.getpid()}"
@@ -285,13 +286,18 @@ def _isolate_tmp() -> None:
     SUITE_TMP.mkdir(exist_ok=True)
     atexit.register(shutil.rmtree, SUITE_TMP, ignore_errors=True)
     os.environ[SUITE_MARK] = str(os.getpid())
-    os.environ["TMPDIR"] = str(SUITE_TMP)  # for the processes tests start; this one keeps REAL_TMP (cached above)
+    os.environ["TMPDIR"] = str(SUITE_TMP)  # for the processes tests start
+    import multiprocessing.util
+
+    multiprocessing.util.get_temp_dir()  # this process's pymp-* stays in REAL_TMP: removed as it exits, after SUITE_TMP
+    tempfile.tempdir = str(SUITE_TMP)  # the tool run in this process writes there too; REAL_TMP is cached above
 
 
 # Caches their owners keep on purpose: torch's compile cache, nsys's lock folder, Dask's scratch space.
 KEPT_ON_PURPOSE = ("torchinductor_", "nvidia", "dask-scratch-space")
 # What nvtx-trace and the nsys it drives make and must remove: one left is a defect of the tool, and fails the run.
 THE_TOOLS = ("nvtx-trace-", "injection_config_", "nsys_termination_status_", "nsys-report-")
+NSYS_IN_TMP = ("injection_config_", "nsys_termination_status_")  # written to /tmp whatever TMPDIR says
 _SEEN_IN_TMP: dict[str, str] = {}  # what appeared in SUITE_TMP -> the test it appeared during
 
 
@@ -354,18 +360,16 @@ def left_behind() -> list[str]:
     deadline = time.monotonic() + 20  # a killed tree takes a moment to go
     while (procs := marked_processes()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    files = sorted(p.name for p in SUITE_TMP.iterdir() if not p.name.startswith(KEPT_ON_PURPOSE)) \
+    files = sorted(p.name for p in SUITE_TMP.iterdir() if not p.name.startswith((*KEPT_ON_PURPOSE, "pytest-of-"))) \
         if SUITE_TMP.exists() else []
     from nvtx_trace.capture.nsys_files import in_use
 
     named = in_use()  # another nsys on the machine, still running, names its own injection configs: not ours
     new = sorted(name for name in {p.name for p in REAL_TMP.iterdir()} - _TMP_BEFORE
-                 if not name.startswith(("pytest-of-", "nvtx-trace-suite-")) and str(REAL_TMP / name) not in named)
-    # another pytest session of this suite (nvtx-trace-suite-<its pid>) removes its own folder as it ends
+                 if name.startswith(NSYS_IN_TMP) and str(REAL_TMP / name) not in named)
     return ([f"process still running: {p}" for p in procs]
             + [f"left in TMPDIR: {f} (by {_SEEN_IN_TMP.get(f, 'the session')})" for f in files]
-            + [f"left in {REAL_TMP}: {n} (by {_SEEN_IN_TMP.get(n, 'the session')})" for n in new
-               if not n.startswith(KEPT_ON_PURPOSE)])
+            + [f"left in {REAL_TMP}: {n} (by {_SEEN_IN_TMP.get(n, 'the session')})" for n in new])
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, edited_copy
 from test_analyzer_gpu_reports import sql, sql_union_busy
-from test_bad_input import assert_one_clear_line, digest, run_cli, run_cli_here
+from test_bad_input import assert_one_clear_line, digest, run_cli_here
 
 from nvtx_trace.analyzer import analyze
 
@@ -44,7 +44,7 @@ def analyzed_by_cli(path: Path, tmp_path: Path, *options) -> tuple[dict, str]:
     """`nvtx-trace analyze PATH --json FILE`: (its JSON, its text output); exit 0, no traceback, input untouched."""
     before = digest(path)
     out = tmp_path / "summary.json"
-    proc = run_cli("analyze", path, "--json", out, "--force", *options)
+    proc = run_cli_here("analyze", path, "--json", out, "--force", *options)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert digest(path) == before
     return json.loads(out.read_text()), " ".join(proc.stdout.split())
@@ -286,7 +286,7 @@ def test_an_export_that_cannot_be_read_is_one_line(tmp_path, case):
 
         installed_nsys()
     before = {p: digest(p) for p in tmp_path.rglob("*")}
-    assert_one_clear_line(run_cli("analyze", path), words, str(path))
+    assert_one_clear_line(run_cli_here("analyze", path), words, str(path))
     assert {p: digest(p) for p in tmp_path.rglob("*")} == before  # nothing changed, nothing left beside it
 
 
@@ -305,13 +305,13 @@ def test_an_export_that_cannot_be_read_is_one_line(tmp_path, case):
 ])
 def test_option_values_that_mean_nothing_are_one_line(option, value, words):
     before = digest(USER)
-    proc = run_cli("analyze", USER, option, value)
+    proc = run_cli_here("analyze", USER, option, value)
     assert_one_clear_line(proc, words)
     assert proc.returncode == 2 and digest(USER) == before
 
 
 def test_a_step_range_that_matches_nothing_names_the_ranges_there_are():
-    line = run_cli("analyze", USER, "--step-range", "train_step").stderr.strip()
+    line = run_cli_here("analyze", USER, "--step-range", "train_step").stderr.strip()
     (n,), = sql(USER, "SELECT count(*) FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId "
                       "WHERE s.value GLOB 'step [0-9]*'")
     assert f"'step N' x{n}" in line and "'forward' x30" in line
@@ -339,7 +339,7 @@ def test_run_refuses_an_empty_step_range_before_profiling(tmp_path):
     out = tmp_path / "out"
     script = tmp_path / "t.py"
     script.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('ran')\n")
-    assert_one_clear_line(run_cli("run", "--out", out, "--step-range", "", script), "--step-range")
+    assert_one_clear_line(run_cli_here("run", "--out", out, "--step-range", "", script), "--step-range")
     assert not out.exists() and not (tmp_path / "ran").exists()
 
 
@@ -378,7 +378,7 @@ def test_ctrl_c_while_the_command_line_starts_is_exit_130_without_a_traceback(af
 
 @pytest.fixture(scope="module")
 def good_summary(tmp_path_factory) -> dict:
-    proc = run_cli("analyze", USER, "--json", "-")
+    proc = run_cli_here("analyze", USER, "--json", "-")
     assert proc.returncode == 0
     return json.loads(proc.stdout)
 
@@ -437,14 +437,14 @@ def test_diff_of_a_run_with_itself_is_refused(tmp_path, good_summary, case):
     before, after = {"same_file": (run / "summary.json", run / "summary.json"), "same_folder": (run, tmp_path / "."
                      / "run"), "folder_and_its_summary": (run, run / "summary.json"),
                      "its_report_and_summary": (run / "report.sqlite", run / "summary.json")}[case]
-    assert_one_clear_line(run_cli("diff", before, after), "are the same run", "give the run before the change")
+    assert_one_clear_line(run_cli_here("diff", before, after), "are the same run", "give the run before the change")
 
 
 def test_diff_of_a_report_against_another_runs_summary_analyzes_the_report(tmp_path, good_summary):
     """Mixed sides are documented: a report is analyzed now with the default options, a summary.json read."""
     other = tmp_path / "summary.json"
     other.write_text(json.dumps(good_summary))
-    proc = run_cli("diff", SINGLE, other, "--json", "-")
+    proc = run_cli_here("diff", SINGLE, other, "--json", "-")
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
     assert d["before"]["report"] == str(SINGLE) and d["after"]["report"] == str(USER)
@@ -473,7 +473,7 @@ def history_db(tmp_path_factory) -> Path:
 def test_history_misuse_is_one_line(history_db, args, words, code):
     args = [a.replace("{folder}", str(history_db.parent)) for a in args]
     before = digest(history_db)
-    proc = run_cli("history", *(["--history", history_db] if "--history" not in args else []), *args)
+    proc = run_cli_here("history", *(["--history", history_db] if "--history" not in args else []), *args)
     assert_one_clear_line(proc, words)
     assert proc.returncode == code and digest(history_db) == before
 
@@ -485,7 +485,7 @@ def test_history_misuse_is_one_line(history_db, args, words, code):
     (["--script", "_loader", "--last", "1"], 1),
 ])
 def test_history_options_at_their_limits_have_their_documented_meaning(history_db, args, runs):
-    proc = run_cli("history", "--history", history_db, "--json", *args)
+    proc = run_cli_here("history", "--history", history_db, "--json", *args)
     assert proc.returncode == 0 and not proc.stderr, proc.stderr
     assert len(json.loads(proc.stdout)["runs"]) == runs
 

@@ -8,12 +8,13 @@ functions count (a lazy import is still a dependency); those under ``if TYPE_CHE
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from conftest import ROOT
 
 LAYERS = {"cli": 5, "runner": 4, "report": 3, "capture": 2, "analyzer": 1}
-GROUND = {"errors", "names", "files", "device_peaks", "knobs", "units"}
+GROUND = {"errors", "names", "files", "device_peaks", "knobs", "units", "labels"}
 
 
 def modules() -> dict[str, Path]:
@@ -67,12 +68,18 @@ def imports_of(name: str, path: Path, known: dict) -> set[str]:
 REGISTRY = "nvtx_trace.analyzer.questions"
 
 
-def graph() -> dict[str, set[str]]:
-    """Every module's imports; the registry also imports each question it discovers (``importlib``)."""
+@functools.cache
+def _parsed_graph() -> dict[str, frozenset[str]]:
     known = modules()
-    g = {name: imports_of(name, path, known) for name, path in known.items()}
+    g = {name: frozenset(imports_of(name, path, known)) for name, path in known.items()}
     g[REGISTRY] |= {m for m in known if m.startswith(REGISTRY + ".")}
     return g
+
+
+def graph() -> dict[str, set[str]]:
+    """Every module's imports; the registry also imports each question it discovers (``importlib``). Parsed once
+    a session; each caller gets its own copy to plant imports in."""
+    return {name: set(deps) for name, deps in _parsed_graph().items()}
 
 
 def test_every_module_has_a_layer():
@@ -142,6 +149,28 @@ def test_a_planted_upward_import_is_caught():
         "nvtx_trace.analyzer.findings"}
     assert upward_in_the_analyzer(g) == ["nvtx_trace.analyzer.measures.step_times -> nvtx_trace.analyzer.findings",
                                          "nvtx_trace.analyzer.trace.tables -> nvtx_trace.analyzer.pipeline"]
+
+
+# What a renderer may read of the analyzer (issue 54, "renderers render"): the analysis and its summary, the words
+# a finding is told in, and the registry's reading order of the sections; never a measure, a trace table or a
+# question module, whose figures reach a page only through the Analysis.
+RENDERERS_READ = {"nvtx_trace.analyzer", "nvtx_trace.analyzer.analysis", "nvtx_trace.analyzer.summary",
+                  "nvtx_trace.analyzer.findings", REGISTRY}
+
+
+def renderers_reaching_in(g: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {i}" for m, deps in g.items() if m.startswith("nvtx_trace.report") for i in deps
+                  if i.startswith("nvtx_trace.analyzer") and i not in RENDERERS_READ)
+
+
+def test_renderers_read_the_analysis_not_its_measures():
+    assert renderers_reaching_in(graph()) == []
+
+
+def test_a_renderer_reaching_into_a_measure_is_caught():
+    g = graph()
+    g["nvtx_trace.report.timeline"] = g["nvtx_trace.report.timeline"] | {"nvtx_trace.analyzer.measures.gpu_idle"}
+    assert renderers_reaching_in(g) == ["nvtx_trace.report.timeline -> nvtx_trace.analyzer.measures.gpu_idle"]
 
 
 def test_no_module_name_twice_in_the_analyzer():

@@ -24,10 +24,10 @@ import pandas as pd
 
 from nvtx_trace import __version__
 from nvtx_trace.analyzer.findings import no_findings_line
-from nvtx_trace.analyzer.measures.instrumentation_cost import depth_text
 from nvtx_trace.analyzer.summary import to_dict
 from nvtx_trace.errors import MissingDependencyError
 from nvtx_trace.files import write_atomically
+from nvtx_trace.labels import depth_text
 from nvtx_trace.report import memorychart, stepchart, timeline
 from nvtx_trace.report.html_table import esc, fmt
 from nvtx_trace.report.sections import html_tables

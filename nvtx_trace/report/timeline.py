@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from nvtx_trace.analyzer.measures.gpu_idle import CAUSES
+from nvtx_trace.labels import IDLE_CAUSES as CAUSES
 from nvtx_trace.report import nvtx_lanes
 from nvtx_trace.report.nvtx_lanes import esc_plotly
 from nvtx_trace.units import ms

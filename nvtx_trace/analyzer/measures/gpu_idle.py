@@ -22,19 +22,9 @@ import pandas as pd
 from nvtx_trace import names
 from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.analyzer.trace.tables import COPY_API_RE, SLOW_API_NS, SYNC_API_RE, Trace, name_mask
+from nvtx_trace.labels import IDLE_CAUSES
 
-# Causes, in the order they claim gap time.
-CAUSES = {
-    "dataloader": "waiting for the next batch",
-    "sync": "host sync drained the GPU queue",
-    "copy": "host-side memory copy",
-    "cuda_api": "slow CUDA API call",
-    "optimizer": "CPU busy in the optimizer",
-    "backward": "CPU busy in backward",
-    "forward": "CPU busy in forward",
-    "other_range": "CPU busy in another NVTX range",
-    "unattributed": "CPU work outside any NVTX range",
-}
+CAUSES = IDLE_CAUSES  # the causes, in the order they claim gap time (their words: nvtx_trace.labels)
 SYNC_DRAIN_SLACK_NS = 50_000  # a gap starting this soon after a sync returned was caused by it
 OPTIMIZER_RE = re.compile(r"(?i)^optimizer|\boptim|zero_grad|\bsgd\b|\badam")
 FORWARD_RE = re.compile(r"(?i)^forward\b|\bforward$|\bfwd\b")

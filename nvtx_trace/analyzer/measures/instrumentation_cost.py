@@ -78,16 +78,6 @@ class Instrumentation:
         self.profiler_cost_ns_per_step = diff
 
 
-def depth_text(settings: dict) -> str:
-    """How deep module ranges went, in words ("" when the record does not say)."""
-    fwd, bwd = settings.get("forward_depth"), settings.get("backward_depth")
-    if fwd is None:
-        return ""
-    if fwd == -1:
-        return "no module ranges"
-    return f"module ranges to depth {fwd}, backward ranges " + ("none" if bwd == -1 else f"to depth {bwd}")
-
-
 def read_record(ranges: pd.DataFrame, prefix: str = names.INSTRUMENTATION_PREFIX, pid: int | None = None) -> dict | None:
     """The last well-formed JSON record named ``prefix {json}`` in the trace (of process ``pid`` when it has
     one there), or None."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from nvtx_trace.analyzer.measures.instrumentation_cost import MAX_TRACE_COST_NS, analyze_instrumentation, depth_text
+from nvtx_trace.analyzer.measures.instrumentation_cost import MAX_TRACE_COST_NS, analyze_instrumentation
 from nvtx_trace.analyzer.predict import collective_wait_by_step
 from nvtx_trace.analyzer.question import Context, Question
+from nvtx_trace.labels import depth_text
 from nvtx_trace.units import ms, pct
 
 
