@@ -226,7 +226,7 @@ def test_the_finding_proposes_the_largest_factor_that_divides_and_fits():
     assert _fold([{**r, "backwards": 1} for r in rows], 80 * gib)["fold"] is None  # no accumulation: nothing
 
 
-def test_peaks_reset_each_step_are_folded_back_into_what_the_program_reads():
+def test_peaks_reset_each_step_are_folded_back_into_what_the_program_reads(torch):  # nvtx_autotrace imports torch
     """The carry and fold of nvtx_autotrace/memory.py on the allocator's stats layout (nested dicts with a
     ``peak`` per pool; no CUDA here): a peak from before a reset wins over a lower one after it, and a higher one
     after it stands."""
@@ -266,11 +266,9 @@ def test_an_out_of_memory_error_the_program_survived_is_no_finding():
     assert not _survived({"oom": {"step": 6}, "per_step": [{"step": 5}, {"step": 6}]})
 
 
-def test_the_observer_writes_once_a_step_what_the_allocator_says(tmp_path, monkeypatch):
+def test_the_observer_writes_once_a_step_what_the_allocator_says(tmp_path, monkeypatch, torch):
     """The allocator's observer is called with (device, asked, the device's memory or a memory fraction's cap,
     free): the record says what is used (total - free), the cap where one is set, and writes once a step."""
-    import torch
-
     from nvtx_autotrace import memory, steps
 
     gib = 1 << 30
@@ -287,7 +285,7 @@ def test_the_observer_writes_once_a_step_what_the_allocator_says(tmp_path, monke
     assert lines[0]["phase"] == "backward" and lines[0]["requested_bytes"] == 192 << 20
 
 
-def test_the_program_reads_its_peaks_since_its_start_through_every_api():
+def test_the_program_reads_its_peaks_since_its_start_through_every_api(torch):  # nvtx_autotrace imports torch
     """The wrappers around torch.cuda's nested stats and torch.accelerator's flat ones, on the allocator's
     layout (no CUDA here: the originals are stand-ins): a peak a per-step reset dropped is folded back, and the
     program's own reset drops it for good."""
@@ -317,7 +315,7 @@ def test_the_program_reads_its_peaks_since_its_start_through_every_api():
         memory._state.clear()
 
 
-def test_peaks_held_between_folds_are_never_lost():
+def test_peaks_held_between_folds_are_never_lost(torch):  # nvtx_autotrace imports torch
     """The stats read before each reset are folded in batches (CARRY_EVERY): a read in the middle of a batch, at
     its end and after the program's own reset each give the highest peak since the last reset the program made."""
     from nvtx_autotrace import memory
@@ -344,7 +342,7 @@ def test_peaks_held_between_folds_are_never_lost():
         memory._pending.clear()
 
 
-def test_the_training_device_is_the_one_holding_memory_and_the_current_one_on_a_tie(monkeypatch):
+def test_the_training_device_is_the_one_holding_memory_and_the_current_one_on_a_tie(monkeypatch, torch):
     """A DDP rank that moved its model to cuda:1 without set_device has device 0 current, and empty; a program
     on set_device(1) with nothing allocated yet keeps device 1 (no CUDA here: the counters are stand-ins)."""
     from nvtx_autotrace import memory
@@ -373,7 +371,7 @@ def test_the_memory_record_is_the_json_every_other_record_is():
     assert json.loads(text[len(names.MEMORY_PREFIX):]) == record
 
 
-def test_a_stats_layout_without_a_peak_is_skipped_never_an_error_in_the_program_s_read():
+def test_a_stats_layout_without_a_peak_is_skipped_never_an_error_in_the_program_s_read(torch):  # nvtx_autotrace imports torch
     """The program's own read folds the held stats in (the fold runs in its call): a pool or a peak the allocator
     leaves out of one step's stats is skipped there, and the other peaks still carried."""
     from nvtx_autotrace import memory
