@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Issue 42's target: the whole suite, as .ci/run runs it, passes N times in a row on a clean clone while a CPU
-# burner runs beside it (one busy process per two cores: this 2-core VM at half its CPU for the tests).
-#   bash scripts/suite_under_load.sh [N] [COMMIT]   (default 3, HEAD); prints each pass's result and time.
+# burner runs beside it (one busy process per two cores: this 2-core VM at half its CPU for the tests), and with
+# --nsys, issue 52's target: another user's nsys capturing a program over and over beside it too (its injection
+# configs and scratch files come and go in /tmp, its processes in /proc: none of them the suite's to judge).
+#   bash scripts/suite_under_load.sh [--nsys] [N] [COMMIT]   (default 3, HEAD); prints each pass's result and time.
 set -u
+BESIDE_NSYS=0
+[ "${1:-}" = --nsys ] && { BESIDE_NSYS=1; shift; }
 N=${1:-3}
 COMMIT=${2:-HEAD}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,8 +15,25 @@ git clone -q "$HERE" "$WORK/clone" && git -C "$WORK/clone" checkout -q "$COMMIT"
 BURNERS=$(( ($(nproc) + 1) / 2 ))
 PIDS=()
 for _ in $(seq "$BURNERS"); do python3 -c "while True: pass" & PIDS+=($!); done
-trap 'kill "${PIDS[@]}" 2>/dev/null; rm -rf "$WORK"' EXIT
-echo "suite under load: $N pass(es) of $(git -C "$WORK/clone" rev-parse --short HEAD), $BURNERS burner(s) on $(nproc) CPUs"
+BESIDE=""
+if [ "$BESIDE_NSYS" = 1 ]; then
+  NSYS=${NSYS:-$(command -v nsys)} || { echo "--nsys: no nsys on PATH (or \$NSYS)" >&2; exit 2; }
+  mkdir -p "$WORK/beside"
+  # asked to stop (a file), it ends after its capture in flight, so that nsys cleans up after itself (killed, it
+  # leaves its agent spinning in a session of its own)
+  bash -c 'while [ ! -e "$1/stop" ]; do "$0" profile --trace=osrt,nvtx --sample=none --force-overwrite=true \
+    -o "$1/capture" python3 -c "import time; [time.sleep(0.005) for _ in range(400)]" >/dev/null 2>&1
+    rm -f "$1"/capture.*; done' "$NSYS" "$WORK/beside" &
+  BESIDE=$!
+fi
+stop() {
+  kill "${PIDS[@]}" 2>/dev/null
+  [ -n "$BESIDE" ] && { touch "$WORK/beside/stop"; timeout 60 tail --pid="$BESIDE" -f /dev/null; }
+  rm -rf "$WORK"
+}
+trap stop EXIT
+echo "suite under load: $N pass(es) of $(git -C "$WORK/clone" rev-parse --short HEAD), $BURNERS burner(s) on $(nproc) CPUs$(
+  [ "$BESIDE_NSYS" = 1 ] && echo ", another nsys capturing beside it")"
 cd "$WORK/clone" || exit 2
 python3 -m pip install -q -e . --no-deps >/dev/null 2>&1
 FAILED=0
