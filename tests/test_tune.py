@@ -668,6 +668,45 @@ def test_the_final_check_is_reserved_at_the_slowest_run_so_the_budget_is_a_ceili
     assert finals  # the final check ran within some of those budgets
 
 
+@pytest.mark.parametrize("run_s, runs, stopped_early", [(30.0, 4, 0), (60.0, 2, 1)])
+def test_a_first_trial_starts_on_one_round_and_its_own_runs_then_pace_it(tmp_path, monkeypatch, run_s, runs,
+                                                                          stopped_early):
+    """Seen on an H200: a compiled GPT's 200-s tune tried nothing, its 62-s profile guessing 43 s a plain run and 4
+    runs to a trial (172 s). A trial starts where its first round (2 runs) fits the guess; the runs it made then
+    say whether the next one fits: 30-s runs make a whole trial of 2 rounds within the budget, 60-s runs stop it
+    after its first round, never past the budget."""
+    now = [0.0]
+
+    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
+        now[0] += 62
+        out.mkdir(parents=True, exist_ok=True)
+        found = [] if knobs else [{**finding("fused_optimizer", 90, {"fused_optimizer": True}),
+                                   "predicted": {"step_ns": int(90e6), "saving_ns": int(10e6), "statistic": "median"}}]
+        (out / "summary.json").write_text(json.dumps(profile(*found, step_ms=100.0)))
+        return out
+
+    def fake_alternate(target, variants, rounds, python=None, progress=None, logs=None, settled=None):
+        for r in range(rounds):
+            for v in variants:
+                if settled and r and settled(variants):
+                    return variants
+                now[0] += run_s
+                ms = 90.0 if v.added else 100.0
+                said = [f"{declared.text({k: x})}: set" for k, x in v.knobs.items()]
+                v.rounds.append(Round([ms] * 20, "median", ms + r * 0.01, knob_records(*said), 0,
+                                      parts={"wall_s": run_s}))
+        return variants
+
+    from nvtx_trace import knobs as declared
+
+    monkeypatch.setattr(tune_stages, "profile", fake_profile)
+    monkeypatch.setattr(timing, "alternate", fake_alternate)
+    d = tune_stages.Tuner(["train.py"], tmp_path, budget_s=200, clock=lambda: now[0], say=lambda m: None).run()
+    trial = d["stages"][0]
+    assert trial["knobs"] == {"fused_optimizer": True} and d["elapsed_s"] <= 200
+    assert d["time"]["runs"] == runs and d["time"]["stopped_early"] == stopped_early
+
+
 def test_which_knobs_a_kept_knob_leaves_the_last_profile_true_for():
     """Each knob declares the part of a step it changes: attention or a loader setting after a precision setting
     keep the profile (the GPT-2 trainer's --flash came at stage 2 on stage 1's profile); a precision setting after

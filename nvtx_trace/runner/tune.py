@@ -117,9 +117,9 @@ def run_tune(req: TuneRequest) -> None:
                              f"{declared.text(tuner.kept) or 'nothing'} (in {folder / TUNE.json})")
     if not any(s["knobs"] for s in result["stages"]) and result["stopped"] != "nothing left":
         raise UsageError(f"nothing was tried ({result['stopped']}): the profile alone took "
-                         f"{result['elapsed_s']:.0f} s of the {req.budget:.0f} s budget, and a trial of "
-                         f"{2 * req.rounds} plain runs would take about {tuner.trial_s():.0f} s more; give a larger "
-                         f"--budget{' or fewer --rounds' if req.rounds > 2 else ''}")
+                         f"{result['elapsed_s']:.0f} s of the {req.budget:.0f} s budget, and a trial's "
+                         f"{tuner.start_runs()} plain runs would take about {tuner.start_s():.0f} s more; give a "
+                         f"larger --budget{' or fewer --rounds' if tuner.start_runs() > 2 else ''}")
 
 
 def _program(target: list[str]) -> tuple[list[str], Path | None]:

@@ -100,6 +100,16 @@ class Tuner:
         per_run = self._run_s if self._run_s is not None else 0.7 * (self._profile_s or 0)
         return 2 * (rounds or self.rounds) * per_run
 
+    def start_runs(self) -> int:
+        """How many plain runs ``start_s`` counts."""
+        return 2 * (self.rounds if self._run_s is not None else 1)
+
+    def start_s(self) -> float:
+        """What a trial needs left to start: all its rounds once a plain run was timed; before that only its first
+        round (the profile's guess at a run is the whole profile's time less 30 %: an H200 tune of a compiled GPT
+        refused 200 s for a guessed 43 s a run), each later run then started where the measured ones say it fits."""
+        return self.trial_s(rounds=None if self._run_s is not None else 1)
+
     def run(self, on_stage=None) -> dict:
         """Stages until nothing is left or the budget is spent; ``on_stage(result)`` after each (tune.json
         written as it goes). Interrupted propagates, the result so far is ``self.result()``."""
@@ -113,7 +123,7 @@ class Tuner:
                 self.say(f"stage {len(self.stages) + 1}: no new profile: {declared.text(since)} changed another part "
                          f"of a step than {declared.text(found[0].knobs)} fixes, so the last profile still holds")
             if stale and not found:
-                if self._profiles and self._profile_s + self.trial_s() + self.reserve_s() > self.left():
+                if self._profiles and self._profile_s + self.start_s() + self.reserve_s() > self.left():
                     self.stopped = "budget"
                     break
                 summary = self._profile()
@@ -126,7 +136,7 @@ class Tuner:
                 self.stopped = "nothing left"
                 break
             c = found[0]
-            if self.trial_s() + self.reserve_s() > self.left():
+            if self.start_s() + self.reserve_s() > self.left():
                 self.stopped = "budget"
                 break
             kept, via, failed = self._trial(summary, c)
@@ -202,11 +212,15 @@ class Tuner:
             self.first_settings = summary.get("settings") or {}
         return summary
 
-    def _no_time_for_a_run(self, final: bool = False) -> str | None:
+    def _no_time_for_a_run(self, final: bool = False, variants=()) -> str | None:
         """The budget is a ceiling: a trial's next run is not started where it would leave too little for the final
         check (judge then decides on the rounds run). One round of the final check is reserved; its later rounds
-        run where the budget still holds them."""
-        if self._run_s is not None and self.left() - (0.0 if final else self.reserve_s()) < self._run_s:
+        run where the budget still holds them. The slowest run yet sets the pace, this trial's own included."""
+        walls = [r.parts["wall_s"] for v in variants for r in v.rounds if r.parts and r.parts.get("wall_s")]
+        if self._run_s is None and not walls:
+            return None
+        run_s = max([self._run_s or 0.0, *walls])
+        if self.left() - (0.0 if final else self.reserve_s()) < run_s:
             return f"another run would pass the --budget of {self.budget_s:.0f} s"
         return None
 
@@ -247,7 +261,7 @@ class Tuner:
             base, v = timing.alternate(current, variants, self.rounds, self.python,
                                          progress=lambda m: self.say(f"stage {n}: {m}"),
                                          logs=self.folder / f"stage-{n}",
-                                         settled=lambda vs: settled(vs) or self._no_time_for_a_run())
+                                         settled=lambda vs: settled(vs) or self._no_time_for_a_run(variants=vs))
         except NvtxTraceError:
             if self._baseline is None:
                 raise
@@ -290,7 +304,7 @@ class Tuner:
         t0 = self.clock()
         base, v = timing.alternate(self.program, variants, self.rounds, self.python,
                                      progress=lambda m: self.say(f"final check: {m}"), logs=self.folder / "final",
-                                     settled=lambda vs: self._no_time_for_a_run(final=True))
+                                     settled=lambda vs: self._no_time_for_a_run(final=True, variants=vs))
         self.final_check = judge(base, v)
         self._parts += [r.parts for x in (base, v) for r in x.rounds if r.parts]
         self.spent["final_check_s"] = self.clock() - t0
