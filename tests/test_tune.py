@@ -707,6 +707,41 @@ def test_a_first_trial_starts_on_one_round_and_its_own_runs_then_pace_it(tmp_pat
     assert d["time"]["runs"] == runs and d["time"]["stopped_early"] == stopped_early
 
 
+def test_a_chain_multiplies_the_kept_trials_and_never_mixes_their_statistics(tmp_path, monkeypatch):
+    """Seen on an H200 (ResNet-18, loader-bound): num_workers kept at 214.59 -> 36.45 ms (medians), then a
+    rejected trial timed the configuration's mean, 37.50 ms, and the chain said 214.59 -> 37.50 (5.72x). The chain
+    is the kept trials' ratios: 5.89x here (200 -> 40 ms, then a rejected knob whose baseline reads 50 ms in means)."""
+    now, trials = [0.0], []
+
+    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
+        now[0] += 30
+        out.mkdir(parents=True, exist_ok=True)
+        kind, knob = ("dataloader_stall", {"num_workers": 8}) if not knobs else ("layout_transpose",
+                                                                                 {"channels_last": True})
+        f = {**finding(kind, 30, knob), "predicted": {"step_ns": int(30e6), "saving_ns": int(10e6), "statistic": "median"}}
+        (out / "summary.json").write_text(json.dumps(profile(*([] if len(knobs or {}) > 1 else [f]), step_ms=100.0)))
+        return out
+
+    def fake_alternate(target, variants, rounds, python=None, progress=None, logs=None, settled=None):
+        trials.append(1)
+        statistic = "median" if len(trials) == 1 else "mean"
+        for _ in range(rounds):
+            for v in variants:
+                now[0] += 10
+                ms = {1: {False: 200.0, True: 40.0}, 2: {False: 50.0, True: 50.0}}[len(trials)][bool(v.added)]
+                said = [f"{declared.text({k: x})}: set" for k, x in v.knobs.items()]
+                v.rounds.append(Round([ms] * 20, statistic, ms, knob_records(*said), 0))
+        return variants
+
+    from nvtx_trace import knobs as declared
+
+    monkeypatch.setattr(tune_stages, "profile", fake_profile)
+    monkeypatch.setattr(timing, "alternate", fake_alternate)
+    d = tune_stages.Tuner(["train.py"], tmp_path, budget_s=1000, clock=lambda: now[0], say=lambda m: None).run()
+    assert [s["kept"] for s in d["stages"][:2]] == [True, False] and d["step_source"] == "stages"
+    assert d["baseline_step_ms"] == 200.0 and d["final_step_ms"] == 40.0 and d["speedup"] == 5.0
+
+
 def test_which_knobs_a_kept_knob_leaves_the_last_profile_true_for():
     """Each knob declares the part of a step it changes: attention or a loader setting after a precision setting
     keep the profile (the GPT-2 trainer's --flash came at stage 2 on stage 1's profile); a precision setting after
