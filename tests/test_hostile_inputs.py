@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -525,25 +526,59 @@ def test_a_compressed_input_that_holds_no_report_is_one_line_naming_it_and_leave
         assert not [p for p in cache.rglob("*") if p.is_file()]
 
 
-@pytest.mark.slow  # a CLI process (issue 54: the unit loop runs in-process)
-def test_a_report_whose_times_are_all_negative_is_called_shifted_not_empty(tmp_path):
-    """Issue 42: every timestamp shifted below 0 was refused as "no GPU activity ... capture with nsys profile",
-    which sends the user to capture again. The line now counts the rows whose times are unusable (by SQL here)
-    and says the times look shifted."""
+SHIFTED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                  "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME")
+ABSOLUTE_TIMES = re.compile(r'"(start_ns|end_ns|span_start_ns|span_end_ns|trace_start_ns|trace_end_ns)": -?[0-9]+')
+
+
+def _shifted(tmp_path: Path, where: str = "") -> Path:
+    """The user's capture with its stamps moved 10^14 ns below 0 (every row, or the rows ``where`` picks)."""
     path = tmp_path / "shifted.sqlite"
     shutil.copyfile(USER, path)
-    shift = 10 ** 14
-    tables = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS",
-              "CUPTI_ACTIVITY_KIND_RUNTIME"]
     with sqlite3.connect(path) as conn:
         have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        for t in tables:
+        for t in SHIFTED_TABLES:
             if t in have:
-                conn.execute(f"UPDATE {t} SET start = start - {shift}, end = end - {shift}")
-        kernels = conn.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start <= 0").fetchone()[0]
+                conn.execute(f"UPDATE {t} SET start = start - {10 ** 14}, end = end - {10 ** 14} {where}")
     conn.close()
+    return path
+
+
+def test_a_capture_whose_clock_runs_below_zero_is_analyzed_as_the_same_capture(tmp_path):
+    """Issue 52, item 10: every stamp moved below 0 was refused ("its timestamps look shifted or damaged"). It is
+    read moved back, said in one warning: the same findings and the same summary as the capture itself, but for
+    its absolute times, its path and that warning (compared by SQL's MIN: the move brings the earliest to 1 ns)."""
+    from nvtx_trace.analyzer.summary import to_dict
+
+    path = _shifted(tmp_path)
+    (low,), = sql(path, "SELECT MIN(start) FROM (" + " UNION ALL ".join(
+        f"SELECT MIN(start) AS start FROM {t}" for t in SHIFTED_TABLES if sql(path, "SELECT count(*) FROM "
+        f"sqlite_master WHERE name = '{t}'")[0][0]) + ")")
     before = digest(path)
-    proc = subprocess.run([sys.executable, "-m", "nvtx_trace.cli", "analyze", str(path)], capture_output=True,
-                          text=True, timeout=300)
-    assert_one_clear_line(proc, str(path), f"{kernels} kernel row(s) without a valid start/end", "look shifted")
-    assert "capture with" not in proc.stderr and digest(path) == before
+    summary, text = analyzed_by_cli(path, tmp_path)
+    said = warned(summary, text, "the export's clock runs at or before 0")
+    assert f"its earliest stamp {low} ns" in said and f"read {1 - low} ns later" in said and digest(path) == before
+    got, want = to_dict(analyze(path)), to_dict(analyze(USER))
+    assert [(f["kind"], f["impact_ns"]) for f in got["findings"]] == [(f["kind"], f["impact_ns"])
+                                                                        for f in want["findings"]]
+    got["warnings"], got["report"]["path"] = want["warnings"], want["report"]["path"]
+    same = [ABSOLUTE_TIMES.sub("", json.dumps(d, sort_keys=True)) for d in (got, want)]
+    assert same[0] == same[1]
+
+
+def test_a_few_rows_below_zero_move_nothing():
+    """A damaged row or three stay damaged rows (counted and left out), never a reason to move the whole clock."""
+    from nvtx_trace.analyzer.trace.reader import Reader
+
+    reader = Reader(USER)
+    try:
+        assert reader.clock_shift_ns == 0
+    finally:
+        reader.close()
+
+
+def test_three_kernels_below_zero_are_left_out_not_a_moved_clock(tmp_path):
+    path = _shifted(tmp_path, "WHERE rowid IN (SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 3)")
+    summary, text = analyzed_by_cli(path, tmp_path)
+    assert not [w for w in summary["warnings"] if "clock" in w]
+    assert [w for w in summary["warnings"] if "without a valid start/end" in w]

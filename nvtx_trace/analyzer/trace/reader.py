@@ -122,6 +122,29 @@ class Reader(ExportDb):
                 return col
         return None
 
+    @cached_property
+    def clock_shift_ns(self) -> int:
+        """What every stamp read is moved by: 0, unless the whole capture lies at or before 0 (most of the first
+        thousand kernels, and of the NVTX ranges where there are no kernels), when the earliest stamp is moved to
+        1 ns. Exports of such a clock were refused as damaged (issue 52); negative stamps stay unusable elsewhere,
+        and a lone damaged row never moves the rest."""
+        kernel = GPU_OP_TABLES["kernel"]
+        probe = kernel if self.has(kernel, "start") else NVTX if self.has(NVTX, "start") else None
+        if probe is None:
+            return 0
+        share = self.conn.execute(f"SELECT AVG(start <= 0) FROM (SELECT start FROM {probe} WHERE start IS NOT NULL "
+                                  "LIMIT 1000)").fetchone()[0]
+        if share is None or share < 0.5:
+            return 0
+        lows = [self.conn.execute(f"SELECT MIN(start) FROM {t}").fetchone()[0]
+                for t in (*GPU_OP_TABLES.values(), RUNTIME, NVTX) if self.has(t, "start")]
+        low = min((v for v in lows if isinstance(v, int)), default=1)
+        return 1 - low if low <= 0 else 0
+
+    def stamp(self, column: str) -> str:
+        """A time column as read: moved by ``clock_shift_ns`` (NULL stays NULL)."""
+        return f"({column} + {self.clock_shift_ns})" if self.clock_shift_ns else column
+
     def gpu_columns(self, table_key: str, long_names_of: tuple[int, ...] = ()) -> dict[str, str]:
         """What is read from a GPU activity table: times, device and process for every op, and what the
         launch lookups and the copy analysis need (NULL for a column this export lacks). ``long_names_of``:
@@ -136,13 +159,13 @@ class Reader(ExportDb):
             extra["long_id"] = f"CASE WHEN shortName IN ({','.join(map(str, long_names_of))}) THEN demangledName END"
         if table_key == "kernel" and all(self.has(table, c) for c in ("gridX", "gridY", "gridZ")):
             extra["blocks"] = "gridX * gridY * gridZ"  # thread blocks of the launch (the kernel mix's waves)
-        wanted = {"start_ns": "start", "end_ns": "end", "device_id": self.device_source(table_key).sql,
+        wanted = {"start_ns": self.stamp("start"), "end_ns": self.stamp("end"), "device_id": self.device_source(table_key).sql,
                   "gpid": "globalPid", **{
             "kernel": {"name_id": self.kernel_name_column or "NULL", "corr": "correlationId"},
             "memcpy": {"corr": "correlationId", "bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind",
                        "dst_kind": "dstKind"},
             "memset": {"corr": "correlationId", "bytes": "bytes"}}[table_key]}
-        return {k: c if k == "device_id" or c == "NULL" or self.has(table, c) else "NULL"
+        return {k: c if k in ("device_id", "start_ns", "end_ns") or c == "NULL" or self.has(table, c) else "NULL"
                 for k, c in wanted.items()} | extra
 
     def device_source(self, table_key: str) -> DeviceSource:
@@ -230,7 +253,8 @@ class Reader(ExportDb):
                 # The subquery costs one more scan of the GPU table; a temp table of the wanted ids costs more.
                 cond.append(f"correlationId IN (SELECT g.correlationId FROM {GPU_OP_TABLES[table_key]} g "
                             f"WHERE g.{sql_column} IN ({','.join(map(str, op_ids))}))")
-        columns = {k: c if self.has(RUNTIME, c) else "NULL" for k, c in RUNTIME_COLUMNS.items()}
+        columns = {k: (self.stamp(c) if k in ("start_ns", "end_ns") else c) if self.has(RUNTIME, c) else "NULL"
+                   for k, c in RUNTIME_COLUMNS.items()}
         return columns, f"{RUNTIME} WHERE {' OR '.join(cond)}"
 
     def count_ranges_named(self, text: str) -> int:
@@ -245,7 +269,8 @@ class Reader(ExportDb):
         out = []
         for table in (NVTX, GPU_OP_TABLES["kernel"]):
             if self.has(table, "start"):
-                row = self.conn.execute(f"SELECT start FROM {table} WHERE start > 0 LIMIT 1").fetchone()
+                row = self.conn.execute(f"SELECT {self.stamp('start')} FROM {table} WHERE {self.stamp('start')} > 0 "
+                                        "LIMIT 1").fetchone()
                 if row and isinstance(row[0], int):
                     out.append(row[0])
         return out
@@ -303,9 +328,9 @@ class Reader(ExportDb):
         key = f"COALESCE(n.textId, {text_key}, 0)" if has_text_id else f"COALESCE({text_key}, 0)"
         domain = "n.domainId" if self.has("NVTX_EVENTS", "domainId") else "0"
         cols = self.columns(
-            {"start_ns": "n.start", "end_ns": "COALESCE(n.end, -1)", "gtid": "n.globalTid", "key": key,
-             "domain": f"COALESCE({domain}, 0)"},
-            f"NVTX_EVENTS n WHERE n.eventType IN ({types}) AND (n.start > 0 OR n.start IS NULL)")
+            {"start_ns": self.stamp("n.start"), "end_ns": f"COALESCE({self.stamp('n.end')}, -1)", "gtid": "n.globalTid",
+             "key": key, "domain": f"COALESCE({domain}, 0)"},
+            f"NVTX_EVENTS n WHERE n.eventType IN ({types}) AND ({self.stamp('n.start')} > 0 OR n.start IS NULL)")
         if not len(cols["start_ns"]):
             return None
         keys = np.unique(cols["key"])
