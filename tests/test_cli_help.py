@@ -70,3 +70,22 @@ def test_a_mistyped_option_of_ours_is_said_as_one_before_anything_runs(args, sai
                           cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and said in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_the_options_run_try_and_tune_share_are_one_declaration():
+    """Issue 54, item 3: --out, --force, --history and --no-history mean the same in the three verbs (one
+    declaration, nvtx_trace/cli/shared_options.py): the same flags, the same defaults, the same help but for the
+    folder's name and what --force allows. Read from the commands click builds, in this process."""
+    import typer
+
+    from nvtx_trace.cli import app
+
+    group = typer.main.get_command(app)
+    shared = ("--out", "--force", "--history", "--no-history")
+    seen = {}
+    for verb in ("run", "try", "tune"):
+        params = {p.opts[0]: p for p in group.commands[verb].params if p.opts and p.opts[0] in shared}
+        assert sorted(params) == sorted(shared), verb
+        seen[verb] = {name: (tuple(p.opts), p.default, re.sub(r"default: \./nvtx-trace-out/\S+|Allow .*", "", p.help))
+                      for name, p in params.items()}
+    assert seen["run"] == seen["try"] == seen["tune"]

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
+from nvtx_trace.cli import shared_options
+
 if TYPE_CHECKING:
     from nvtx_trace.runner.plan import RunOptions
 
@@ -27,9 +29,8 @@ def run(
         None, metavar="SCRIPT.py [ARGS]... | -m MODULE [ARGS]... | -- COMMAND [ARGS]...",
         help="What to run; every argument after it is passed to it unchanged."),
     module: bool = typer.Option(False, "-m", "--module", help="What follows is a module name, run like python -m."),
-    out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Folder for the outputs (default: ./nvtx-trace-out/<name>-<time>/)."),
-    force: bool = typer.Option(False, "--force", "-f", help="Allow an --out folder that already holds outputs."),
+    out: Optional[Path] = shared_options.out("<name>-<time>"),
+    force: bool = shared_options.force("an --out folder that already holds outputs"),
     warmup_steps: Optional[int] = typer.Option(
         None, "--warmup-steps", help="Warm-up steps left out: the capture window starts at step N (with --steps)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Capture window: number of steps to profile."),
@@ -61,10 +62,8 @@ def run(
     per_rank: bool = typer.Option(
         False, "--per-rank", help="With -- torchrun ...: one nsys per rank inside torchrun, one report per rank "
                                   "(rank0.nsys-rep, ...), analyzed together (default: one report for the node)."),
-    history_path: Optional[Path] = typer.Option(
-        None, "--history", help="Run history database (default: $NVTX_TRACE_HISTORY, else the platform's data "
-                                "folder; see nvtx-trace history)."),
-    no_history: bool = typer.Option(False, "--no-history", help="Record nothing in the run history."),
+    history_path: Optional[Path] = shared_options.history(),
+    no_history: bool = shared_options.no_history(),
     try_knobs: Optional[str] = typer.Option(
         None, "--try", metavar="KNOB=VALUE,...",
         help="Profile with these knobs applied, without editing the script (as nvtx-trace try does; docs/try.md), "

@@ -13,6 +13,7 @@ from typing import List, Optional
 import typer
 
 from nvtx_trace import knobs as declared
+from nvtx_trace.cli import shared_options
 from nvtx_trace.errors import UsageError
 
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -34,17 +35,14 @@ def try_(
     each: bool = typer.Option(False, "--each", help="Try each knob on its own (default: all of them together)."),
     from_run: Optional[Path] = typer.Option(
         None, "--from", help="A run folder or summary.json: its findings' predictions go beside the measurements."),
-    out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Folder for the outputs (default: ./nvtx-trace-out/<name>-try-<time>/)."),
+    out: Optional[Path] = shared_options.out("<name>-try-<time>"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write try.json to this path."),
-    force: bool = typer.Option(False, "--force", "-f", help="Allow an --out folder or --json file that exists."),
+    force: bool = shared_options.force(),
     python: Optional[str] = typer.Option(None, "--python", help="Python that runs the script (default: this one)."),
     advice: bool = typer.Option(
         False, "--advice", help="Profile first (nvtx-trace run), then try each top finding's own knobs, one at a time."),
-    history_path: Optional[Path] = typer.Option(
-        None, "--history", help="Run history database (default: $NVTX_TRACE_HISTORY, else the platform's data "
-                                "folder; see nvtx-trace history)."),
-    no_history: bool = typer.Option(False, "--no-history", help="Record nothing in the run history."),
+    history_path: Optional[Path] = shared_options.history(),
+    no_history: bool = shared_options.no_history(),
 ) -> None:
     """Run the script as it is and with the knobs applied (no profiler attached), time the steady steps of
     each, alternating, and say what each knob saved; with --from, whether the prediction held. Writes

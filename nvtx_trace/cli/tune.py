@@ -12,6 +12,8 @@ from typing import List, Optional
 
 import typer
 
+from nvtx_trace.cli import shared_options
+
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
@@ -22,15 +24,12 @@ def tune(
     budget: Optional[float] = typer.Option(
         None, "--budget", help="Seconds of wall time for the whole tuning, never passed (default 600)."),
     rounds: int = typer.Option(2, "--rounds", help="Runs of each side of a trial, alternating."),
-    out: Optional[Path] = typer.Option(
-        None, "--out", "-o", help="Folder for the outputs (default: ./nvtx-trace-out/<name>-tune-<time>/)."),
+    out: Optional[Path] = shared_options.out("<name>-tune-<time>"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Also write tune.json to this path."),
-    force: bool = typer.Option(False, "--force", "-f", help="Allow an --out folder or --json file that exists."),
+    force: bool = shared_options.force(),
     python: Optional[str] = typer.Option(None, "--python", help="Python that runs the script (default: this one)."),
-    history_path: Optional[Path] = typer.Option(
-        None, "--history", help="Run history database (default: $NVTX_TRACE_HISTORY, else the platform's data "
-                                "folder; see nvtx-trace history)."),
-    no_history: bool = typer.Option(False, "--no-history", help="Record nothing in the run history."),
+    history_path: Optional[Path] = shared_options.history(),
+    no_history: bool = shared_options.no_history(),
 ) -> None:
     """Profile the script, try the fix that promises most (a knob, no edit), keep it only if the step is
     measured faster and the losses agree, profile again, until nothing left promises 3 % or the budget is
