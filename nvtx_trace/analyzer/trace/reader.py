@@ -141,6 +141,11 @@ class Reader(ExportDb):
         low = min((v for v in lows if isinstance(v, int)), default=1)
         return 1 - low if low <= 0 else 0
 
+    def clock_shift_text(self) -> str:
+        return (f"the export's clock runs at or before 0 (its earliest stamp {1 - self.clock_shift_ns} ns): every time "
+                f"was read {self.clock_shift_ns} ns later, so the capture starts at 1 ns; the figures are unchanged, "
+                "only the times shown are counted from there")
+
     def stamp(self, column: str) -> str:
         """A time column as read: moved by ``clock_shift_ns`` (NULL stays NULL)."""
         return f"({column} + {self.clock_shift_ns})" if self.clock_shift_ns else column

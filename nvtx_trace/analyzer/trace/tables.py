@@ -72,9 +72,7 @@ class Trace:
         self._runtime_reader: Reader | None = None  # the second connection, while its scan runs
         self._one_device: int | None = None  # set when some GPU table cannot say which GPU ran its rows
         if reader.clock_shift_ns:
-            self.warnings.append(f"the export's clock runs at or before 0 (its earliest stamp {1 - reader.clock_shift_ns} "
-                                 f"ns): every time was read {reader.clock_shift_ns} ns later, so the capture starts at "
-                                 "1 ns; the figures are unchanged, only the times shown are counted from there")
+            self.warnings.append(reader.clock_shift_text())
         odd = reader.odd_strings()
         if odd:
             said = {"null": "NULL (read as <string ID>)", "blob": "binary (decoded as UTF-8, bad bytes replaced)"}
