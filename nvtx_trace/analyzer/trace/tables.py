@@ -60,7 +60,7 @@ class Trace:
     def __init__(self, reader: Reader):
         self.reader = reader
         self.info = reader.info
-        self.warnings: list[str] = []
+        self.warnings: list[str] = [reader.clock_shift_text()] if reader.clock_shift_ns else []
         self._launch_requests: list[tuple[str, str, tuple]] = []  # read with the runtime pass
         self._long_names_of: tuple[int, ...] = ()  # short-name ids whose kernels bring their demangled name
         self._long_named: dict[str, np.ndarray] | None = None  # those kernels, as read with the kernel table
@@ -71,8 +71,6 @@ class Trace:
         self._kernel_times = _time_by_id(np.empty(0, np.int64), np.empty(0, np.int64))  # no kernel table: none
         self._runtime_reader: Reader | None = None  # the second connection, while its scan runs
         self._one_device: int | None = None  # set when some GPU table cannot say which GPU ran its rows
-        if reader.clock_shift_ns:
-            self.warnings.append(reader.clock_shift_text())
         odd = reader.odd_strings()
         if odd:
             said = {"null": "NULL (read as <string ID>)", "blob": "binary (decoded as UTF-8, bad bytes replaced)"}
