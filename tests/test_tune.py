@@ -584,6 +584,22 @@ def test_a_program_that_never_steps_is_the_documented_line_not_a_missing_summary
     assert not list((tmp_path / "t").rglob("*.outcome.json"))  # read, then removed
 
 
+def one_finding_then_none(now: list, seconds: float, kind: str, recommend: dict, predicted_ms: float,
+                          saving_ms: float, step_ms: float):
+    """A stand-in for tune_stages.profile that takes ``seconds`` on the clock ``now``: the program as it is has one
+    finding (its predicted step and saving), a configuration with any knob none."""
+    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
+        now[0] += seconds
+        out.mkdir(parents=True, exist_ok=True)
+        found = [] if knobs else [{**finding(kind, predicted_ms, recommend),
+                                   "predicted": {"step_ns": int(predicted_ms * 1e6), "saving_ns": int(saving_ms * 1e6),
+                                                 "statistic": "median"}}]
+        (out / "summary.json").write_text(json.dumps(profile(*found, step_ms=step_ms)))
+        return out
+
+    return fake_profile
+
+
 def knobs_make_it_faster(now: list, by_ms: float):
     """A stand-in for timing.alternate: 10 s a run; every knob a variant adds takes ``by_ms`` off a 100-ms step."""
     from nvtx_trace import knobs as declared
@@ -677,14 +693,7 @@ def test_a_first_trial_starts_on_one_round_and_its_own_runs_then_pace_it(tmp_pat
     after its first round, never past the budget."""
     now = [0.0]
 
-    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
-        now[0] += 62
-        out.mkdir(parents=True, exist_ok=True)
-        found = [] if knobs else [{**finding("fused_optimizer", 90, {"fused_optimizer": True}),
-                                   "predicted": {"step_ns": int(90e6), "saving_ns": int(10e6), "statistic": "median"}}]
-        (out / "summary.json").write_text(json.dumps(profile(*found, step_ms=100.0)))
-        return out
-
+    fake_profile = one_finding_then_none(now, 62, "fused_optimizer", {"fused_optimizer": True}, 90, 10, 100.0)
     def fake_alternate(target, variants, rounds, python=None, progress=None, logs=None, settled=None):
         for r in range(rounds):
             for v in variants:
@@ -826,14 +835,8 @@ def test_a_trial_has_one_prediction_in_its_progress_line_and_in_its_row(tmp_path
     predicted again off the baseline the trial measured). One prediction, said before the trial, in both."""
     now = [0.0]
 
-    def fake_profile(program, python, out, knobs=None, stage="", log=None, env=None):
-        now[0] += 30
-        out.mkdir(parents=True, exist_ok=True)
-        found = [] if knobs else [{**finding("precision", 50, {"tf32": True}),
-                                   "predicted": {"step_ns": int(60e6), "saving_ns": int(60e6), "statistic": "median"}}]
-        (out / "summary.json").write_text(json.dumps(profile(*found, step_ms=120.0)))  # the profile runs slower
-        return out
-
+    # the profile runs slower than plain (120 ms against 100)
+    fake_profile = one_finding_then_none(now, 30, "precision", {"tf32": True}, 60, 60, 120.0)
     monkeypatch.setattr(tune_stages, "profile", fake_profile)
     monkeypatch.setattr(timing, "alternate", knobs_make_it_faster(now, by_ms=40))  # plain: 100 ms, not 120
     said = []
