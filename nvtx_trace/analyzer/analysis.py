@@ -3,6 +3,7 @@ run and why (no CUDA trace, no NVTX, ...)."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,27 +120,32 @@ def decode_report(path) -> DecodedReport:
     path = Path(path)
     try:
         reader = Reader(path)
-        trace = Trace(reader)
         try:
-            pipeline.announce(REGISTRY, trace)
-            trace.start_runtime_read()
-            return snapshot(trace, reader)
+            with _opened(reader) as trace:
+                return snapshot(trace, reader)
         finally:
-            trace.close()
             reader.close()
     except sqlite3.DatabaseError as exc:
         raise BadReportError(f"{path}: cannot be read as an Nsight Systems export ({exc}); "
                              "if it was cut short, export it again") from None
 
 
-def _analyze(reader: Reader, options: AnalysisOptions) -> Analysis:
+@contextlib.contextmanager
+def _opened(reader: Reader):
+    """The report's Trace, its runtime table read in the background: one way to open a report for analyze() and
+    for a rank's worker alike."""
     trace = Trace(reader)
     pipeline.announce(REGISTRY, trace)  # what the units will ask of the runtime table, before anything is read
     trace.start_runtime_read()  # runs while this thread reads the GPU tables
     try:
-        return _run_analyses(trace, reader, options)
+        yield trace
     finally:
         trace.close()
+
+
+def _analyze(reader: Reader, options: AnalysisOptions) -> Analysis:
+    with _opened(reader) as trace:
+        return _run_analyses(trace, reader, options)
 
 
 def _run_analyses(trace: Trace, reader: Reader, options: AnalysisOptions) -> Analysis:
