@@ -19,10 +19,11 @@ BESIDE=""
 if [ "$BESIDE_NSYS" = 1 ]; then
   NSYS=${NSYS:-$(command -v nsys)} || { echo "--nsys: no nsys on PATH (or \$NSYS)" >&2; exit 2; }
   mkdir -p "$WORK/beside"
-  # asked to stop (a file), it ends after its capture in flight, so that nsys cleans up after itself. A capture
-  # that hangs (seen with Debian's nsys 2022.4 here: its agent spun a core for 66 minutes, a second burner) is
-  # killed after 120 s, with the agent of its session, which lives in a session of its own.
-  bash -c 'while [ ! -e "$1/stop" ]; do "$0" profile --trace=osrt,nvtx --sample=none --force-overwrite=true \
+  # asked to stop (a file), it ends after its capture in flight, so that nsys cleans up after itself. NVTX only:
+  # Debian's nsys 2022.4 tracing osrt beside a busy core hangs as it generates its report (its agent spun a core
+  # for 66 minutes, a second burner; measured: -t osrt,nvtx beside one burner never ends, -t nvtx ends in 5 s).
+  # A capture that hangs anyway is killed after 120 s, with the agent of its session (a session of its own).
+  bash -c 'while [ ! -e "$1/stop" ]; do "$0" profile --trace=nvtx --sample=none --force-overwrite=true \
     -o "$1/capture" python3 -c "import time; [time.sleep(0.005) for _ in range(400)]" >/dev/null 2>&1 & p=$!
     ( sleep 120; kill -9 "$p" ) 2>/dev/null & w=$!
     wait "$p"; pkill -P "$w" sleep; kill "$w" 2>/dev/null; pkill -9 -f "session-name=profile-[^ ]*-$p( |$)"
