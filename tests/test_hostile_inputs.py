@@ -533,15 +533,12 @@ ABSOLUTE_TIMES = re.compile(r'"(start_ns|end_ns|span_start_ns|span_end_ns|trace_
 
 def _shifted(tmp_path: Path, where: str = "") -> Path:
     """The user's capture with its stamps moved 10^14 ns below 0 (every row, or the rows ``where`` picks)."""
-    path = tmp_path / "shifted.sqlite"
-    shutil.copyfile(USER, path)
-    with sqlite3.connect(path) as conn:
-        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        for t in SHIFTED_TABLES:
-            if t in have:
-                conn.execute(f"UPDATE {t} SET start = start - {10 ** 14}, end = end - {10 ** 14} {where}")
-    conn.close()
-    return path
+    return changed(tmp_path, USER, *(f"UPDATE {t} SET start = start - {10 ** 14}, end = end - {10 ** 14} {where}"
+                                     for t in _timed_tables()), name="shifted.sqlite")
+
+
+def _timed_tables() -> list[str]:
+    return [t for t in SHIFTED_TABLES if sql(USER, "SELECT count(*) FROM sqlite_master WHERE name = ?", t)[0][0]]
 
 
 def test_a_capture_whose_clock_runs_below_zero_is_analyzed_as_the_same_capture(tmp_path):
@@ -551,9 +548,7 @@ def test_a_capture_whose_clock_runs_below_zero_is_analyzed_as_the_same_capture(t
     from nvtx_trace.analyzer.summary import to_dict
 
     path = _shifted(tmp_path)
-    (low,), = sql(path, "SELECT MIN(start) FROM (" + " UNION ALL ".join(
-        f"SELECT MIN(start) AS start FROM {t}" for t in SHIFTED_TABLES if sql(path, "SELECT count(*) FROM "
-        f"sqlite_master WHERE name = '{t}'")[0][0]) + ")")
+    low = min(sql(path, f"SELECT MIN(start) FROM {t}")[0][0] for t in _timed_tables())
     before = digest(path)
     summary, text = analyzed_by_cli(path, tmp_path)
     said = warned(summary, text, "the export's clock runs at or before 0")

@@ -109,7 +109,7 @@ class Tuner:
         """What a trial needs left to start: all its rounds once a plain run was timed; before that only its first
         round (the profile's guess at a run is the whole profile's time less 30 %: an H200 tune of a compiled GPT
         refused 200 s for a guessed 43 s a run), each later run then started where the measured ones say it fits."""
-        return self.trial_s(rounds=None if self._run_s is not None else 1)
+        return self.trial_s(rounds=self.start_runs() // 2)
 
     def run(self, on_stage=None) -> dict:
         """Stages until nothing is left or the budget is spent; ``on_stage(result)`` after each (tune.json

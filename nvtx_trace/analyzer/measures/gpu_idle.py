@@ -22,9 +22,8 @@ import pandas as pd
 from nvtx_trace import names
 from nvtx_trace.analyzer.trace import intervals as iv
 from nvtx_trace.analyzer.trace.tables import COPY_API_RE, SLOW_API_NS, SYNC_API_RE, Trace, name_mask
-from nvtx_trace.labels import IDLE_CAUSES
+from nvtx_trace.labels import IDLE_CAUSES as CAUSES  # the causes, in the order they claim gap time
 
-CAUSES = IDLE_CAUSES  # the causes, in the order they claim gap time (their words: nvtx_trace.labels)
 SYNC_DRAIN_SLACK_NS = 50_000  # a gap starting this soon after a sync returned was caused by it
 OPTIMIZER_RE = re.compile(r"(?i)^optimizer|\boptim|zero_grad|\bsgd\b|\badam")
 FORWARD_RE = re.compile(r"(?i)^forward\b|\bforward$|\bfwd\b")
