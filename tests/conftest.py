@@ -290,6 +290,10 @@ def _isolate_tmp() -> None:
     import multiprocessing.util
 
     multiprocessing.util.get_temp_dir()  # this process's pymp-* stays in REAL_TMP: removed as it exits, after SUITE_TMP
+    # tmp_path stays where pytest always puts it (/tmp/pytest-of-USER): under SUITE_TMP a test's TMPDIR of
+    # tmp_path/"tmp" grew past what a program's multiprocessing sockets fit (pymp-*/listener-*, 107 bytes), and
+    # DataLoader workers dropped every batch: the SIGKILL tests hung under nsys (stop 59's CI)
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(REAL_TMP))
     tempfile.tempdir = str(SUITE_TMP)  # the tool run in this process writes there too; REAL_TMP is cached above
 
 

@@ -80,12 +80,24 @@ def _start(words: list[str], cwd, **extra_env) -> subprocess.Popen:
 
 
 def _wait_for(child: subprocess.Popen, text: str, timeout: float = 120) -> list[str]:
+    """The lines up to TEXT; fails after TIMEOUT even when the child prints nothing more (a hung capture failed
+    only at pytest's 600-s limit, its processes left for the next tests)."""
+    import queue
+    import threading
+
+    lines: queue.Queue = queue.Queue()
+    def read() -> None:  # on until the child's stderr closes: it never fills and blocks the child
+        for line in child.stderr:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
     seen, deadline = [], time.monotonic() + timeout
-    for line in child.stderr:
-        seen.append(line)
-        if text in line or time.monotonic() > deadline:
+    while not any(text in line for line in seen) and time.monotonic() < deadline:
+        try:
+            seen.append(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+        except queue.Empty:
             break
-    assert any(text in line for line in seen), "".join(seen[-20:])
+    assert any(text in line for line in seen), f"no {text!r} in {timeout:.0f} s:\n" + "".join(seen[-20:])
     return seen
 
 
