@@ -24,6 +24,27 @@ from nvtx_trace.errors import OutputError, UsageError
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
+SOCKET_MAX = 107  # bytes of a Unix socket's path
+SOCKET_TAIL = 32  # what Python's multiprocessing adds under TMPDIR for one: /pymp-XXXXXXXX/listener-XXXXXXXX
+
+
+def socket_room(tmp: str | os.PathLike) -> int:
+    """Bytes to spare for multiprocessing's sockets under ``tmp``; below 0 a DataLoader worker cannot hand a batch
+    over (``AF_UNIX path too long`` in its feeder thread, the batch dropped) and the program waits for ever."""
+    return SOCKET_MAX - SOCKET_TAIL - len(os.fsencode(tmp))
+
+
+def deep_tmp_note(env) -> str | None:
+    """A warning for a program whose TMPDIR (in ``env``) leaves its DataLoader workers no room, with or without us:
+    under the tool it looked like a hung capture."""
+    tmp = env.get("TMPDIR") or ""
+    if not tmp or not os.path.isdir(tmp) or socket_room(tmp) >= 0:
+        return None
+    return (f"TMPDIR is {len(os.fsencode(tmp))} bytes long ({tmp}): the sockets Python's multiprocessing makes "
+            f"under it pass a Unix socket path's {SOCKET_MAX} bytes, so DataLoader workers cannot hand over a batch "
+            f"('AF_UNIX path too long') and the program waits for ever, with or without nvtx-trace; use a TMPDIR "
+            f"of at most {SOCKET_MAX - SOCKET_TAIL} bytes, e.g. TMPDIR=/tmp")
+
 
 def stem_of(out: str | os.PathLike) -> Path:
     """``run.nsys-rep`` / ``run.qdstrm`` / ``run`` -> ``run``."""

@@ -432,3 +432,68 @@ def test_run_refuses_before_starting_when_no_range_would_be_recorded(ready, tmp_
     plan = runner.plan_run(runner.RunOptions(python=_fake_python(tmp_path, None), autotrace=False, **opts),
                            nsys=ready)  # without our ranges there is nothing to refuse
     assert not (tmp_path / "o").exists() and plan.argv[1:] == [str(SLOW)]
+
+
+def _tmp_of(length: int) -> Path:
+    """A fresh folder under /tmp whose path is ``length`` bytes long."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
+    folder = base / ("d" * (length - len(str(base)) - 1))
+    folder.mkdir()
+    assert len(str(folder)) == length
+    return folder
+
+
+def test_a_tmpdir_too_deep_for_dataloader_sockets_is_said_before_run_try_and_tune(ready, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """Stop 59's CI: a TMPDIR of 87 bytes made every DataLoader worker drop its batches ('AF_UNIX path too long'
+    in its feeder thread) and the program wait for ever; under the tool it looked like a hung capture."""
+    import shutil
+
+    from nvtx_trace.files import SOCKET_MAX, SOCKET_TAIL
+    from nvtx_trace.runner.try_runs import TRY
+    from nvtx_trace.runner.tune import TUNE
+
+    monkeypatch.setattr(run_plan.target_python, "probe", lambda _p, **_: {"nvtx": "0.2.11", "autotrace": True})
+    fits, deep = _tmp_of(SOCKET_MAX - SOCKET_TAIL), _tmp_of(SOCKET_MAX - SOCKET_TAIL + 1)
+    try:
+        for n, (folder, said) in enumerate([(fits, False), (deep, True)]):
+            plan = runner.plan_run(runner.RunOptions(target=[str(SLOW)], out=tmp_path / str(n)), nsys=ready,
+                                   environ={**os.environ, "TMPDIR": str(folder)})
+            notes = [note for note in plan.notes if "AF_UNIX" in note]
+            assert bool(notes) == said, plan.notes
+            monkeypatch.setenv("TMPDIR", str(folder))
+            TRY.say_tmp_warning()
+            TUNE.say_tmp_warning()
+            err = capsys.readouterr().err
+            assert (err.count("AF_UNIX") == 2) == said, err
+        assert notes[0].startswith(f"TMPDIR is 76 bytes long ({deep})") and "at most 75 bytes" in notes[0]
+        assert err.startswith("nvtx-trace try: warning: TMPDIR is 76 bytes long")
+    finally:
+        shutil.rmtree(fits.parent), shutil.rmtree(deep.parent)
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_deepest_tmpdir_said_to_fit_fits_and_one_byte_more_does_not(tmp_path):
+    """The warning's limit is the real one, not a guess: the same DataLoader program, plain, steps at 75 bytes
+    and drops its first batch at 76 (its workers' feeder threads say why; it then waits for ever)."""
+    import shutil
+
+    from nvtx_trace.files import SOCKET_MAX, SOCKET_TAIL
+
+    for extra, steps in [(0, True), (1, False)]:
+        folder = _tmp_of(SOCKET_MAX - SOCKET_TAIL + extra)
+        try:
+            proc = subprocess.Popen([sys.executable, str(SLOW), "--workers", "2", "--steps", "3"], text=True,
+                                    env={**os.environ, "TMPDIR": str(folder)}, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path)
+            try:
+                _, err = proc.communicate(timeout=60 if steps else 15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+            assert ("step 2 loss" in err) == steps and ("AF_UNIX path too long" in err) != steps, err[-1500:]
+        finally:
+            shutil.rmtree(folder.parent, ignore_errors=True)

@@ -22,7 +22,7 @@ from nvtx_trace.capture.locate import Nsys, find_nsys, nvtx_problem, pick_traces
 from nvtx_trace.capture.nsys_log import LOG_NAME
 from nvtx_trace.capture.profile import profile_command
 from nvtx_trace.errors import UsageError
-from nvtx_trace.files import check_folder_writable, check_unclaimed, describe_unreadable
+from nvtx_trace.files import check_folder_writable, check_unclaimed, deep_tmp_note, describe_unreadable
 from nvtx_trace.runner import default_window
 
 DEFAULT_OUT_ROOT = "nvtx-trace-out"
@@ -352,7 +352,7 @@ def plan_run(opts: RunOptions, nsys: Nsys | None = None, environ=None, now: floa
         env[names.TRY_ENV] = knobs.to_json(opts.tried)
     launch = _per_rank_launch(opts, mode) if opts.per_rank else None
     python = opts.python or (launch.python if launch else sys.executable)
-    notes: list[str] = []
+    notes: list[str] = [n for n in [deep_tmp_note(env)] if n]
     probe = _check_python(opts, python, nsys, notes, opts.target[0] if mode == "module" else None)
     argv = launch.rank_argv(python, opts.autotrace) if launch else _program_argv(opts, mode, python)
 

@@ -25,7 +25,7 @@ from nvtx_trace import names
 from nvtx_trace.analyzer.measures.step_times import typical_statistic
 from nvtx_trace.capture import interrupts, lifeline, processes
 from nvtx_trace.errors import NvtxTraceError
-from nvtx_trace.files import variant_folder
+from nvtx_trace.files import socket_room, variant_folder
 from nvtx_trace.runner import default_window
 
 RUN_TIMEOUT_S = 900  # one run: start-up and compilation, warm-up (at most 30 s once steps run), the window
@@ -193,7 +193,7 @@ def run_parts(events: list[dict], wall_s: float, began_at: float) -> dict:
             "window_s": round(at_close - at_open, 2), "end_s": round(max(0.0, wall_s - before - at_close), 2)}
 
 
-SOCKET_MAX, SOCKET_TAIL = 107, 40  # a Unix socket path's limit; what multiprocessing adds (/pymp-x/listener-x)
+SOCKET_SPARE = 8  # bytes our folder leaves spare for multiprocessing's sockets (files.socket_room)
 
 
 def _private_tmp(env: dict, tmp: str) -> None:
@@ -202,7 +202,7 @@ def _private_tmp(env: dict, tmp: str) -> None:
     user's. Inductor's compile cache stays where it was (its default is under the temporary folder): warm across
     the runs of one tune, as without the tool. Not where the folder's path is long: multiprocessing's sockets live in
     it (``pymp-*/listener-*``), and a Unix socket's path has 107 bytes at most (the workers failed to start)."""
-    if len(os.fsencode(tmp)) + SOCKET_TAIL > SOCKET_MAX:
+    if socket_room(tmp) < SOCKET_SPARE:
         return
     if "TORCHINDUCTOR_CACHE_DIR" not in env:
         import getpass

@@ -260,6 +260,7 @@ def _measure(req: TryRequest, folder: Path, profile: dict, script_hash: str, his
     from nvtx_trace.runner import history
 
     say = TRY.say
+    TRY.say_tmp_warning()
     if req.advice:
         from_run, profile, sets = advice(program, req.python, folder / "profile", say)
     else:

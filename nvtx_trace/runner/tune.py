@@ -88,6 +88,7 @@ def run_tune(req: TuneRequest) -> None:
     say = TUNE.say
     say(f"{' '.join(program)}: budget {req.budget:.0f} s; each stage profiles (nsys) and times one knob plain, "
         f"{req.rounds} round(s) a side; outputs in {folder}")
+    TUNE.say_tmp_warning()
     tuner = Tuner(program, folder, req.python, req.budget, req.rounds, say)
     try:
         result = tuner.run(on_stage=lambda r: _write_json(folder, {**r, "stopped": r["stopped"] or "running"}))

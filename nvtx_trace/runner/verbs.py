@@ -29,6 +29,16 @@ class Verb:
         """Progress on stderr, one line at a time."""
         print(f"nvtx-trace {self.name}: {printable(message)}", file=sys.stderr, flush=True)
 
+    def say_tmp_warning(self) -> None:
+        """Said at the start: a TMPDIR too deep for the program's DataLoader workers (``files.deep_tmp_note``)."""
+        import os
+
+        from nvtx_trace.files import deep_tmp_note
+
+        note = deep_tmp_note(os.environ)
+        if note:
+            self.say(f"warning: {note}")
+
     def folder(self, out: Path | None, force: bool, name: Callable[[], str], now: float) -> Path:
         """The outputs' folder, checked before anything runs: --out (holding none of our outputs unless --force),
         or a fresh one under ./nvtx-trace-out named ``name()``."""
