@@ -451,6 +451,7 @@ def test_a_tmpdir_too_deep_for_dataloader_sockets_is_said_before_run_try_and_tun
     in its feeder thread) and the program wait for ever; under the tool it looked like a hung capture."""
     import shutil
 
+    from nvtx_trace.cli.doctor import check_tmpdir
     from nvtx_trace.files import SOCKET_MAX, SOCKET_TAIL
     from nvtx_trace.runner.try_runs import TRY
     from nvtx_trace.runner.tune import TUNE
@@ -468,6 +469,7 @@ def test_a_tmpdir_too_deep_for_dataloader_sockets_is_said_before_run_try_and_tun
             TUNE.say_tmp_warning()
             err = capsys.readouterr().err
             assert (err.count("AF_UNIX") == 2) == said, err
+            assert (check_tmpdir().status == "warn") == said  # doctor says it too
         assert notes[0].startswith(f"TMPDIR is 76 bytes long ({deep})") and "at most 75 bytes" in notes[0]
         assert err.startswith("nvtx-trace try: warning: TMPDIR is 76 bytes long")
     finally:

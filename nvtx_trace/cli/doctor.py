@@ -124,6 +124,20 @@ def check_python(python: str, found: Optional[locate.Nsys]) -> list[Check]:
     return checks
 
 
+def check_tmpdir() -> Check:
+    """The program's TMPDIR leaves its DataLoader workers room for their sockets (files.deep_tmp_note)."""
+    import os
+
+    from nvtx_trace.files import deep_tmp_note, socket_room
+
+    note = deep_tmp_note(os.environ)
+    if note:
+        return Check("temporary folder", WARN, note, required=False)
+    tmp = tempfile.gettempdir()
+    return Check("temporary folder", OK, f"{tmp} ({socket_room(tmp)} bytes to spare for DataLoader workers' "
+                 "sockets)", required=False)
+
+
 def check_browser() -> Check:
     for name in BROWSERS:
         path = shutil.which(name)
@@ -164,6 +178,7 @@ def gather(nsys: Optional[str] = None, python: Optional[str] = None, probe: bool
     python = python or sys.executable
     checks, found = check_nsys(nsys)
     checks += check_python(python, found)
+    checks.append(check_tmpdir())
     checks.append(check_browser())
     if probe and found is not None:
         checks.append(probe_capture(found, python))
