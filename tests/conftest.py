@@ -295,6 +295,7 @@ def _isolate_tmp() -> None:
     # DataLoader workers dropped every batch: the SIGKILL tests hung under nsys (stop 59's CI)
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(REAL_TMP))
     tempfile.tempdir = str(SUITE_TMP)  # the tool run in this process writes there too; REAL_TMP is cached above
+    _watch_others_configs()
 
 
 # Caches their owners keep on purpose: torch's compile cache, nsys's lock folder, Dask's scratch space.
@@ -305,16 +306,51 @@ NSYS_IN_TMP = ("injection_config_", "nsys_termination_status_")  # written to /t
 _SEEN_IN_TMP: dict[str, str] = {}  # what appeared in SUITE_TMP -> the test it appeared during
 
 
+_OTHERS_CONFIGS: set[str] = set()  # injection configs only processes of no test named: another nsys's
+
+
+def _watch_others_configs() -> None:
+    """Twice a second, the nsys injection configs that processes without this suite's mark name: another user's
+    nsys beside the suite leaves them in /tmp when it is killed, and they are not the suite's to judge."""
+    import threading
+
+    mark = f"{SUITE_MARK}={os.getpid()}".encode()
+    ours: set[str] = set()
+
+    def look() -> None:
+        import time
+
+        from nvtx_trace.capture.nsys_files import CONFIG_VARS
+
+        while True:
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as fh:
+                        env = fh.read().split(b"\0")
+                except OSError:
+                    continue
+                named = {item.split(b"=", 1)[1].decode("utf-8", "replace") for item in env
+                         if item.startswith(CONFIG_VARS)}
+                if named:
+                    (ours if mark in env else _OTHERS_CONFIGS).update(named)
+            _OTHERS_CONFIGS.difference_update(ours)  # one a test's process named too is judged
+            time.sleep(0.5)
+
+    threading.Thread(target=look, daemon=True, name="others-nsys-configs").start()
+
+
 def new_nsys_configs(before: set) -> set:
     """nsys's injection configs in /tmp made since ``before`` that no live process names: the ones a test's nsys
-    left behind (another nsys on the machine names its own while it runs, and removes it as it ends)."""
+    left behind (another nsys on the machine names its own while it runs, and removes it as it ends; one killed
+    leaves it, named by processes of no test: _watch_others_configs)."""
     import time
 
     from nvtx_trace.capture.nsys_files import in_use
 
     deadline = time.monotonic() + 5  # another nsys ending just now removes its own in a moment
     while True:
-        left = {p for p in set(Path("/tmp").glob("injection_config_*")) - before if p.exists() and str(p) not in in_use()}
+        left = {p for p in set(Path("/tmp").glob("injection_config_*")) - before
+                if p.exists() and str(p) not in in_use() and str(p) not in _OTHERS_CONFIGS}
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
@@ -370,7 +406,7 @@ def left_behind() -> list[str]:
 
     named = in_use()  # another nsys on the machine, still running, names its own injection configs: not ours
     new = sorted(name for name in {p.name for p in REAL_TMP.iterdir()} - _TMP_BEFORE
-                 if name.startswith(NSYS_IN_TMP) and str(REAL_TMP / name) not in named)
+                 if name.startswith(NSYS_IN_TMP) and str(REAL_TMP / name) not in named | _OTHERS_CONFIGS)
     return ([f"process still running: {p}" for p in procs]
             + [f"left in TMPDIR: {f} (by {_SEEN_IN_TMP.get(f, 'the session')})" for f in files]
             + [f"left in {REAL_TMP}: {n} (by {_SEEN_IN_TMP.get(n, 'the session')})" for n in new])

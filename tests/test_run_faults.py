@@ -396,3 +396,27 @@ def test_nsys_refusing_its_options_is_not_started_again(ready, tmp_path):
     assert "nsys failed before it started the program (status" in " ".join(proc.stderr.split())
     log = (tmp_path / "out" / LOG_NAME).read_text()
     assert log.count("== nsys profile ==") == 1
+
+
+def test_another_nsys_s_injection_config_is_never_removed_only_the_ones_ours_named(ready, tmp_path):
+    """`run` removed every injection config made in /tmp during its run that no live process named: another
+    nsys's too, one it had just written for a program it had not started yet (that capture then ran without its
+    injection). Only the configs our program was given (read from its environment while it runs) are ours."""
+    import secrets
+
+    theirs = Path("/tmp") / f"injection_config_{secrets.token_hex(4)}"
+    configs = set(Path("/tmp").glob("injection_config_*"))
+    child = subprocess.Popen([sys.executable, "-m", "nvtx_trace.cli", "run", "--no-history", "--out", "out",
+                              "--trace", "nvtx", "--full", str(STOPS_AGENT)], cwd=tmp_path, text=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, "NVTX_TRACE_NSYS_STALL_S": "8"})
+    try:
+        time.sleep(4)  # the program has ended, our nsys waits for its stopped agent
+        theirs.write_text("HotKeyIntValue=123\nHotKeyEnabled=true\n")  # as nsys 2022.4 writes one
+        _, err = child.communicate(timeout=240)
+        assert "nsys made no progress" in err, err[-2000:]  # ours was left by an nsys we ended: it is removed
+        assert theirs.exists()  # theirs, named by no process yet, is not ours
+        assert not new_nsys_configs(configs | {theirs})
+    finally:
+        end_tree(child)
+        theirs.unlink(missing_ok=True)

@@ -30,6 +30,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from nvtx_trace.capture import nsys_files
 from nvtx_trace.capture.processes import Watch, alive, descendants, live_processes, name_of, of_nsys
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -163,7 +164,8 @@ class Capture:
 
     def __init__(self, proc: subprocess.Popen, started: threading.Event | None, notice: Notice | None):
         self.proc, self.started, self.notice = proc, started, notice
-        self.watch = Watch(proc.pid).start()
+        self.configs = nsys_files.Named()  # nsys's injection configs for what it started: ours to remove
+        self.watch = Watch(proc.pid, on_look=self.configs, eager=lambda: not self.configs.paths).start()
         self.count = 0
         self.first: int | None = None  # the signal passed to nsys
         self.aborted: int | None = None  # the signal that ended nsys before the program started

@@ -16,34 +16,55 @@ CONFIG_RE = re.compile(r"^injection_config_[0-9a-f]{8}$")
 CONFIG_VARS = (b"QUADD_INJECTION_CONFIG=", b"QUADD_CUDA_CONFIG=")
 
 
+def configs_named_by(pid) -> set[str]:
+    """The injection configs named in a process's environment (none where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            env = fh.read().split(b"\0")
+    except OSError:
+        return set()
+    return {item.split(b"=", 1)[1].decode("utf-8", "replace") for item in env if item.startswith(CONFIG_VARS)}
+
+
 def in_use() -> set[str]:
     """Injection configs some live process still names (another nsys's program, still running)."""
-    used = set()
+    used: set[str] = set()
     for pid in filter(str.isdigit, os.listdir("/proc")) if os.path.isdir("/proc") else ():
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = fh.read().split(b"\0")
-        except OSError:
-            continue
-        for item in env:
-            if item.startswith(CONFIG_VARS):
-                used.add(item.split(b"=", 1)[1].decode("utf-8", "replace"))
+        used |= configs_named_by(pid)
     return used
 
 
-def remove_leftovers(nsys_pids, since: float, folders=()) -> list[Path]:
-    """Remove the injection configs made since ``since`` (epoch seconds) that no live process names, and in /tmp
-    and ``folders`` the termination-status files of ``nsys_pids`` or of processes that ended since; returns what
-    was removed."""
+class Named:
+    """The injection configs the processes of one capture were given, read while they run (processes.Watch's
+    ``on_look``): only those are ours to remove. Another nsys's, made meanwhile, are not, even one no process
+    names yet (its nsys writes it before it starts its program)."""
+
+    def __init__(self):
+        self.paths: set[str] = set()
+        self._read: set[int] = set()  # processes that named theirs (a fork is read again once it has exec'd)
+
+    def __call__(self, pid: int) -> None:
+        if pid not in self._read:
+            found = configs_named_by(pid)
+            if found:
+                self.paths |= found
+                self._read.add(pid)
+
+
+def remove_leftovers(nsys_pids, since: float, folders=(), named: set[str] | None = None) -> list[Path]:
+    """Remove the injection configs ``named`` (``Named.paths``; None: every one made since ``since``, epoch
+    seconds) that no live process names, and in /tmp and ``folders`` the termination-status files of
+    ``nsys_pids`` or of processes that ended since; returns what was removed."""
     removed = []
     try:
-        configs = [p for p in Path("/tmp").iterdir() if CONFIG_RE.match(p.name)]
+        configs = [p for p in Path("/tmp").iterdir() if CONFIG_RE.match(p.name)
+                   and (named is None or str(p) in named)]
     except OSError:
         configs = []
     used = in_use() if configs else set()
     for path in configs:
         try:
-            if path.stat().st_mtime >= since - 1 and str(path) not in used:
+            if (named is not None or path.stat().st_mtime >= since - 1) and str(path) not in used:
                 path.unlink()
                 removed.append(path)
         except OSError:

@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 
 def _stat(entry: Path) -> list[str] | None:
@@ -93,6 +94,7 @@ def name_of(pid: int) -> str:
 OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 EAGER_S, EAGER_EVERY_S = 30.0, 0.01  # how long, and how often, a launcher's first nsys is looked for
+WANTED_EVERY_S = 0.1  # how often while ``eager`` says so: a program of half a second is seen
 
 
 class Watch:
@@ -105,8 +107,11 @@ class Watch:
     with the members of its process groups (DataLoader workers forked after the last look).
     """
 
-    def __init__(self, root: int, every: float = 1.0):
+    def __init__(self, root: int, every: float = 1.0, on_look: Callable[[int], None] | None = None,
+                 eager: Callable[[], bool] = lambda: False):
         self.root, self.every = root, every
+        self.on_look = on_look  # called with each live process at each look, while it runs (nsys_files.Named)
+        self.eager = eager  # look often while this says so, in the first EAGER_S seconds (a short program)
         self.seen: dict[int, tuple[int, int]] = {}  # pid -> (start time, process group)
         # the nsys processes under root (a launcher's ranks'): their agents are named after them
         self.profilers: set[int] = set()
@@ -120,6 +125,8 @@ class Watch:
             named = _named_stat(Path("/proc") / str(pid))
             try:
                 if named and named[1][0] != "Z":
+                    if self.on_look is not None:
+                        self.on_look(pid)
                     with self._lock:
                         self.seen.setdefault(pid, (int(named[1][19]), int(named[1][2])))
                         # a fork becomes nsys at its exec; so does a launcher that execs its one rank (`sh -c
@@ -141,7 +148,9 @@ class Watch:
         def every() -> float:
             # a launcher's rank whose nsys fails at once lives a fraction of a second: looked for often until one
             # is seen (its start-up fault is nsys's, not the program's), for the first EAGER_S seconds only
-            return self.every if self.profilers or time.monotonic() > eager_until else EAGER_EVERY_S
+            if time.monotonic() > eager_until:
+                return self.every
+            return EAGER_EVERY_S if not self.profilers else WANTED_EVERY_S if self.eager() else self.every
 
         def loop() -> None:
             pause = every()
