@@ -37,7 +37,7 @@ def socket_room(tmp: str | os.PathLike) -> int:
 def deep_tmp_note(env) -> str | None:
     """A warning for a program whose TMPDIR (in ``env``) leaves its DataLoader workers no room, with or without us:
     under the tool it looked like a hung capture."""
-    tmp = env.get("TMPDIR") or ""
+    tmp = os.path.abspath(env["TMPDIR"]) if env.get("TMPDIR") else ""  # as tempfile reads it
     if not tmp or not os.path.isdir(tmp) or socket_room(tmp) >= 0:
         return None
     return (f"TMPDIR is {len(os.fsencode(tmp))} bytes long ({tmp}): the sockets Python's multiprocessing makes "

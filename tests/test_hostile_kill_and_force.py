@@ -89,14 +89,18 @@ def _wait_for(child: subprocess.Popen, text: str, timeout: float = 120) -> list[
     def read() -> None:  # on until the child's stderr closes: it never fills and blocks the child
         for line in child.stderr:
             lines.put(line)
+        lines.put(None)  # the child's stderr closed: nothing more will come
 
     threading.Thread(target=read, daemon=True).start()
     seen, deadline = [], time.monotonic() + timeout
     while not any(text in line for line in seen) and time.monotonic() < deadline:
         try:
-            seen.append(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             break
+        if line is None:
+            break
+        seen.append(line)
     assert any(text in line for line in seen), f"no {text!r} in {timeout:.0f} s:\n" + "".join(seen[-20:])
     return seen
 

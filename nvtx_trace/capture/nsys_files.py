@@ -41,7 +41,8 @@ class Named:
 
     def __init__(self):
         self.paths: set[str] = set()
-        self._read: set[int] = set()  # processes that named theirs (a fork is read again once it has exec'd)
+        # processes that named theirs; one that named none is read again (a fork, before its exec)
+        self._read: set[int] = set()
 
     def __call__(self, pid: int) -> None:
         if pid not in self._read:

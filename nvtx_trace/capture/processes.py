@@ -126,7 +126,10 @@ class Watch:
             try:
                 if named and named[1][0] != "Z":
                     if self.on_look is not None:
-                        self.on_look(pid)
+                        try:
+                            self.on_look(pid)
+                        except Exception:  # noqa: BLE001 - a note of ours: never the end of the watch
+                            pass
                     with self._lock:
                         self.seen.setdefault(pid, (int(named[1][19]), int(named[1][2])))
                         # a fork becomes nsys at its exec; so does a launcher that execs its one rank (`sh -c

@@ -283,7 +283,8 @@ def profile(
                 _end_agents({proc.pid, *rank_nsys}, since=born)
             nsys_files.remove_leftovers({proc.pid, *rank_nsys}, since=began,
                                         folders=(env.get(own_output.TMPDIR_ENV), env.get("TMPDIR"), scratch),
-                                        named=capture.configs.paths if capture is not None else set())
+                                        named=capture.configs.paths if capture is not None and
+                                        capture.configs.paths else None)  # none seen: ended before the program
         made = [p for p in files_of(stem, (".nsys-rep", ".qdstrm")) if p.exists() and p.stat().st_size > 0]
         raw = raw_captures(scratch) if scratch is not None and not made else []
         if scratch is not None and not raw:  # after nsys and its agent ended (or failed to start)
