@@ -320,17 +320,12 @@ def _watch_others_configs() -> None:
     def look() -> None:
         import time
 
-        from nvtx_trace.capture.nsys_files import CONFIG_VARS
+        from nvtx_trace.capture.nsys_files import configs_in, environ_of
 
         while True:
             for pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    with open(f"/proc/{pid}/environ", "rb") as fh:
-                        env = fh.read().split(b"\0")
-                except OSError:
-                    continue
-                named = {item.split(b"=", 1)[1].decode("utf-8", "replace") for item in env
-                         if item.startswith(CONFIG_VARS)}
+                env = environ_of(pid)
+                named = configs_in(env)
                 if named:
                     (ours if mark in env else _OTHERS_CONFIGS).update(named)
             _OTHERS_CONFIGS.difference_update(ours)  # one a test's process named too is judged

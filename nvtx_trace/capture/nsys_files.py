@@ -16,14 +16,22 @@ CONFIG_RE = re.compile(r"^injection_config_[0-9a-f]{8}$")
 CONFIG_VARS = (b"QUADD_INJECTION_CONFIG=", b"QUADD_CUDA_CONFIG=")
 
 
-def configs_named_by(pid) -> set[str]:
-    """The injection configs named in a process's environment (none where it cannot be read)."""
+def environ_of(pid) -> list[bytes]:
+    """A process's environment as ``NAME=value`` items (none where it cannot be read)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
-            env = fh.read().split(b"\0")
+            return fh.read().split(b"\0")
     except OSError:
-        return set()
+        return []
+
+
+def configs_in(env: list[bytes]) -> set[str]:
+    """The injection configs an environment (``environ_of``) names."""
     return {item.split(b"=", 1)[1].decode("utf-8", "replace") for item in env if item.startswith(CONFIG_VARS)}
+
+
+def configs_named_by(pid) -> set[str]:
+    return configs_in(environ_of(pid))
 
 
 def in_use() -> set[str]:
