@@ -3,6 +3,7 @@ package import, so it starts in milliseconds. Stdin is the pipe; end of file wit
 the PATHs are the tool's temporary files and folders, removed after the kill."""
 
 import os
+import re
 import shutil
 import signal
 import sys
@@ -68,7 +69,7 @@ def agents(nsys_pids, since):
     return found
 
 
-NSYS_TEMP_FILES = ("QUADD_INJECTION_CONFIG", "QUADD_CUDA_CONFIG")  # set by nsys for the program, removed at its end
+NSYS_TEMP_FILE_RE = re.compile(r"^QUADD_\w*CONFIG$")  # one per trace (injection, CUDA, OS runtime), removed at its end
 
 
 def nsys_temp_files(pid):
@@ -79,7 +80,7 @@ def nsys_temp_files(pid):
     except OSError:
         return []
     return [value for key, value in pairs
-            if key in NSYS_TEMP_FILES and os.path.basename(value).startswith("injection_config_")]
+            if NSYS_TEMP_FILE_RE.match(key) and os.path.basename(value).startswith("injection_config_")]
 
 
 def clean(paths):

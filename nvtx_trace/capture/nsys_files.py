@@ -1,6 +1,6 @@
 """What nsys leaves in the temporary folders when it, or the program it injected, is ended before its own
-clean-up: the injection configs it writes to /tmp for the program (named in the program's environment,
-QUADD_INJECTION_CONFIG and QUADD_CUDA_CONFIG) and its termination-status files. nvtx-trace removes those of the
+clean-up: the injection configs it writes to /tmp for the program (named in the program's environment, one
+QUADD_*_CONFIG each: injection, CUDA, OS runtime, ...) and its termination-status files. nvtx-trace removes those of the
 nsys it ran, once nothing alive still names them; the watchdog (_watchdog.py) does the same after a SIGKILL.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from nvtx_trace.capture.processes import alive
 
 CONFIG_RE = re.compile(r"^injection_config_[0-9a-f]{8}$")
-CONFIG_VARS = (b"QUADD_INJECTION_CONFIG=", b"QUADD_CUDA_CONFIG=")
+CONFIG_VAR_RE = re.compile(rb"^QUADD_\w*CONFIG=(.*/injection_config_[0-9a-f]{8})$")  # each trace has its own
 
 
 def environ_of(pid) -> list[bytes]:
@@ -27,7 +27,7 @@ def environ_of(pid) -> list[bytes]:
 
 def configs_in(env: list[bytes]) -> set[str]:
     """The injection configs an environment (``environ_of``) names."""
-    return {item.split(b"=", 1)[1].decode("utf-8", "replace") for item in env if item.startswith(CONFIG_VARS)}
+    return {m.group(1).decode("utf-8", "replace") for m in map(CONFIG_VAR_RE.match, env) if m}
 
 
 def configs_named_by(pid) -> set[str]:
