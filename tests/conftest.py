@@ -477,8 +477,18 @@ HANG_GRACE_S = float(os.environ.get("NVTX_TRACE_TEST_HANG_GRACE_S", "120"))
 _terminal_fd: list[int] = []
 
 
+def _sigint_as_in_a_terminal():
+    """A suite started in the background of a script (``suite_under_load.sh``, ``cmd &`` without job control)
+    inherits SIGINT ignored, and so would every program a test starts: its Ctrl-C would never become a
+    KeyboardInterrupt (the Ctrl-C traceback test spun for 120 s in two loaded passes). A handler is reset to
+    the default at exec, so the programs get SIGINT as they would from a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_configure(config):
     _isolate_tmp()
+    _sigint_as_in_a_terminal()
     # between conftest loading and the first test nothing is captured: fd 1 is still the terminal (or CI's log)
     try:
         _terminal_fd.append(os.dup(1))
