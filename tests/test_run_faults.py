@@ -287,6 +287,35 @@ def test_an_import_nsys_runs_after_a_signal_is_not_ended_as_a_program_outliving_
         os.killpg(nsys.pid, signal.SIGKILL)
 
 
+def test_a_late_rank_s_short_program_still_has_its_configs_read(tmp_path):
+    """Only the injection configs our programs were given are removed, so each must be read while it runs. A
+    launcher's second rank starting after the first was read was looked for once a second: its nsys's program of
+    a third of a second went unread (its configs left in /tmp after a stuck nsys). Now, once an `nsys profile`
+    is seen, the watch looks every 0.1 s until its program has been read. Stand-ins: a file named nsys (a sleep)
+    for each rank's nsys, a sleep whose environment names the configs for each program."""
+    from nvtx_trace.capture.interrupts import Capture
+
+    os.symlink(shutil.which("sleep"), tmp_path / "nsys")
+    first, second = {"QUADD_INJECTION_CONFIG": "/tmp/injection_config_0000000a"}, {
+        "QUADD_INJECTION_CONFIG": "/tmp/injection_config_0000000b",
+        "QUADD_OS_RUNTIME_CONFIG": "/tmp/injection_config_0000000c"}
+
+    def rank(configs, program_s):
+        names = " ".join(f"{k}={v}" for k, v in configs.items())
+        return f"{{ {tmp_path}/nsys 4.5 & sleep 1.5; {names} sleep {program_s}; }} &"
+
+    launcher = subprocess.Popen(["sh", "-c", f"{rank(first, 2.5)} sleep 1.5; {rank(second, 0.3)} wait"],
+                                start_new_session=True)
+    try:
+        capture = Capture(launcher, None, None)
+        launcher.wait(timeout=30)
+        capture.watch.stop()
+        assert capture.configs.paths == {*first.values(), *second.values()}
+        assert len(capture.configs.given) == 2 and len(capture.watch.sessions) == 2
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL)
+
+
 def test_the_third_interrupt_under_a_launcher_kills_what_it_started_in_other_sessions(tmp_path):
     """torchrun starts each rank in a session of its own: killing torchrun alone would leave every rank's
     nsys and program running. Here a stand-in launcher starts a child in a new session, as torchrun does."""

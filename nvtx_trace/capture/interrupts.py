@@ -165,7 +165,8 @@ class Capture:
     def __init__(self, proc: subprocess.Popen, started: threading.Event | None, notice: Notice | None):
         self.proc, self.started, self.notice = proc, started, notice
         self.configs = nsys_files.Named()  # nsys's injection configs for what it started: ours to remove
-        self.watch = Watch(proc.pid, on_look=self.configs, eager=lambda: not self.configs.paths).start()
+        self.watch = Watch(proc.pid, on_look=self.configs, eager=self._configs_unread)
+        self.watch.start()
         self.count = 0
         self.first: int | None = None  # the signal passed to nsys
         self.aborted: int | None = None  # the signal that ended nsys before the program started
@@ -173,6 +174,11 @@ class Capture:
         self.abandoned = False  # the third signal: nsys and all it started were killed, the report with them
         self.forwarded_at: float | None = None
         self.escalated = 0  # 1: the program was sent SIGTERM, 2: SIGKILL
+
+    def _configs_unread(self) -> bool:
+        """Some nsys session (a launcher's rank's, which may start late and last half a second) has a program
+        whose configs were not read yet: the watch looks often until each has been."""
+        return len(self.configs.given) < max(1, len(self.watch.sessions))
 
     def handle(self, signum: int) -> None:
         if self.proc.poll() is not None:

@@ -49,6 +49,7 @@ class Named:
 
     def __init__(self):
         self.paths: set[str] = set()
+        self.given: set[frozenset[str]] = set()  # one set per program nsys started (its workers inherit it)
         # processes that named theirs; one that named none is read again (a fork, before its exec)
         self._read: set[int] = set()
 
@@ -57,6 +58,7 @@ class Named:
             found = configs_named_by(pid)
             if found:
                 self.paths |= found
+                self.given.add(frozenset(found))
                 self._read.add(pid)
 
 

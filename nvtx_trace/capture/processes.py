@@ -115,6 +115,9 @@ class Watch:
         self.seen: dict[int, tuple[int, int]] = {}  # pid -> (start time, process group)
         # the nsys processes under root (a launcher's ranks'): their agents are named after them
         self.profilers: set[int] = set()
+        # `nsys profile` itself (its child nsys-launcher, nsys-tee and agent are not): one per capture session,
+        # each to start one program, seen a second or more before it does
+        self.sessions: set[int] = set()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()  # a signal handler may look while the main thread is looking
@@ -134,8 +137,10 @@ class Watch:
                         self.seen.setdefault(pid, (int(named[1][19]), int(named[1][2])))
                         # a fork becomes nsys at its exec; so does a launcher that execs its one rank (`sh -c
                         # 'RANK=0 exec "$@"'`): the root itself is then that rank's nsys
-                        if named[0].startswith("nsys"):
+                        if named[0].startswith("nsys") and pid not in self.profilers:
                             self.profilers.add(pid)
+                            if named[0] == "nsys" and name_of(int(named[1][1])) != "nsys":
+                                self.sessions.add(pid)
             except (IndexError, ValueError):
                 continue
 
