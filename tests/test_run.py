@@ -233,9 +233,12 @@ def test_profiler_cost_is_measured_against_the_steps_just_before_the_window(wind
     inst, prof = summary["instrumentation"], summary["profiler"]
     assert inst["settings"]["outside_capture_steps"] == 3
     # the script times each step from the end of one optimizer.step to the next, as the step counter does;
-    # its step 2 holds the calibration and its step 5 the capture start (after the process's own last mark)
-    script_ref = statistics.median([own[3], own[4]]) * 1e6
-    assert prof["outside_capture_step_ns"] == pytest.approx(script_ref, rel=0.15, abs=1e6)
+    # its step 2 holds the calibration and its step 5 the capture start (after the process's own last mark).
+    # The median of the process's three (3, 4 and 5 up to its mark) lies between its 3 and 4, which the script
+    # timed too, whatever the third: a busy machine's steps differ (17.6 and 28.1 ms beside a CPU burner, where
+    # their mean missed the median by 23 %)
+    low, high = sorted([own[3] * 1e6, own[4] * 1e6])
+    assert low * 0.85 - 1e6 <= prof["outside_capture_step_ns"] <= high * 1.15 + 1e6, (own, prof)
     with sqlite3.connect(out / "report.sqlite") as db:
         name = "coalesce(e.text, s.value)"
         steps = db.execute(f"SELECT e.start, e.end FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
