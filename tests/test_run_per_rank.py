@@ -96,8 +96,9 @@ def test_one_hosts_ranks_are_aligned_on_its_clock_and_the_alignment_holds(per_ra
     # a clock error moves every difference by the same amount; the 2-core VM's scheduling delays one rank's step
     # end now and then (seen under the whole suite: 8 of 13 steps 1-34 ms apart, the other 5 within 0.2 ms; beside
     # other nsys runs a quarter of them 4.8 ms apart), so the test is that three steps still meet, which a clock
-    # error of 2 ms or more would prevent but for three coincidences of the delays
-    assert np.sort(np.abs(ends0 - ends1))[2] < 2e6  # 2 ms (seen: 0.004-0.3 ms)
+    # error of 4 ms or more would prevent but for three coincidences of the delays (the sessions start 5-20 ms apart
+    # here: unaligned, they would be off by that; seen aligned: 0.004-0.3 ms, 2.2 ms once in a loaded pass)
+    assert np.sort(np.abs(ends0 - ends1))[2] < 4e6
     if abs(offset) > 4e6:  # the sessions started 5-20 ms apart here: unaligned, fewer of the same ends meet
         assert (np.abs(ends0 - ends1) < 2e6).sum() > (np.abs(ends0 - (ends1 - offset)) < 2e6).sum()
 
