@@ -32,7 +32,15 @@ if [ "$BESIDE_NSYS" = 1 ]; then
 fi
 stop() {
   kill "${PIDS[@]}" 2>/dev/null
-  [ -n "$BESIDE" ] && { touch "$WORK/beside/stop"; timeout 60 tail --pid="$BESIDE" -f /dev/null; }
+  if [ -n "$BESIDE" ]; then  # asked first; a capture hung past a minute: the loop, its nsys and agent are killed
+    touch "$WORK/beside/stop"
+    timeout 60 tail --pid="$BESIDE" -f /dev/null || {
+      kill "$BESIDE" 2>/dev/null
+      for p in $(pgrep -f -- "-o $WORK/beside/capture"); do
+        kill -9 "$p"; pkill -9 -f "session-name=profile-[^ ]*-$p( |$)"
+      done
+    }
+  fi
   rm -rf "$WORK"
 }
 trap stop EXIT
