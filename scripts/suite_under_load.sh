@@ -35,7 +35,7 @@ stop() {
   if [ -n "$BESIDE" ]; then  # asked first; a capture hung past a minute: the loop, its nsys and agent are killed
     touch "$WORK/beside/stop"
     timeout 60 tail --pid="$BESIDE" -f /dev/null || {
-      kill "$BESIDE" 2>/dev/null
+      pkill -f -- "$WORK/beside( |$)"  # the loop and its per-capture watchers (their sleep ends itself)
       for p in $(pgrep -f -- "-o $WORK/beside/capture"); do
         kill -9 "$p"; pkill -9 -f "session-name=profile-[^ ]*-$p( |$)"
       done
