@@ -351,18 +351,21 @@ def new_nsys_configs(before: set) -> set:
         time.sleep(0.5)
 
 
+def carries_mark(pid) -> bool:
+    """Whether a process was started by this suite (its environment holds the mark; nsys's agents inherit it)."""
+    from nvtx_trace.capture.nsys_files import environ_of
+
+    return f"{SUITE_MARK}={os.getpid()}".encode() in environ_of(pid)
+
+
 def marked_processes() -> list[str]:
     """Live processes (zombies aside) that carry this suite's mark: this one and the helpers multiprocessing
     keeps for it (a forkserver, a resource tracker, which end with it) excepted."""
-    mark = f"{SUITE_MARK}={os.getpid()}".encode()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) == os.getpid():
+        if int(pid) == os.getpid() or not carries_mark(pid):
             continue
         try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                if mark not in fh.read().split(b"\0"):
-                    continue
             with open(f"/proc/{pid}/stat") as fh:
                 state, parent = fh.read().rsplit(")", 1)[1].split()[:2]
             with open(f"/proc/{pid}/cmdline", "rb") as fh:

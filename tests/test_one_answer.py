@@ -82,14 +82,12 @@ def agents() -> set[int]:
     mark): another user's nsys beside the suite starts its own (a loaded pass blamed one on this test)."""
     from pathlib import Path
 
-    from conftest import SUITE_MARK
+    from conftest import carries_mark
 
-    mark = f"{SUITE_MARK}={os.getpid()}".encode()
     out = set()
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            if b"--start-agent" in (entry / "cmdline").read_bytes() and \
-                    mark in (entry / "environ").read_bytes().split(b"\0"):
+            if b"--start-agent" in (entry / "cmdline").read_bytes() and carries_mark(entry.name):
                 out.add(int(entry.name))
         except OSError:
             continue

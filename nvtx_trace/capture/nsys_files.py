@@ -48,16 +48,18 @@ class Named:
     names yet (its nsys writes it before it starts its program)."""
 
     def __init__(self):
-        self.paths: set[str] = set()
         self.given: set[frozenset[str]] = set()  # one set per program nsys started (its workers inherit it)
         # processes that named theirs; one that named none is read again (a fork, before its exec)
         self._read: set[int] = set()
+
+    @property
+    def paths(self) -> set[str]:
+        return set().union(*tuple(self.given))  # tuple() in one step: the watch's thread may be adding
 
     def __call__(self, pid: int) -> None:
         if pid not in self._read:
             found = configs_named_by(pid)
             if found:
-                self.paths |= found
                 self.given.add(frozenset(found))
                 self._read.add(pid)
 
