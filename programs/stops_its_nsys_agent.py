@@ -31,7 +31,8 @@ for entry in Path("/proc").glob("[0-9]*"):
         args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         continue
-    if "--start-agent" in args and any(a.startswith("--session-name=") and a.rsplit("-", 1)[-1] in ours
-                                       for a in args):
+    names = [a.split("=", 1)[1] for a in args if a.startswith("--session-name=")]  # nsys 2022.4
+    names += [b for a, b in zip(args, args[1:]) if a == "--session-name"]  # 2025.3
+    if "--start-agent" in args and any(n.rsplit("-", 1)[-1] in ours for n in names):
         os.kill(int(entry.name), signal.SIGSTOP)
         print(f"stopped nsys's agent (pid {entry.name})", flush=True)

@@ -58,10 +58,20 @@ def _agents_of(nsys_pids) -> list[int]:
                 args = [w.decode("utf-8", "replace") for w in fh.read().split(b"\0") if w]
         except OSError:
             continue
-        if "--start-agent" in args and any(a.startswith("--session-name=") and a.rsplit("-", 1)[-1] in marks
-                                           for a in args):
+        names = [a.split("=", 1)[1] for a in args if a.startswith("--session-name=")]  # nsys 2022.4
+        names += [b for a, b in zip(args, args[1:]) if a == "--session-name"]  # 2025.3
+        if "--start-agent" in args and any(n.rsplit("-", 1)[-1] in marks for n in names):
             found.append(int(pid))
     return found
+
+
+def _shared_memory_of(pids) -> list[str]:
+    """nsys's files in /dev/shm that carry one of these pids in their name (it names them after the process)."""
+    import re
+
+    pid = re.compile(r"(?:^|[-_])(\d+)(?=$|-)")
+    return [name for name in os.listdir("/dev/shm") if re.search("nsys|quadd", name, re.I)
+            and {int(n) for n in pid.findall(name)} & set(pids)]
 
 
 def _kill_all(marker: str) -> None:
@@ -143,6 +153,7 @@ def test_a_sigkill_takes_nsys_the_program_and_its_workers_with_it(tmp_path, verb
         from nvtx_trace.capture.processes import descendants
 
         tree = descendants(child.pid)
+        helpers = _agents_of(tree)
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
         left = _gone(marker)
@@ -160,6 +171,9 @@ def test_a_sigkill_takes_nsys_the_program_and_its_workers_with_it(tmp_path, verb
             time.sleep(0.2)
         assert not ours(), ours()
         assert not new_nsys_configs(nsys_files)
+        # nor what nsys keeps in /dev/shm for them (its agents' instances, the semaphores named after the program
+        # or nsys): a kill leaves them in the tmpfs until the machine restarts (seen with 2022.4 and 2025.3)
+        assert not _shared_memory_of([*tree, *helpers])
     finally:
         _kill_all(marker)
         for pid in _agents_of(locals().get("tree", [])):
@@ -285,3 +299,54 @@ def test_export_metadata_stored_as_blobs_is_read_as_text(tmp_path):
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["report"]["nsys_version"] == version.decode()
+
+
+# the agents' command lines as ps showed them: nsys 2022.4 on this VM, nsys 2025.3.1 on the GPU machine
+AGENT_ARGS = {"2022.4": ["--start-agent", "--session-name=profile-python3-{pid}", "--shm-name=quadd-create-agent-x"],
+              "2025.3": ["--start-agent", "--session-name", "profile-{pid}", "--shm-name", "NSys-create-agent-x"]}
+
+
+@pytest.mark.parametrize("version", sorted(AGENT_ARGS))
+def test_an_nsys_s_agent_is_found_and_ended_in_either_version_s_form(version):
+    """A killed nsys's agent outlives it; the tool (profile._end_agents) and the SIGKILL watchdog find it by
+    its session's name. nsys 2025.3 writes that name as a separate argument: its agents were never found, one
+    still ran 100 s after the tool was SIGKILLed on the GPU machine. A stand-in with the agent's arguments."""
+    import importlib.util
+
+    from nvtx_trace.capture import processes, profile
+
+    nsys_pid = 4_000_000 + os.getpid() % 100_000  # a pid no process has: only the name matters
+    args = [a.format(pid=nsys_pid) for a in AGENT_ARGS[version]]
+    agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args])
+    try:
+        spec = importlib.util.spec_from_file_location("_watchdog", ROOT / "nvtx_trace" / "capture" / "_watchdog.py")
+        watchdog = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(watchdog)
+        deadline = time.monotonic() + 10
+        while agent.pid not in watchdog.agents([nsys_pid], since=0) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until its command line is its own (after the exec)
+        assert watchdog.agents([nsys_pid], since=0) == [agent.pid]
+        assert not watchdog.agents([nsys_pid + 1], since=0)
+        profile._end_agents({nsys_pid})
+        assert agent.wait(timeout=10) is not None and not processes.alive(agent.pid)
+    finally:
+        agent.kill()
+
+
+def test_nsys_s_shared_memory_of_ended_processes_only_is_removed(tmp_path):
+    """What nsys keeps in /dev/shm for a process (names seen: 2022.4 on this VM, 2025.3 on the GPU machine) is
+    removed once that process has ended, never a live one's, nor a longer pid's that starts with the same digits."""
+    from nvtx_trace.capture.nsys_files import remove_shared_memory
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    live = os.getpid()
+    names = {f"sem.nsys_sem_{ended.pid}": True, f"quadd-agent-instance-{ended.pid}": True,
+             f"sem.NSys-process_waiter-{ended.pid}-4026531836-2025.3.2": True,
+             f"sem.NSys-process_waiter-{ended.pid}7-4026531836-2025.3.2": False, f"sem.nsys_sem_{ended.pid}7": False,
+             f"sem.nsys_sem_{live}": False, f"sem.NSys-process_waiter-{live}-4026531836-2025.3.2": False}
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    removed = remove_shared_memory([ended.pid, live], shm=str(tmp_path))
+    assert sorted(p.name for p in removed) == sorted(n for n, gone in names.items() if gone)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n, gone in names.items() if not gone)

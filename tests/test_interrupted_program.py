@@ -45,17 +45,22 @@ def test_a_ctrl_c_s_traceback_is_the_program_s_own(tmp_path):
 def test_a_window_a_stopped_program_ended_says_it_was_stopped(tmp_path):
     from nvtx_trace.runner import default_window
 
-    def outcome(exit_code):
+    def outcome(exit_code, interrupted_by=None):
         path = tmp_path / "w.jsonl"  # read once, then removed: as the program wrote it, for each case
         path.write_text("\n".join(json.dumps(e) for e in (
             {"event": "opened", "pid": 1, "rank": None, "step": 8, "why": "the step pace settled", "at_s": 3.0},
             {"event": "ended", "pid": 1, "rank": None, "steps": 20, "phase": "window", "at_s": 6.0})) + "\n")
-        return default_window.outcome(path, exit_code).line
+        return default_window.outcome(path, exit_code, interrupted_by).line
 
     assert "(to the program's end)" in outcome(0)
     stopped = outcome(-2)
     assert "profiled steps 8-19 (until the program was stopped, signal 2)" in stopped, stopped
     assert "(until the program ended, status 1)" in outcome(1)
+    # the program caught the Ctrl-C the tool passed on and ended with status 0 (Lightning's graceful shutdown, seen
+    # on the GPU machine): "to the program's end" was said, then "the program was interrupted"
+    caught = outcome(0, signal.SIGINT)
+    assert "profiled steps 8-19 (until the program was interrupted (SIGINT), status 0)" in caught, caught
+    assert "(until the program was interrupted (SIGTERM), status 143)" in outcome(143, signal.SIGTERM)
 
 
 def test_an_interrupted_run_names_what_the_program_s_processes_left_in_the_temporary_folder(tmp_path, monkeypatch):

@@ -61,8 +61,10 @@ def agents(nsys_pids, since):
                 args = [w.decode("utf-8", "replace") for w in fh.read().split(b"\0") if w]
         except OSError:
             continue
-        if "--start-agent" in args and any(a.startswith("--session-name=") and a.rsplit("-", 1)[-1] in marks
-                                           for a in args):
+        # --session-name=NAME (nsys 2022.4) or --session-name NAME (2025.3), as processes.agent_session reads it
+        names = [a.split("=", 1)[1] for a in args if a.startswith("--session-name=")]
+        names += [b for a, b in zip(args, args[1:]) if a == "--session-name"]
+        if "--start-agent" in args and any(n.rsplit("-", 1)[-1] in marks for n in names):
             t = stat(name)
             if t is not None and int(t[19]) >= since:
                 found.append(int(name))
@@ -131,12 +133,16 @@ def main():
             except OSError:
                 pass
         time.sleep(0.05)
-    for p in seen:  # a killed agent leaves its shared memory behind; the next agents see it
-        if stat(p) is None:
-            try:
-                os.unlink(f"/dev/shm/quadd-agent-instance-{p}")
-            except OSError:
-                pass
+    try:  # what nsys keeps in /dev/shm for a process it ran (nsys_files.SHM_NAMES): a kill leaves it
+        shm = os.listdir("/dev/shm")
+    except OSError:
+        shm = []
+    for p, b in seen.items():
+        t = stat(p)
+        if t is None or (t[0] == "Z" and t[19] == b):  # ended (a zombie until init reaps it: the program's is)
+            named = (f"quadd-agent-instance-{p}", f"sem.nsys_sem_{p}")
+            clean([os.path.join("/dev/shm", n) for n in shm
+                   if n in named or n.startswith(f"sem.NSys-process_waiter-{p}-")])
     tmp = {"/tmp", os.environ.get("TMPDIR") or "/tmp"}
     clean(ours + [os.path.join(t, f"nsys_termination_status_{p}") for t in tmp for p in seen])
     return 0

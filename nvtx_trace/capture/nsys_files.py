@@ -1,7 +1,8 @@
 """What nsys leaves in the temporary folders when it, or the program it injected, is ended before its own
 clean-up: the injection configs it writes to /tmp for the program (named in the program's environment, one
-QUADD_*_CONFIG each: injection, CUDA, OS runtime, ...) and its termination-status files. nvtx-trace removes those of the
-nsys it ran, once nothing alive still names them; the watchdog (_watchdog.py) does the same after a SIGKILL.
+QUADD_*_CONFIG each: injection, CUDA, OS runtime, ...), its termination-status files, and in /dev/shm the shared
+memory and semaphores named after its processes. nvtx-trace removes those of the nsys it ran, once nothing alive
+still names them; the watchdog (_watchdog.py) does the same after a SIGKILL.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from nvtx_trace.capture.processes import alive
 
 CONFIG_RE = re.compile(r"^injection_config_[0-9a-f]{8}$")
 CONFIG_VAR_RE = re.compile(rb"^QUADD_\w*CONFIG=(.*/injection_config_[0-9a-f]{8})$")  # each trace has its own
+# named after a process of the capture, removed by nsys as it ends: an agent's instance, the program's semaphore
+# (nsys 2022.4: sem.nsys_sem_PID), a process waiter's (2025.3: sem.NSys-process_waiter-PID-PIDNS-VERSION)
+SHM_NAMES = ("quadd-agent-instance-{pid}", "sem.nsys_sem_{pid}", "sem.NSys-process_waiter-{pid}-*")
 
 
 def environ_of(pid) -> list[bytes]:
@@ -98,3 +102,20 @@ def remove_leftovers(nsys_pids, since: float, folders=(), named: set[str] | None
                 continue
     return removed
 
+
+
+def remove_shared_memory(pids, shm: str = "/dev/shm") -> list[Path]:
+    """Remove what nsys keeps in /dev/shm for these processes (a capture's, its agents') once they have ended:
+    a SIGKILL of nsys leaves it, and the tmpfs keeps it until the machine restarts."""
+    removed = []
+    for pid in pids:
+        if alive(pid):
+            continue
+        for pattern in SHM_NAMES:
+            for path in Path(shm).glob(pattern.format(pid=pid)):
+                try:
+                    path.unlink()
+                    removed.append(path)
+                except OSError:
+                    continue
+    return removed

@@ -75,6 +75,19 @@ def alive(pid: int) -> bool:
     return started_at(pid) is not None
 
 
+def agent_session(args: list[str]) -> str | None:
+    """The session an ``nsys --start-agent`` helper serves, named after its nsys's pid (``profile-NAME-PID``):
+    ``--session-name=NAME`` in nsys 2022.4, ``--session-name NAME`` in 2025.3; None for any other process."""
+    if "--start-agent" not in args:
+        return None
+    for i, arg in enumerate(args):
+        if arg.startswith("--session-name="):
+            return arg.split("=", 1)[1]
+        if arg == "--session-name" and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
 def of_nsys(name: str) -> bool:
     """A process of nsys's own: nsys, its launcher, agent and tee (``nsys*``), and the QdstrmImporter that an
     nsys installed with its importer runs once the program has ended (a long import is no program outliving

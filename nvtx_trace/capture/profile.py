@@ -36,7 +36,7 @@ from nvtx_trace.capture.nsys_reports import (
     remove_scratch,
     stems_written,
 )
-from nvtx_trace.capture.processes import OWN_GROUP, alive, started_at
+from nvtx_trace.capture.processes import OWN_GROUP, agent_session, started_at
 from nvtx_trace.capture.torchrun import RANK_FIELD
 from nvtx_trace.errors import NsysFailedError
 from nvtx_trace.files import stem_of, with_suffix
@@ -101,8 +101,8 @@ def _end_agents(nsys_pids, since: int | None = None) -> None:
             except OSError:
                 continue
             args = [w.decode("utf-8", "replace") for w in words if w]
-            if "--start-agent" in args and any(a.startswith("--session-name=") and a.rsplit("-", 1)[-1] in marks
-                                               for a in args):
+            session = agent_session(args)
+            if session is not None and session.rsplit("-", 1)[-1] in marks:
                 pid = int(entry.name)
                 born = started_at(pid)
                 if born is not None and (since is None or born >= since):
@@ -110,9 +110,7 @@ def _end_agents(nsys_pids, since: int | None = None) -> None:
         if not found:
             return
         interrupts.end(found, kill_after=2.0)
-        for pid in found:  # a killed agent leaves its shared memory behind; the next agents see it
-            if not alive(pid):
-                Path(f"/dev/shm/quadd-agent-instance-{pid}").unlink(missing_ok=True)
+        nsys_files.remove_shared_memory(found)  # a killed agent's is left behind; the next agents see it
 
 
 def profile_command(nsys: Nsys, stem, trace: Sequence[str], extra: Sequence[str], argv: Sequence[str],
@@ -285,6 +283,7 @@ def profile(
                                         folders=(env.get(own_output.TMPDIR_ENV), env.get("TMPDIR"), scratch),
                                         named=capture.configs.paths if capture is not None and
                                         capture.configs.paths else None)  # none seen: ended before the program
+            nsys_files.remove_shared_memory({proc.pid, *rank_nsys, *(capture.watch.seen if capture is not None else ())})
         made = [p for p in files_of(stem, (".nsys-rep", ".qdstrm")) if p.exists() and p.stat().st_size > 0]
         raw = raw_captures(scratch) if scratch is not None and not made else []
         if scratch is not None and not raw:  # after nsys and its agent ended (or failed to start)

@@ -111,9 +111,10 @@ def out_of_memory(written: list[dict] | None) -> dict | None:
                  for e in written or [] if e.get("event") == "oom"), None)
 
 
-def outcome(path: Path | list[dict] | None, exit_code: int) -> Outcome | None:
+def outcome(path: Path | list[dict] | None, exit_code: int, interrupted_by: int | None = None) -> Outcome | None:
     """What the program's window did, from its decisions (the lead process: rank 0, else the first). ``path``:
-    the decisions file, or its events already read."""
+    the decisions file, or its events already read. ``interrupted_by``: the signal the tool passed on; a program
+    may catch it and end with status 0 (Lightning's "graceful shutdown"), which is still no end of its own."""
     if path is None:
         return None
     written = _written(path)
@@ -139,7 +140,8 @@ def outcome(path: Path | list[dict] | None, exit_code: int) -> Outcome | None:
         return Outcome(f"the program ended ({status}) after {steps} step(s){at}, before the default window "
                        f"opened: nothing was profiled{full}", False, False)
     if opened.get("step") is None:
-        span = f"{closed['seconds']:.0f} s" if closed else "until the program ended"
+        span = (f"{closed['seconds']:.0f} s" if closed else "until the program was interrupted" if interrupted_by
+                else "until the program ended")
         return Outcome(f"profiled {span} from {opened['at_s']:.0f} s after start: {opened['why']}; steps are "
                        "inferred from the rhythm of the work", True, False)
     first = opened["step"]
@@ -150,7 +152,8 @@ def outcome(path: Path | list[dict] | None, exit_code: int) -> Outcome | None:
                        f"{first} warm-up steps: {opened['why']}{tail}", True, True)
     last = f"-{ended['steps'] - 1}" if ended and ended.get("steps") else ""
     stopped = {int(s) for s in interrupts.SIGNALS}  # by a signal of those the tool passes on, or its 128 + N
-    end = ("to the program's end" if exit_code == 0 else
+    end = (f"until the program was interrupted ({interrupts.signal_name(interrupted_by)}), {status}" if interrupted_by
+           else "to the program's end" if exit_code == 0 else
            f"until the program was stopped, {status}" if -exit_code in stopped or exit_code - 128 in stopped
            else f"until the program ended, {status}")
     return Outcome(f"profiled steps {first}{last} ({end}) after {first} warm-up steps: {opened['why']}", True, True)

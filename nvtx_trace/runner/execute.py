@@ -110,7 +110,7 @@ def _execute(plan: Plan, progress: Progress | None) -> RunResult:
                                       + (f": {said}" if said else "") + f"; the program did not run ({log.where()})"))
         return result
     written = default_window.events(plan.window_file) if plan.window_file is not None else None
-    window = (default_window.outcome(written, prof.returncode) if plan.capture_window is None else
+    window = (default_window.outcome(written, prof.returncode, prof.signal) if plan.capture_window is None else
               default_window.fixed_outcome(written, prof.returncode, plan.capture_window))
     oom = default_window.out_of_memory(written)
     if window and not window.opened and prof.rep is None:
