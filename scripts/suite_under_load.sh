@@ -26,7 +26,7 @@ if [ "$BESIDE_NSYS" = 1 ]; then
   bash -c 'while [ ! -e "$1/stop" ]; do "$0" profile --trace=nvtx --sample=none --force-overwrite=true \
     -o "$1/capture" python3 -c "import time; [time.sleep(0.005) for _ in range(400)]" >/dev/null 2>&1 & p=$!
     ( sleep 120; kill -9 "$p" ) 2>/dev/null & w=$!
-    wait "$p"; pkill -P "$w" sleep; kill "$w" 2>/dev/null; pkill -9 -f "session-name=profile-[^ ]*-$p( |$)"
+    wait "$p"; pkill -P "$w" sleep; kill "$w" 2>/dev/null; pkill -9 -f "session-name[= ]profile-[^ ]*-$p( |$)"
     rm -f "$1"/capture.*; done' "$NSYS" "$WORK/beside" &
   BESIDE=$!
 fi
@@ -37,7 +37,7 @@ stop() {
     timeout 60 tail --pid="$BESIDE" -f /dev/null || {
       pkill -f -- "$WORK/beside( |$)"  # the loop and its per-capture watchers (their sleep ends itself)
       for p in $(pgrep -f -- "-o $WORK/beside/capture"); do
-        kill -9 "$p"; pkill -9 -f "session-name=profile-[^ ]*-$p( |$)"
+        kill -9 "$p"; pkill -9 -f "session-name[= ]profile-[^ ]*-$p( |$)"
       done
     }
   fi
