@@ -18,9 +18,12 @@ BEFORE=$HOME/.first_hour_before
 snap() { { ls -A "$T"; ls -A /dev/shm | sed 's|^|/dev/shm/|'; } 2>/dev/null | sort; }
 say() { echo "== $* (at ${SECONDS} s)" >>"$LOG"; }
 left() {  # what is new since the snapshot, and which nsys or program processes still run
-  comm -13 "$BEFORE" <(snap) | sed 's/^/  new in the temp folders: /' >>"$LOG"
-  pgrep -af "nsys|lightning_cnn" | grep -v -e pgrep -e first_hour | sed 's/^/  still running: /' >>"$LOG"
-  say "left after $1: $(comm -13 "$BEFORE" <(snap) | wc -l) new file(s), $(pgrep -f "nsys|lightning_cnn" | wc -l) process(es)"
+  local new running
+  new=$(comm -13 "$BEFORE" <(snap))
+  running=$(pgrep -af "nsys|lightning_cnn" | grep -v -e pgrep -e first_hour -e "bash -c")  # not the shells running us
+  [ -n "$new" ] && sed 's/^/  new in the temp folders: /' <<<"$new" >>"$LOG"
+  [ -n "$running" ] && sed 's/^/  still running: /' <<<"$running" >>"$LOG"
+  say "left after $1: $(grep -c . <<<"$new") new file(s), $(grep -c . <<<"$running") process(es)"
 }
 capturing() {  # waits until the program runs under nsys and its capture window has been open a few seconds
   for _ in $(seq 120); do pgrep -f "nsys profile" >/dev/null && pgrep -f lightning_cnn >/dev/null && break; sleep 1; done
