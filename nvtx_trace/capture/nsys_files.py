@@ -103,7 +103,6 @@ def remove_leftovers(nsys_pids, since: float, folders=(), named: set[str] | None
     return removed
 
 
-
 def remove_shared_memory(pids, shm: str = "/dev/shm") -> list[Path]:
     """Remove what nsys keeps in /dev/shm for these processes (a capture's, its agents') once they have ended:
     a SIGKILL of nsys leaves it, and the tmpfs keeps it until the machine restarts."""
