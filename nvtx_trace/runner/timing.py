@@ -79,6 +79,16 @@ class Variant:
         pick = statistics.median if statistic == "median" else statistics.fmean
         return [pick(r.step_ms) if r.step_ms else None for r in self.rounds]
 
+    def per_half(self, statistic: str) -> list[float]:
+        """Each round's step over its first and its second half of steps: a round that sped up or slowed down as
+        it ran (a machine whose load comes and goes) shows it here, where its one value hides it."""
+        pick = statistics.median if statistic == "median" else statistics.fmean
+        out = []
+        for r in self.rounds:
+            half = len(r.step_ms) // 2
+            out += [pick(r.step_ms[:half]), pick(r.step_ms[half:])] if half else [pick(r.step_ms)] if r.step_ms else []
+        return out
+
     def value(self, statistic: str) -> float | None:
         values = [v for v in self.per_round(statistic) if v is not None]
         return statistics.median(values) if values else None
