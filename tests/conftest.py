@@ -307,15 +307,25 @@ _SEEN_IN_TMP: dict[str, str] = {}  # what appeared in SUITE_TMP -> the test it a
 
 
 _OTHERS_CONFIGS: set[str] = set()  # injection configs only processes of no test named: another nsys's
+_OTHERS_PIDS: set[str] = set()  # another nsys's processes (its own, its program's): their termination status files
 
 
 def _watch_others_configs() -> None:
-    """Twice a second, the nsys injection configs that processes without this suite's mark name: another user's
-    nsys beside the suite leaves them in /tmp when it is killed, and they are not the suite's to judge."""
+    """Twice a second, the nsys injection configs that processes without this suite's mark name, and those
+    processes and any nsys without the mark: another user's nsys beside the suite leaves its configs and its
+    `nsys_termination_status_PID` in /tmp when it is killed, and they are not the suite's to judge."""
     import threading
 
     mark = f"{SUITE_MARK}={os.getpid()}".encode()
     ours: set[str] = set()
+    our_pids: set[str] = set()
+
+    def an_nsys(pid: str) -> bool:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                return os.path.basename(fh.read().split(b"\0", 1)[0]).startswith(b"nsys")
+        except OSError:
+            return False
 
     def look() -> None:
         import time
@@ -328,7 +338,12 @@ def _watch_others_configs() -> None:
                 named = configs_in(env)
                 if named:
                     (ours if mark in env else _OTHERS_CONFIGS).update(named)
+                if mark in env:
+                    our_pids.add(pid)
+                elif env and (named or an_nsys(pid)):
+                    _OTHERS_PIDS.add(pid)
             _OTHERS_CONFIGS.difference_update(ours)  # one a test's process named too is judged
+            _OTHERS_PIDS.difference_update(our_pids)  # a pid a test's process had too (reused): judged
             time.sleep(0.5)
 
     threading.Thread(target=look, daemon=True, name="others-nsys-configs").start()
@@ -404,7 +419,8 @@ def left_behind() -> list[str]:
 
     named = in_use()  # another nsys on the machine, still running, names its own injection configs: not ours
     new = sorted(name for name in {p.name for p in REAL_TMP.iterdir()} - _TMP_BEFORE
-                 if name.startswith(NSYS_IN_TMP) and str(REAL_TMP / name) not in named | _OTHERS_CONFIGS)
+                 if name.startswith(NSYS_IN_TMP) and str(REAL_TMP / name) not in named | _OTHERS_CONFIGS
+                 and not (name.startswith("nsys_termination_status_") and name.rsplit("_", 1)[1] in _OTHERS_PIDS))
     return ([f"process still running: {p}" for p in procs]
             + [f"left in TMPDIR: {f} (by {_SEEN_IN_TMP.get(f, 'the session')})" for f in files]
             + [f"left in {REAL_TMP}: {n} (by {_SEEN_IN_TMP.get(n, 'the session')})" for n in new])
