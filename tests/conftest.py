@@ -320,17 +320,11 @@ def _watch_others_configs() -> None:
     ours: set[str] = set()
     our_pids: set[str] = set()
 
-    def an_nsys(pid: str) -> bool:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                return os.path.basename(fh.read().split(b"\0", 1)[0]).startswith(b"nsys")
-        except OSError:
-            return False
-
     def look() -> None:
         import time
 
         from nvtx_trace.capture.nsys_files import configs_in, environ_of
+        from nvtx_trace.capture.processes import name_of, of_nsys
 
         while True:
             for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -340,7 +334,7 @@ def _watch_others_configs() -> None:
                     (ours if mark in env else _OTHERS_CONFIGS).update(named)
                 if mark in env:
                     our_pids.add(pid)
-                elif env and (named or an_nsys(pid)):
+                elif env and (named or of_nsys(name_of(int(pid)))):
                     _OTHERS_PIDS.add(pid)
             _OTHERS_CONFIGS.difference_update(ours)  # one a test's process named too is judged
             _OTHERS_PIDS.difference_update(our_pids)  # a pid a test's process had too (reused): judged

@@ -56,6 +56,10 @@ class Round:
         return [c.get("line") or "" for c in self.changes if knobs is None or set(c.get("knobs") or ()) & set(knobs)]
 
 
+def _pick(statistic: str):
+    return statistics.median if statistic == "median" else statistics.fmean
+
+
 @dataclass
 class Variant:
     knobs: dict  # every knob nvtx_autotrace applies in the run
@@ -76,17 +80,18 @@ class Variant:
 
     def per_round(self, statistic: str) -> list[float | None]:
         """Each round's step in one statistic (median or mean of its steps); None for a round without steps."""
-        pick = statistics.median if statistic == "median" else statistics.fmean
+        pick = _pick(statistic)
         return [pick(r.step_ms) if r.step_ms else None for r in self.rounds]
 
     def per_half(self, statistic: str) -> list[float]:
         """Each round's step over its first and its second half of steps: a round that sped up or slowed down as
         it ran (a machine whose load comes and goes) shows it here, where its one value hides it."""
-        pick = statistics.median if statistic == "median" else statistics.fmean
+        pick = _pick(statistic)
         out = []
         for r in self.rounds:
             half = len(r.step_ms) // 2
-            out += [pick(r.step_ms[:half]), pick(r.step_ms[half:])] if half else [pick(r.step_ms)] if r.step_ms else []
+            parts = [r.step_ms[:half], r.step_ms[half:]] if half else [r.step_ms]
+            out += [pick(p) for p in parts if p]
         return out
 
     def value(self, statistic: str) -> float | None:

@@ -139,11 +139,15 @@ def settled(variants: list) -> str | None:
     theirs = {s: [x for x in base.per_round(s) if x] for s in ("median", "mean")}
     if all(mine[s] and theirs[s] and max(mine[s]) >= min(theirs[s]) for s in mine):
         return "a round with it was already no faster than one without: it is rejected"
-    halves = {s: (v.per_half(s), base.per_half(s)) for s in mine}
-    if len(v.rounds) == 1 and all(m and t and max(m) <= (1 - CLEAR_WIN) * min(t) for m, t in halves.values()):
+    if len(v.rounds) == 1 and all(clear(v.per_half(s), base.per_half(s)) for s in mine):
         return (f"its first round is {CLEAR_WIN:.0%} faster or more, in each half of its steps: clear beyond the "
                 "rounds' drift")
     return None
+
+
+def clear(mine: list[float], theirs: list[float]) -> bool:
+    """Each value with the knob CLEAR_WIN below each without."""
+    return bool(mine and theirs) and max(mine) <= (1 - CLEAR_WIN) * min(theirs)
 
 
 def spread(*sides: list[float]) -> float:
@@ -183,8 +187,8 @@ def judge(base: Variant, v: Variant) -> dict:
     elif mine and theirs and max(mine) >= min(theirs):
         why = (f"{before / after:.2f}x, but within the spread of the rounds (slowest with it {max(mine):.2f} ms, "
                f"fastest without {min(theirs):.2f} ms)")
-    elif before - after <= spread(mine, theirs):
-        why = (f"{before / after:.2f}x, but the rounds of one side differ by {spread(mine, theirs):.2f} ms, as much "
+    elif before - after <= (noisy := spread(mine, theirs)):
+        why = (f"{before / after:.2f}x, but the rounds of one side differ by {noisy:.2f} ms, as much "
                f"as the {before - after:.2f} ms it saves")
     elif lost:
         why = "the loss became NaN or infinite"
