@@ -409,12 +409,12 @@ def left_behind() -> list[str]:
         time.sleep(0.5)
     files = sorted(p.name for p in SUITE_TMP.iterdir() if not p.name.startswith((*KEPT_ON_PURPOSE, "pytest-of-"))) \
         if SUITE_TMP.exists() else []
-    from nvtx_trace.capture.nsys_files import in_use
+    from nvtx_trace.capture.nsys_files import in_use, termination_status_pid
 
     named = in_use()  # another nsys on the machine, still running, names its own injection configs: not ours
     new = sorted(name for name in {p.name for p in REAL_TMP.iterdir()} - _TMP_BEFORE
                  if name.startswith(NSYS_IN_TMP) and str(REAL_TMP / name) not in named | _OTHERS_CONFIGS
-                 and not (name.startswith("nsys_termination_status_") and name.rsplit("_", 1)[1] in _OTHERS_PIDS))
+                 and termination_status_pid(name) not in _OTHERS_PIDS)
     return ([f"process still running: {p}" for p in procs]
             + [f"left in TMPDIR: {f} (by {_SEEN_IN_TMP.get(f, 'the session')})" for f in files]
             + [f"left in {REAL_TMP}: {n} (by {_SEEN_IN_TMP.get(n, 'the session')})" for n in new])

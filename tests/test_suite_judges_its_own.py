@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import conftest
 
@@ -23,10 +22,10 @@ def _sleeper(marked: bool) -> subprocess.Popen:
 
 def test_another_nsys_s_termination_status_is_not_the_suite_s_but_its_own_is():
     theirs, ours = _sleeper(marked=False), _sleeper(marked=True)
-    files = [Path("/tmp") / f"nsys_termination_status_{p.pid}" for p in (theirs, ours)]
+    files = [conftest.REAL_TMP / f"nsys_termination_status_{p.pid}" for p in (theirs, ours)]
     try:
         deadline = time.monotonic() + 10
-        while str(theirs.pid) not in getattr(conftest, "_OTHERS_PIDS", ()) and time.monotonic() < deadline:
+        while str(theirs.pid) not in conftest._OTHERS_PIDS and time.monotonic() < deadline:
             time.sleep(0.2)  # the watcher looks twice a second
         for path in files:
             path.write_text("0")  # as nsys writes one for a process of its capture

@@ -18,6 +18,12 @@ CONFIG_VAR_RE = re.compile(rb"^QUADD_\w*CONFIG=(.*/injection_config_[0-9a-f]{8})
 # named after a process of the capture, removed by nsys as it ends: an agent's instance, the program's semaphore
 # (nsys 2022.4: sem.nsys_sem_PID), a process waiter's (2025.3: sem.NSys-process_waiter-PID-PIDNS-VERSION)
 SHM_NAMES = ("quadd-agent-instance-{pid}", "sem.nsys_sem_{pid}", "sem.NSys-process_waiter-{pid}-*")
+TERMINATION_STATUS = "nsys_termination_status_"  # + the pid of a process of the capture (its launcher's, a rank's)
+
+
+def termination_status_pid(name: str) -> str | None:
+    """The pid a termination-status file is named after; None for any other file."""
+    return name.rsplit("_", 1)[-1] if name.startswith(TERMINATION_STATUS) else None
 
 
 def environ_of(pid) -> list[bytes]:
@@ -88,11 +94,11 @@ def remove_leftovers(nsys_pids, since: float, folders=(), named: set[str] | None
             continue
     for folder in {"/tmp", *map(str, filter(None, folders))}:
         try:
-            found = list(Path(folder).glob("nsys_termination_status_*"))
+            found = list(Path(folder).glob(f"{TERMINATION_STATUS}*"))
         except OSError:
             continue
-        for path in found:  # named after a process of that nsys (its launcher's, a rank's): removed once it ended
-            pid = path.name.rsplit("_", 1)[-1]
+        for path in found:  # removed once its process ended
+            pid = termination_status_pid(path.name)
             try:
                 mine = int(pid) in nsys_pids or (path.stat().st_mtime >= since - 1 and not alive(int(pid)))
                 if mine:
