@@ -54,8 +54,16 @@ for i in $(seq "$N"); do
   CI=true python3 -m pytest -q -p no:cacheprovider >"$WORK/pass$i.log" 2>&1
   rc=$?
   echo "pass $i: exit $rc in $((SECONDS - began)) s: $(grep -E '^[0-9]+ (passed|failed)|passed|failed' "$WORK/pass$i.log" | tail -1)"
-  [ $rc -ne 0 ] && { FAILED=1; grep -E "^(FAILED|ERROR)|left behind|  left in|still running" "$WORK/pass$i.log" | head -30
-                      sed -n '/^=* \(FAILURES\|ERRORS\) =*$/,/^=* warnings summary/p' "$WORK/pass$i.log" | head -200; }
+  if [ $rc -ne 0 ]; then
+    FAILED=1
+    # the work folder goes at exit: a failed pass's whole log is kept beside it, and a hang (the suite's guard dumps
+    # every thread's stack and ends the run, with no summary line) is named by the test frames of its dump
+    kept="${TMPDIR:-/tmp}/nvtx-trace-load-$(git -C "$WORK/clone" rev-parse --short HEAD)-pass$i.log"
+    cp "$WORK/pass$i.log" "$kept" && echo "  the pass's log: $kept"
+    sed -n '/^Timeout (/,$p' "$WORK/pass$i.log" | grep -E '/tests/[^/]+\.py", line' | sed 's/^/  hung in: /' | head -8
+    grep -E "^(FAILED|ERROR)|left behind|  left in|still running" "$WORK/pass$i.log" | head -30
+    sed -n '/^=* \(FAILURES\|ERRORS\) =*$/,/^=* warnings summary/p' "$WORK/pass$i.log" | head -200
+  fi
 done
 python3 -m pip install -q -e "$HERE" --no-deps >/dev/null 2>&1  # the editable install back where it was
 exit $FAILED
