@@ -257,12 +257,13 @@ class Tuner:
                                      via_options=dict(self.via)),
                     timing.Variant({**{k: v for k, v in kept_knobs.items() if k not in via}, **added},
                                      added=dict(c.knobs), program=tried, via_options={**kept_via, **via})]
+        paced = {s: profiled_step_ms(summary, s) for s in ("median", "mean")}  # the baseline, as profiled
         t0 = self.clock()
         try:
             base, v = timing.alternate(current, variants, self.rounds, self.python,
                                          progress=lambda m: self.say(f"stage {n}: {m}"),
                                          logs=self.folder / f"stage-{n}",
-                                         settled=lambda vs: settled(vs) or self._no_time_for_a_run(variants=vs))
+                                         settled=lambda vs: settled(vs, paced) or self._no_time_for_a_run(variants=vs))
         except NvtxTraceError:
             if self._baseline is None:
                 raise

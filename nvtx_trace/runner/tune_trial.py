@@ -126,12 +126,15 @@ def remaining(summary: dict, levers: dict | None = None) -> list[dict]:
     return sorted(out, key=lambda r: (-(r["saving_fraction"] or 0), -r["impact_ms"]))
 
 
-def settled(variants: list) -> str | None:
+def settled(variants: list, profiled: dict | None = None) -> str | None:
     """Why a trial needs no more rounds, or None: a run of it failed, or one of its rounds is already no faster
     than one of the baseline's (judge keeps a knob only when every round with it beats every round without, in
     either statistic): rejected whatever comes; or its first round is CLEAR_WIN faster in both statistics, far
     beyond the few percent rounds drift apart, in each half of its steps against each half of the baseline's (a
-    load that came and went as they ran, 8 against 12 ms steps beside another nsys, is no clear win)."""
+    load that came and went as they ran, 8 against 12 ms steps beside another nsys, is no clear win), and against
+    ``profiled`` too: the baseline configuration's step as its profile measured it, per statistic, the tool's cost
+    in it (a third sample, taken at another time: a baseline round all in a busy spell and the knob's all in a
+    quieter one, 15.97 against 12.08 ms where the profile had 9.75, is no clear win either)."""
     base, v = variants[0], variants[-1]
     if any(r.value_ms is None for r in v.rounds):
         return "a run with it failed: it is rejected"
@@ -139,9 +142,10 @@ def settled(variants: list) -> str | None:
     theirs = {s: [x for x in base.per_round(s) if x] for s in ("median", "mean")}
     if all(mine[s] and theirs[s] and max(mine[s]) >= min(theirs[s]) for s in mine):
         return "a round with it was already no faster than one without: it is rejected"
-    if len(v.rounds) == 1 and all(clear(v.per_half(s), base.per_half(s)) for s in mine):
-        return (f"its first round is {CLEAR_WIN:.0%} faster or more, in each half of its steps: clear beyond the "
-                "rounds' drift")
+    if len(v.rounds) == 1 and all(clear(v.per_half(s), base.per_half(s)) for s in mine) \
+            and all(clear(v.per_half(s), [pace]) for s, pace in (profiled or {}).items() if pace):
+        return (f"its first round is {CLEAR_WIN:.0%} faster or more, in each half of its steps and against the "
+                "profile's pace: clear beyond the rounds' drift")
     return None
 
 
