@@ -156,6 +156,21 @@ def test_a_first_round_is_a_clear_win_only_against_the_profile_s_pace_too():
     assert "clear" in tune_trial.settled([b, real], {"median": None, "mean": None})  # no figure: halves decide
 
 
+def test_a_clear_first_round_whose_losses_moved_waits_for_the_baseline_s_own_noise():
+    """An H200 image-folder classifier (unseeded: random initialisation, shuffle): `--workers 7` ran 2.33x faster
+    on its first round and was rejected for its first losses 25 % apart, beyond num_workers' 5 %, with the
+    baseline's own run-to-run difference unknown (one round). Such a round is no settled verdict: the next
+    round measures that difference. Losses within the bound still settle it on one round."""
+    workers = {"num_workers": 7}
+    b = Variant({}, rounds(92.4, losses=(2.40, 2.35, 2.30)), added={})
+    moved = Variant(workers, rounds(39.6, losses=(3.00, 2.35, 2.30), knobs=()), added=workers)
+    assert tune_trial.settled([b, moved]) is None
+    same = Variant(workers, rounds(39.6, losses=(2.40, 2.36, 2.30), knobs=()), added=workers)
+    assert "clear" in tune_trial.settled([b, same])
+    b2 = Variant({}, rounds(92.4, 93.0, losses=(2.40, 2.35, 2.30)), added={})  # its noise known: judge decides
+    assert "clear" in tune_trial.settled([b2, Variant(workers, moved.rounds, added=workers)])
+
+
 def test_a_knob_that_changed_nothing_or_crashed_is_rejected_with_its_reason():
     b = Variant({}, rounds(100, 100), added={})
     inert = Variant({"compile": True}, [Round([50.0], "median", 50.0, knob_records("compile=1: not applied: compiled"), 0)],
