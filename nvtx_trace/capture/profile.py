@@ -214,14 +214,16 @@ def profile(
     proc = capture = None
     began = time.time()
     try:
-        if handover is not None:  # nsys's own temporary files (its raw capture while it records,
-            # /tmp/nsys-report-*) go to a folder of ours, removed when it ends, however it ended (a signal before
-            # nsys starts included); the program starts through own_output, which gives it the user's TMPDIR back
-            scratch = make_scratch(env)
         with interrupts.guarded(progress) as guard:
             guard.notice = progress or guard.notice
             interrupts.stage("while nsys was starting")
             with guard.starting():
+                if handover is not None:  # nsys's own temporary files (its raw capture while it records,
+                    # /tmp/nsys-report-*) go to a folder of ours, removed when it ends, however it ended; made where
+                    # a signal waits for nsys to start (a SIGTERM between the folder made and its name kept left
+                    # it behind in a loaded pass); the program starts through own_output, which gives it the
+                    # user's TMPDIR back
+                    scratch = make_scratch(env)
                 try:
                     proc = subprocess.Popen(
                         cmd, env=env, cwd=cwd, stdout=pipe, stderr=subprocess.STDOUT if capture_output else pipe,
