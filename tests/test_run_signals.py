@@ -13,6 +13,7 @@ programs/slow_loader_train.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -638,3 +639,30 @@ def test_a_window_never_reached_by_a_failing_program_keeps_the_programs_code(rea
     assert tool.proc.returncode == 3, tool.stderr[-3000:]
     assert tool.own_lines("nvtx-trace: the program ended (status 3) after 12 step(s), before its capture window")
     assert_clean(tool, tmp_path / "out")
+
+
+def test_a_signal_the_instant_nsys_s_folder_is_made_leaves_no_folder(ready, tmp_path, monkeypatch):
+    """Issue 52: a loaded pass left an empty nvtx-trace-nsys-* after a SIGTERM as nsys started: the signal came
+    between the folder made and its name kept, so nothing knew to remove it. Here it comes exactly then, in
+    process: it waits for nsys to start, nsys is stopped, and the folder goes with it."""
+    from nvtx_trace.capture import interrupts, nsys_reports
+    from nvtx_trace.capture import profile as profiling
+    from nvtx_trace.capture.nsys_log import NsysLog
+
+    tmp = private_tmp(tmp_path)
+    made = []
+
+    def make_then_signalled(env):
+        folder = nsys_reports.make_scratch(env)
+        made.append(folder)
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, before the name is returned
+        time.sleep(0.2)
+        return folder
+
+    monkeypatch.setattr(profiling, "make_scratch", make_then_signalled)
+    with contextlib.suppress(interrupts.Interrupted), interrupts.Guard(None):  # nsys stopped: either way
+        profiling.profile(installed_nsys(), [sys.executable, "-c", "import time; time.sleep(30)"],
+                          tmp_path / "out" / "p", trace=["nvtx"], extra=["--sample=none", "--cpuctxsw=none"],
+                          env=dict(os.environ, TMPDIR=str(tmp)), log=NsysLog(tmp_path / "nsys.log"))
+    assert made and not Path(made[0]).exists(), list(tmp.iterdir())
+    assert not [p for p in tmp.iterdir() if p.name.startswith("nvtx-trace-nsys-")]
