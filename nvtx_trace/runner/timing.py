@@ -261,6 +261,11 @@ def loss_difference(base: list, other: list) -> float | None:
     return max(abs(b - a) / max(abs(a), 1e-12) for a, b in pairs)
 
 
+def first_losses_moved(base: Variant, other: Variant) -> float | None:
+    """How far the other's first round's losses are from the baseline's first round's (loss_difference)."""
+    return loss_difference(base.rounds[0].losses, other.rounds[0].losses) if base.rounds and other.rounds else None
+
+
 def loss_noise(base: Variant) -> float | None:
     """How far the baseline's own losses move between its rounds: below this, a difference is noise."""
     runs = [r.losses for r in base.rounds if r.losses]

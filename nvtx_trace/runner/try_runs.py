@@ -17,7 +17,7 @@ from nvtx_trace.capture import interrupts
 from nvtx_trace.errors import UsageError
 from nvtx_trace.files import variant_folder
 from nvtx_trace.runner import verbs
-from nvtx_trace.runner.timing import Variant, compare, loss_difference, loss_noise
+from nvtx_trace.runner.timing import Variant, compare, first_losses_moved, loss_noise
 
 
 def advice(program: list[str], python: str | None, out: Path, say) -> tuple[Path, dict, list[dict]]:
@@ -141,8 +141,7 @@ def row(v: Variant, base: Variant, profile: dict, noise: float | None = None) ->
            "failures": [r.why for r in v.rounds if r.value_ms is None],
            "logs": [str(r.log) for r in v.rounds if r.log],
            "losses": v.rounds[0].losses if v.rounds else [],
-           "loss_max_rel_diff": (loss_difference(base.rounds[0].losses, v.rounds[0].losses)
-                                 if v.knobs and v.rounds and base.rounds else None),
+           "loss_max_rel_diff": first_losses_moved(base, v) if v.knobs else None,
            "loss_noise_rel": noise,
            "compiled_steps_left_out": [len(r.compiled_ms) for r in v.rounds],
            "compiled_ms_left_out": [round(sum(r.compiled_ms), 3) for r in v.rounds]}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from nvtx_trace import knobs as declared
 from nvtx_trace.runner import program_options, try_runs
-from nvtx_trace.runner.timing import Variant, loss_difference, loss_noise
+from nvtx_trace.runner.timing import Variant, first_losses_moved, loss_noise
 
 MIN_SAVING = 0.03  # a finding must predict at least this share of the step, and a trial measure it
 CLEAR_WIN = 0.15  # a first round this much faster needs no second: rounds drift apart by a few percent
@@ -155,9 +155,7 @@ def _losses_wait_on_the_baseline_s_noise(base, v) -> bool:
     difference is unknown: an unseeded program (a random initialisation, a shuffle) moves that much by itself, and
     judge would reject a clear win for it (an H200 image-folder classifier: --workers 7 2.33x, losses 25 % apart
     on one round a side). The next round measures that difference."""
-    if len(base.rounds) > 1 or not base.rounds or not v.rounds:
-        return False
-    diff = loss_difference(base.rounds[0].losses, v.rounds[0].losses)
+    diff = first_losses_moved(base, v) if len(base.rounds) == 1 else None
     return diff is not None and diff > declared.loss_bound(v.trial)
 
 
@@ -180,7 +178,7 @@ def judge(base: Variant, v: Variant) -> dict:
     before, after = base.value(stat), v.value(stat)
     mine, theirs = [x for x in v.per_round(stat) if x is not None], [x for x in base.per_round(stat) if x]
     noise = loss_noise(base)
-    diff = loss_difference(base.rounds[0].losses, v.rounds[0].losses) if v.rounds and base.rounds else None
+    diff = first_losses_moved(base, v)
     bound = declared.loss_bound(v.trial)  # how far the first losses may move with them (each knob declares it)
     out = {"statistic": stat, "baseline_step_ms": before, "measured_step_ms": after,
            "rounds_ms": {"baseline": base.per_round(stat), "variant": v.per_round(stat)},
