@@ -144,19 +144,20 @@ def settled(variants: list, profiled: dict | None = None) -> str | None:
         return "a round with it was already no faster than one without: it is rejected"
     if len(v.rounds) == 1 and all(clear(v.per_half(s), base.per_half(s)) for s in mine) \
             and all(clear(v.per_half(s), [pace]) for s, pace in (profiled or {}).items() if pace) \
-            and not _losses_wait_on_the_baseline_s_noise(base, v):
+            and not (len(base.rounds) == 1 and losses_moved_too_far(base, v)):
         return (f"its first round is {CLEAR_WIN:.0%} faster or more, in each half of its steps and against the "
                 "profile's pace: clear beyond the rounds' drift")
     return None
 
 
-def _losses_wait_on_the_baseline_s_noise(base, v) -> bool:
-    """The first losses moved beyond the knob's bound and the baseline has one round, so its own run-to-run
-    difference is unknown: an unseeded program (a random initialisation, a shuffle) moves that much by itself, and
-    judge would reject a clear win for it (an H200 image-folder classifier: --workers 7 2.33x, losses 25 % apart
-    on one round a side). The next round measures that difference."""
-    diff = first_losses_moved(base, v) if len(base.rounds) == 1 else None
-    return diff is not None and diff > declared.loss_bound(v.trial)
+def losses_moved_too_far(base: Variant, v: Variant) -> bool:
+    """judge's loss test: the first losses moved beyond the knob's bound plus the baseline's own run-to-run
+    difference. With one baseline round that difference is unknown, and an unseeded program (a random
+    initialisation, a shuffle) moves that much by itself: settled then waits for the next round rather than let
+    judge reject a clear win (an H200 image-folder classifier: --workers 7 2.33x, losses 25 % apart on one round a
+    side)."""
+    diff = first_losses_moved(base, v)
+    return diff is not None and diff > declared.loss_bound(v.trial) + (loss_noise(base) or 0)
 
 
 def clear(mine: list[float], theirs: list[float]) -> bool:
@@ -206,7 +207,7 @@ def judge(base: Variant, v: Variant) -> dict:
                f"as the {before - after:.2f} ms it saves")
     elif lost:
         why = "the loss became NaN or infinite"
-    elif diff is not None and diff > bound + (noise or 0):
+    elif losses_moved_too_far(base, v):
         why = (f"the first steps' losses moved {diff:.2%}, beyond the {bound:.2%} this knob allows"
                + (f" plus the baseline's own {noise:.2%}" if noise else ""))
     else:
